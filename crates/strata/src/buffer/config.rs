@@ -1,0 +1,65 @@
+//! Configuration of a buffer manager, built fluently (in the style of foyer's builders).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::storage::{FileBackend, StorageBackend};
+
+/// Default smallest page: 64 KiB (use 4 KiB on small devices).
+pub const DEFAULT_MIN_PAGE: u64 = 64 << 10;
+/// Default pool: 256 MiB.
+pub const DEFAULT_POOL: u64 = 256 << 20;
+
+/// How to open or create a database's buffer manager.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub(crate) dir: PathBuf,
+    pub(crate) pool_size: u64,
+    pub(crate) min_page: Option<u64>,
+    pub(crate) backend: Arc<dyn StorageBackend>,
+    pub(crate) pin_wait: Duration,
+}
+
+impl Config {
+    /// A configuration for the database in `dir` with default settings.
+    pub fn new(dir: impl AsRef<Path>) -> Config {
+        Config {
+            dir: dir.as_ref().to_owned(),
+            pool_size: DEFAULT_POOL,
+            min_page: None,
+            backend: Arc::new(FileBackend::default()),
+            pin_wait: Duration::from_secs(1),
+        }
+    }
+
+    /// The hard cap on resident page bytes plus the buffer manager's own metadata.
+    pub fn pool_size(mut self, bytes: u64) -> Config {
+        self.pool_size = bytes;
+        self
+    }
+
+    /// The smallest page size: fixed at creation; when given at open it must match.
+    pub fn min_page(mut self, bytes: u64) -> Config {
+        self.min_page = Some(bytes);
+        self
+    }
+
+    /// The storage backend all file I/O goes through.
+    pub fn backend(mut self, backend: Arc<dyn StorageBackend>) -> Config {
+        self.backend = backend;
+        self
+    }
+
+    /// How long a fix waits for pinned pages to be released before it reports
+    /// [`crate::Error::OutOfMemory`].
+    pub fn pin_wait(mut self, wait: Duration) -> Config {
+        self.pin_wait = wait;
+        self
+    }
+
+    /// The database directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}

@@ -1,0 +1,299 @@
+//! Page guards: how callers reach page bytes.
+//!
+//! * [`SharedGuard`]: a shared latch; the payload is readable as `&[u8]`.
+//! * [`ExclusiveGuard`]: the exclusive latch; the payload is readable as `&[u8]` and
+//!   writable through word-sized atomic stores. Dropping it bumps the version and marks the
+//!   page dirty.
+//! * [`OptimisticGuard`]: no latch at all, only the version seen at the start; reads copy
+//!   bytes out with atomic loads and must be [validated](OptimisticGuard::validate).
+//!
+//! # Why the optimistic API is sound
+//!
+//! An optimistic reader does not stop a writer, so the payload may change (or be zeroed by
+//! eviction, or be overwritten by a `pread` that loads another version) while it reads.
+//! Reading it through a `&[u8]` would then be a data race, undefined behaviour even if the
+//! version check later throws the result away. Therefore:
+//!
+//! 1. Optimistic readers never get a reference to page memory. They read with
+//!    `AtomicU64::load(Relaxed)` on 8-byte aligned words and copy the bytes they want out of
+//!    the loaded words ([`OptimisticGuard::read`], [`OptimisticGuard::read_u64`]).
+//! 2. Every store to a frame by Rust code is an `AtomicU64::store(Relaxed)` of an aligned
+//!    word: [`ExclusiveGuard`]'s writers, header sealing and test backends all go through it.
+//!    All accesses that can race are therefore atomic and of the same size: no data race.
+//!    The kernel's stores (`pread`, `MADV_DONTNEED` zeroing) happen outside the Rust
+//!    abstract machine, like DMA; readers see either old or new words, never UB.
+//! 3. `&[u8]` views exist only under a shared or exclusive latch. While one exists no writer
+//!    can exist (a shared latch excludes the exclusive one; an [`ExclusiveGuard`]'s `&[u8]`
+//!    borrows the guard, so its own write methods, which take `&mut self`, cannot run), and
+//!    the only other accesses are optimistic atomic *loads*: reads alongside reads.
+//! 4. The frame's mapping is never unmapped while the buffer manager lives (eviction uses
+//!    `MADV_DONTNEED`), so an optimistic load never faults; the guard borrows the manager.
+//! 5. The state word's Acquire load at the start and the Acquire re-load in `validate`
+//!    (paired with the writer's Release unlock) make a successful validation mean that no
+//!    exclusive section overlapped the reads.
+
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::manager::BufferManager;
+use super::space::Space;
+use super::state::{PageState, Word, LOCKED, MARKED, UNLOCKED};
+use crate::error::Result;
+use crate::storage::{PageId, PAGE_HEADER_SIZE};
+
+/// An optimistic read saw a concurrent change and must be retried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("optimistic read invalidated by a concurrent change; restart")]
+pub struct Restart;
+
+/// The aligned word at byte `byte` of a frame.
+///
+/// # Safety
+/// `byte` is a multiple of 8 below the frame's size, and the frame's mapping outlives `'a`
+/// (it lives as long as the buffer manager, which every guard borrows).
+#[inline]
+unsafe fn word_at<'a>(frame: *mut u8, byte: usize) -> &'a AtomicU64 {
+    debug_assert!(byte % 8 == 0);
+    // SAFETY: forwarded to the caller; frames are 4 KiB aligned, so the word is aligned.
+    unsafe { AtomicU64::from_ptr(frame.add(byte).cast::<u64>()) }
+}
+
+/// Copies `dst.len()` payload bytes starting at payload offset `at` out of `frame` with
+/// aligned 8-byte atomic loads.
+#[allow(clippy::host_endian_bytes)] // memory order of the loaded words
+fn atomic_copy_out(frame: *mut u8, at: usize, dst: &mut [u8]) {
+    let start = PAGE_HEADER_SIZE + at;
+    let end = start + dst.len();
+    let mut w = start & !7;
+    let mut out = 0;
+    while w < end {
+        // SAFETY: w is 8-aligned and below `end`, which the callers bound by the page size.
+        let bytes = unsafe { word_at(frame, w) }.load(Ordering::Relaxed).to_ne_bytes();
+        let lo = start.max(w) - w;
+        let hi = end.min(w + 8) - w;
+        dst[out..out + hi - lo].copy_from_slice(&bytes[lo..hi]);
+        out += hi - lo;
+        w += 8;
+    }
+}
+
+/// Stores `src` at payload offset `at` of `frame` with aligned 8-byte atomic stores (the
+/// partial words at either end are read, spliced and stored back; only the exclusive latch
+/// holder writes, so the read-modify-write cannot lose a concurrent store).
+#[allow(clippy::host_endian_bytes)]
+fn atomic_copy_in(frame: *mut u8, at: usize, src: &[u8]) {
+    let start = PAGE_HEADER_SIZE + at;
+    let end = start + src.len();
+    let mut w = start & !7;
+    let mut inp = 0;
+    while w < end {
+        let lo = start.max(w) - w;
+        let hi = end.min(w + 8) - w;
+        // SAFETY: w is 8-aligned and below `end`, which the callers bound by the page size.
+        let cell = unsafe { word_at(frame, w) };
+        let word = if lo == 0 && hi == 8 {
+            u64::from_ne_bytes(src[inp..inp + 8].try_into().unwrap())
+        } else {
+            let mut b = cell.load(Ordering::Relaxed).to_ne_bytes();
+            b[lo..hi].copy_from_slice(&src[inp..inp + hi - lo]);
+            u64::from_ne_bytes(b)
+        };
+        cell.store(word, Ordering::Relaxed);
+        inp += hi - lo;
+        w += 8;
+    }
+}
+
+/// Reads the payload of a latched frame as a slice.
+///
+/// # Safety
+/// The caller holds a shared or exclusive latch on the page for `'a` and no `&mut` to the
+/// same memory exists (see the module documentation, point 3).
+unsafe fn payload<'a>(frame: *mut u8, page_size: usize) -> &'a [u8] {
+    // SAFETY: forwarded to the caller; the frame is mapped and page_size bytes long.
+    unsafe { std::slice::from_raw_parts(frame.add(PAGE_HEADER_SIZE), page_size - PAGE_HEADER_SIZE) }
+}
+
+/// A shared latch on a resident page. Many may coexist; no writer can.
+pub struct SharedGuard<'a> {
+    pub(crate) sp: &'a Space,
+    pub(crate) index: u64,
+    pub(crate) frame: *mut u8,
+    pub(crate) _not_send: PhantomData<*const ()>,
+}
+
+impl<'a> SharedGuard<'a> {
+    /// The page's id.
+    pub fn pid(&self) -> PageId {
+        self.sp.pid(self.index)
+    }
+    /// The payload (the page minus its 32-byte header).
+    pub fn data(&self) -> &[u8] {
+        // SAFETY: this guard holds a shared latch for its lifetime; no writer can exist.
+        unsafe { payload(self.frame, self.sp.page_size() as usize) }
+    }
+    /// Payload length in bytes.
+    pub fn len(&self) -> usize {
+        self.sp.page_size() as usize - PAGE_HEADER_SIZE
+    }
+    /// Never true: a page always has a payload.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+}
+
+impl Drop for SharedGuard<'_> {
+    fn drop(&mut self) {
+        self.sp.state(self.index).unlock_shared();
+    }
+}
+
+/// The exclusive latch on a resident page.
+pub struct ExclusiveGuard<'a> {
+    pub(crate) bm: &'a BufferManager,
+    pub(crate) sp: &'a Space,
+    pub(crate) index: u64,
+    pub(crate) frame: *mut u8,
+    pub(crate) _not_send: PhantomData<*const ()>,
+}
+
+impl<'a> ExclusiveGuard<'a> {
+    /// The page's id.
+    pub fn pid(&self) -> PageId {
+        self.sp.pid(self.index)
+    }
+    /// Payload length in bytes.
+    pub fn len(&self) -> usize {
+        self.sp.page_size() as usize - PAGE_HEADER_SIZE
+    }
+    /// Never true: a page always has a payload.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+    /// The payload (the page minus its 32-byte header).
+    pub fn data(&self) -> &[u8] {
+        // SAFETY: this guard holds the exclusive latch; the returned slice borrows `self`,
+        // so the `&mut self` write methods cannot run while it lives.
+        unsafe { payload(self.frame, self.sp.page_size() as usize) }
+    }
+    /// Writes `src` at payload offset `at`.
+    ///
+    /// # Panics
+    /// If the range is outside the payload.
+    pub fn write(&mut self, at: usize, src: &[u8]) {
+        assert!(at.checked_add(src.len()).is_some_and(|e| e <= self.len()), "write outside the page payload");
+        atomic_copy_in(self.frame, at, src);
+    }
+    /// Writes a little-endian u64 at payload offset `at` (a multiple of 8).
+    #[inline]
+    pub fn write_u64(&mut self, at: usize, v: u64) {
+        assert!(at % 8 == 0 && at + 8 <= self.len(), "unaligned or out-of-page u64 write");
+        // Store the little-endian byte image as a native word.
+        #[allow(clippy::host_endian_bytes)]
+        let word = u64::from_ne_bytes(v.to_le_bytes());
+        // SAFETY: asserted aligned and inside the payload; the frame outlives the guard.
+        unsafe { word_at(self.frame, PAGE_HEADER_SIZE + at) }.store(word, Ordering::Relaxed);
+    }
+    /// Zeroes the whole payload.
+    pub fn zero(&mut self) {
+        for w in (PAGE_HEADER_SIZE..self.sp.page_size() as usize).step_by(8) {
+            // SAFETY: w steps over aligned words inside the frame; the frame outlives the guard.
+            unsafe { word_at(self.frame, w) }.store(0, Ordering::Relaxed);
+        }
+    }
+    /// Frees the page (its id becomes invalid; its disk slot is reused by its class only).
+    pub fn free(self) -> Result<()> {
+        let me = std::mem::ManuallyDrop::new(self);
+        me.bm.free_locked(me.sp, me.index)
+    }
+    /// Releases the exclusive latch but keeps a shared one (the version is bumped).
+    pub fn downgrade(self) -> SharedGuard<'a> {
+        let me = std::mem::ManuallyDrop::new(self);
+        let st = me.sp.state(me.index);
+        st.unlock_exclusive_modified();
+        loop {
+            let w = st.load();
+            if st.try_lock_shared(w) {
+                break;
+            }
+            // Another thread latched it exclusively in between; wait for it.
+            crate::sync::spin_hint();
+            std::thread::yield_now();
+        }
+        SharedGuard { sp: me.sp, index: me.index, frame: me.frame, _not_send: PhantomData }
+    }
+}
+
+impl Drop for ExclusiveGuard<'_> {
+    fn drop(&mut self) {
+        self.sp.state(self.index).unlock_exclusive_modified();
+    }
+}
+
+/// An optimistic (latch-free) view of a resident page: only a version.
+pub struct OptimisticGuard<'a> {
+    pub(crate) bm: &'a BufferManager,
+    pub(crate) sp: &'a Space,
+    pub(crate) index: u64,
+    pub(crate) frame: *mut u8,
+    pub(crate) seen: Word,
+}
+
+impl<'a> OptimisticGuard<'a> {
+    /// The page's id.
+    pub fn pid(&self) -> PageId {
+        self.sp.pid(self.index)
+    }
+    /// Payload length in bytes.
+    pub fn len(&self) -> usize {
+        self.sp.page_size() as usize - PAGE_HEADER_SIZE
+    }
+    /// Never true.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+    fn state(&self) -> &PageState {
+        self.sp.state(self.index)
+    }
+    /// Copies payload bytes `at..at+dst.len()` into `dst`. The bytes are only meaningful if
+    /// [`validate`](Self::validate) succeeds afterwards.
+    pub fn read(&self, at: usize, dst: &mut [u8]) {
+        assert!(at.checked_add(dst.len()).is_some_and(|e| e <= self.len()), "read outside the page payload");
+        atomic_copy_out(self.frame, at, dst);
+    }
+    /// Reads the little-endian u64 at payload offset `at` (a multiple of 8). Meaningful only
+    /// if [`validate`](Self::validate) succeeds afterwards.
+    #[inline]
+    pub fn read_u64(&self, at: usize) -> u64 {
+        assert!(at % 8 == 0 && at + 8 <= self.len(), "unaligned or out-of-page u64 read");
+        #[allow(clippy::host_endian_bytes)]
+        // SAFETY: asserted aligned and inside the payload; the frame outlives the guard.
+        let bytes = unsafe { word_at(self.frame, PAGE_HEADER_SIZE + at) }.load(Ordering::Relaxed).to_ne_bytes();
+        u64::from_le_bytes(bytes)
+    }
+    /// Whether everything read so far is consistent (no writer or eviction intervened).
+    #[inline]
+    pub fn validate(&self) -> bool {
+        std::sync::atomic::fence(Ordering::Acquire);
+        self.state().validate(self.seen)
+    }
+    /// [`validate`](Self::validate) as a `Result`.
+    #[inline]
+    pub fn check(&self) -> Result<(), Restart> {
+        if self.validate() {
+            Ok(())
+        } else {
+            Err(Restart)
+        }
+    }
+    /// Takes the exclusive latch if nothing changed since the guard was taken.
+    pub fn upgrade(self) -> Result<ExclusiveGuard<'a>, Restart> {
+        let st = self.state();
+        let now = st.load();
+        if now.version() == self.seen.version() && matches!(now.state(), UNLOCKED | MARKED) && st.try_lock_exclusive(now) {
+            debug_assert_eq!(st.load().state(), LOCKED);
+            return Ok(ExclusiveGuard { bm: self.bm, sp: self.sp, index: self.index, frame: self.frame, _not_send: PhantomData });
+        }
+        Err(Restart)
+    }
+}

@@ -1,0 +1,923 @@
+//! The buffer manager: one memory budget over pages of every size class.
+//!
+//! # Protocol
+//!
+//! * **Translation.** A page id names a space (class, persistent or temporary) and an index;
+//!   its state word and frame are found by arithmetic in the space's reservations.
+//! * **Fix.** A resident page is latched with one compare-and-swap on its state word (see
+//!   [`super::state`]); nothing global is touched except a striped hit counter.
+//! * **Miss.** The fixing thread takes `EVICTED -> LOCKED`, checks the allocation bitmap,
+//!   [reserves](BufferManager::reserve) the page's bytes in the budget (evicting if needed),
+//!   reads the page straight into its frame, verifies checksum and id, inserts it into the
+//!   resident set and keeps or downgrades the latch.
+//! * **Budget.** `used` counts resident page bytes plus metadata and is only ever increased
+//!   by a compare-and-swap that keeps it `<= pool`: the cap holds at every instant, whatever
+//!   the interleaving. Physical memory is touched only after the bytes were reserved.
+//! * **Eviction.** Clock over the resident set, across all classes: an unlatched page is
+//!   first MARKED; a page still MARKED on the next visit is a victim if its exclusive latch
+//!   can be *taken without waiting*. Dirty victims are written (checksummed) first, then
+//!   their frames are dropped with `MADV_DONTNEED` (adjacent frames in one call), their
+//!   state set to EVICTED with a new version, and their bytes returned to the budget.
+//!   Evictors never wait for latches, so a thread holding latches that needs memory cannot
+//!   deadlock with another; if nothing is evictable it waits a bounded time for unpins and
+//!   then reports [`Error::OutOfMemory`].
+//!
+//! Lock order: a space's bitmap mutex is never held while waiting for a page latch; the
+//! resident-set `RwLock` is taken for writing only by `set_pool_size` (which holds no
+//! latch).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Mutex, RwLock};
+
+use super::config::Config;
+use super::guard::{ExclusiveGuard, OptimisticGuard, Restart, SharedGuard};
+use super::resident::ResidentSet;
+use super::space::{Space, META_PER_STATE_CHUNK, STATES_PER_OS_PAGE};
+use super::state::{EVICTED, LOCKED, MARKED, UNLOCKED};
+use super::stats::{ClassStats, Counters, Stats};
+use crate::error::{Error, Result};
+use crate::storage::backend::{atomic_word, OpenMode};
+use crate::storage::layout::{class_file, temp_file};
+use crate::storage::meta::FORMAT_VERSION;
+use crate::storage::page::{self, checksum, header_words};
+use crate::storage::{AllocTable, ClassBitmap, IoBufMut, Meta, PageId, SizeClasses, StorageBackend, PAGE_HEADER_SIZE};
+
+/// How many slots an evictor takes from the clock per step.
+const CLOCK_BATCH: usize = 64;
+
+/// A buffer manager over one database directory. `Send + Sync`: share it with `Arc`.
+pub struct BufferManager {
+    dir: PathBuf,
+    backend: std::sync::Arc<dyn StorageBackend>,
+    classes: SizeClasses,
+    spaces: Box<[OnceLock<Space>]>,
+    space_init: Mutex<()>,
+    pool: AtomicU64,
+    used: AtomicU64,
+    metadata: AtomicU64,
+    peak: AtomicU64,
+    resident: RwLock<ResidentSet>,
+    evictors: AtomicU64,
+    pin_wait: Duration,
+    counters: Counters,
+    closed: std::sync::atomic::AtomicBool,
+}
+
+// Guards are tied to the manager by lifetime; the manager itself is shared between threads.
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<BufferManager>();
+};
+
+struct Backoff(u32);
+
+impl Backoff {
+    fn snooze(&mut self) {
+        self.0 += 1;
+        if self.0 < 16 {
+            crate::sync::spin_hint();
+        } else if self.0 < 64 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+}
+
+impl BufferManager {
+    /// Creates a new database in `config.dir` (which must not exist or be empty).
+    pub fn create(config: Config) -> Result<BufferManager> {
+        let be = &config.backend;
+        let dir = &config.dir;
+        if be.exists(dir) {
+            let entries = be.list_dir(dir).map_err(|e| Error::io("list", dir, e))?;
+            if !entries.is_empty() {
+                return Err(Error::AlreadyExists { path: dir.clone() });
+            }
+        }
+        let min_page = config.min_page.unwrap_or(super::config::DEFAULT_MIN_PAGE);
+        let classes = SizeClasses::new(min_page).ok_or_else(|| {
+            Error::InvalidConfig(format!("min_page must be a power of two between 4 KiB and 64 GiB, got {min_page}"))
+        })?;
+        be.create_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
+        AllocTable::new(classes.count()).store(be.as_ref(), dir)?;
+        let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        // The meta file goes last: a directory without it is not a database.
+        Meta { version: FORMAT_VERSION, classes, created }.store(be.as_ref(), dir)?;
+        Self::open(config)
+    }
+
+    /// Opens an existing database.
+    pub fn open(config: Config) -> Result<BufferManager> {
+        let be = config.backend.clone();
+        let dir = config.dir.clone();
+        let meta = Meta::load(be.as_ref(), &dir)?;
+        let classes = meta.classes;
+        if let Some(m) = config.min_page {
+            if m != classes.min_page() {
+                return Err(Error::InvalidConfig(format!(
+                    "database {} has smallest page {}, configuration asks for {}",
+                    dir.display(),
+                    crate::util::Bytes(classes.min_page()),
+                    crate::util::Bytes(m)
+                )));
+            }
+        }
+        let table = AllocTable::load(be.as_ref(), &dir, classes.count())?;
+        let tmp = dir.join("tmp");
+        if be.exists(&tmp) {
+            for name in be.list_dir(&tmp).map_err(|e| Error::io("list", &tmp, e))? {
+                be.remove(&tmp.join(name)).map_err(|e| Error::io("remove", &tmp, e))?;
+            }
+        } else {
+            be.create_dir_all(&tmp).map_err(|e| Error::io("create directory", &tmp, e))?;
+        }
+        let pool = config.pool_size;
+        let max_pages = pool / classes.min_page();
+        let resident = ResidentSet::with_capacity(max_pages);
+        let bm = BufferManager {
+            dir,
+            backend: be,
+            classes,
+            spaces: (0..classes.count() * 2).map(|_| OnceLock::new()).collect(),
+            space_init: Mutex::new(()),
+            pool: AtomicU64::new(pool),
+            used: AtomicU64::new(0),
+            metadata: AtomicU64::new(0),
+            peak: AtomicU64::new(0),
+            resident: RwLock::new(resident),
+            evictors: AtomicU64::new(0),
+            pin_wait: config.pin_wait,
+            counters: Counters::default(),
+            closed: false.into(),
+        };
+        let rs_bytes = bm.resident.read().memory_bytes();
+        if rs_bytes + classes.min_page() > pool {
+            return Err(Error::PoolTooSmall { needed: rs_bytes + classes.min_page(), pool });
+        }
+        bm.charge_metadata(rs_bytes)?;
+        for (class, bitmap) in table.classes.into_iter().enumerate() {
+            if bitmap.allocated() > 0 {
+                let hw = bitmap.high_water();
+                let sp = bm.space_or_create(class as u8, false, Some(bitmap))?;
+                bm.ensure_addressable(sp, hw - 1)?;
+            }
+        }
+        Ok(bm)
+    }
+
+    /// The database directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The size classes.
+    pub fn classes(&self) -> SizeClasses {
+        self.classes
+    }
+
+    /// The storage backend.
+    pub fn backend(&self) -> &std::sync::Arc<dyn StorageBackend> {
+        &self.backend
+    }
+
+    /// The current cap in bytes.
+    pub fn pool_size(&self) -> u64 {
+        self.pool.load(Ordering::Relaxed)
+    }
+
+    /// Bytes counted against the cap now.
+    pub fn used_bytes(&self) -> u64 {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// High-water mark of [`used_bytes`](Self::used_bytes).
+    pub fn peak_bytes(&self) -> u64 {
+        self.peak.load(Ordering::Relaxed)
+    }
+
+    /// Largest payload a page of `class` holds.
+    pub fn payload_size(&self, class: u8) -> usize {
+        self.classes.page_size(class) as usize - PAGE_HEADER_SIZE
+    }
+
+    // ----------------------------------------------------------------- spaces
+
+    fn space_or_create(&self, class: u8, temp: bool, bitmap: Option<ClassBitmap>) -> Result<&Space> {
+        let slot = &self.spaces[class as usize * 2 + temp as usize];
+        if let Some(sp) = slot.get() {
+            return Ok(sp);
+        }
+        let _g = self.space_init.lock();
+        if let Some(sp) = slot.get() {
+            return Ok(sp);
+        }
+        let path = if temp { temp_file(&self.dir, class) } else { class_file(&self.dir, class) };
+        let file = self.backend.open(&path, OpenMode::Direct, true).map_err(|e| Error::io("open", &path, e))?;
+        let sp = Space::new(class, temp, self.classes.page_shift(class), file, bitmap.unwrap_or_default());
+        Ok(slot.get_or_init(|| sp))
+    }
+
+    /// The space of `pid` and check that its index is addressable.
+    #[inline]
+    fn lookup(&self, pid: PageId) -> Result<&Space> {
+        let sp = self
+            .spaces
+            .get(pid.space())
+            .and_then(|s| s.get())
+            .ok_or(Error::InvalidPageId { pid, reason: "no page of this size class was ever allocated" })?;
+        if !sp.addressable(pid.index()) {
+            return Err(Error::InvalidPageId { pid, reason: "index beyond any allocated page" });
+        }
+        Ok(sp)
+    }
+
+    fn ensure_addressable(&self, sp: &Space, index: u64) -> Result<()> {
+        let chunks = index / STATES_PER_OS_PAGE + 1;
+        let charged = sp.charged_chunks.load(Ordering::Acquire);
+        if chunks > charged {
+            // Charge the metadata before touching it; only one thread grows a space at a
+            // time (callers hold the space's bitmap lock or are in `open`).
+            self.charge_metadata((chunks - charged) * META_PER_STATE_CHUNK)?;
+            sp.charged_chunks.store(chunks, Ordering::Release);
+        }
+        sp.states.ensure(index)?;
+        sp.frames.ensure(index)
+    }
+
+    fn charge_metadata(&self, bytes: u64) -> Result<()> {
+        self.reserve(bytes)?;
+        self.metadata.fetch_add(bytes, Ordering::Relaxed);
+        Ok(())
+    }
+
+    // ----------------------------------------------------------------- budget
+
+    /// Reserves `bytes` in the budget, evicting as needed; never lets `used` exceed the cap.
+    fn reserve(&self, bytes: u64) -> Result<()> {
+        let start = Instant::now();
+        let mut backoff = Backoff(0);
+        loop {
+            let used = self.used.load(Ordering::Relaxed);
+            let limit = self.pool.load(Ordering::Relaxed);
+            if used + bytes <= limit {
+                if self.used.compare_exchange_weak(used, used + bytes, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                    self.peak.fetch_max(used + bytes, Ordering::Relaxed);
+                    return Ok(());
+                }
+                continue;
+            }
+            let meta = self.metadata.load(Ordering::Relaxed);
+            if bytes + meta > limit {
+                return Err(Error::PoolTooSmall { needed: bytes + meta, pool: limit });
+            }
+            let freed = self.evict(used + bytes - limit)?;
+            if freed > 0 {
+                backoff = Backoff(0);
+                continue;
+            }
+            if self.evictors.load(Ordering::Acquire) > 0 {
+                // Another thread holds victims it is about to free.
+                std::thread::yield_now();
+                continue;
+            }
+            if start.elapsed() >= self.pin_wait {
+                let used = self.used.load(Ordering::Relaxed);
+                return Err(Error::OutOfMemory {
+                    requested: bytes,
+                    used,
+                    limit,
+                    pinned: used.saturating_sub(self.metadata.load(Ordering::Relaxed)),
+                    waited_ms: start.elapsed().as_millis() as u64,
+                });
+            }
+            backoff.snooze();
+        }
+    }
+
+    fn release(&self, bytes: u64) {
+        let prev = self.used.fetch_sub(bytes, Ordering::AcqRel);
+        debug_assert!(prev >= bytes);
+    }
+
+    /// Runs the clock until at least `need` bytes were freed or two laps found nothing.
+    /// Returns the bytes freed.
+    fn evict(&self, need: u64) -> Result<u64> {
+        self.evictors.fetch_add(1, Ordering::AcqRel);
+        let result = self.evict_inner(need);
+        self.evictors.fetch_sub(1, Ordering::AcqRel);
+        result
+    }
+
+    fn evict_inner(&self, need: u64) -> Result<u64> {
+        let rs = self.resident.read();
+        let mut victims: Vec<(PageId, &Space)> = Vec::new();
+        let mut claimed = 0u64;
+        let mut scanned = 0usize;
+        let lap = 2 * rs.capacity();
+        while claimed < need && scanned < lap {
+            rs.clock_batch(CLOCK_BATCH, |pid| {
+                if claimed >= need {
+                    return;
+                }
+                let Some(sp) = self.spaces[pid.space()].get() else { return };
+                let st = sp.state(pid.index());
+                let w = st.load();
+                match w.state() {
+                    UNLOCKED => {
+                        st.try_mark(w);
+                    }
+                    MARKED => {
+                        if st.try_lock_exclusive(w) {
+                            claimed += sp.page_size();
+                            victims.push((pid, sp));
+                        }
+                    }
+                    _ => {}
+                }
+            });
+            scanned += CLOCK_BATCH;
+        }
+        drop(rs);
+        if victims.is_empty() {
+            return Ok(0);
+        }
+        let mut first_error = None;
+        // Write back dirty victims; a victim that cannot be written stays resident.
+        victims.retain(|&(pid, sp)| {
+            let st = sp.state(pid.index());
+            if !st.load().dirty() {
+                return true;
+            }
+            match self.write_page(sp, pid.index()) {
+                Ok(()) => true,
+                Err(e) => {
+                    st.unlock_exclusive_unchanged(false);
+                    first_error.get_or_insert(e);
+                    false
+                }
+            }
+        });
+        victims.sort_by_key(|&(pid, _)| pid);
+        let rs = self.resident.read();
+        let mut freed = 0;
+        let mut i = 0;
+        while i < victims.len() {
+            // Adjacent frames of one space go to the kernel in one madvise.
+            let (first, sp) = victims[i];
+            let mut j = i + 1;
+            while j < victims.len() && victims[j].0.space() == first.space() && victims[j].0.index() == first.index() + (j - i) as u64 {
+                j += 1;
+            }
+            sp.frames.discard(first.index(), (j - i) as u64);
+            for &(pid, sp) in &victims[i..j] {
+                let removed = rs.remove(pid);
+                debug_assert!(removed, "victim {pid} not in the resident set");
+                sp.resident_bytes.fetch_sub(sp.page_size(), Ordering::Relaxed);
+                sp.state(pid.index()).unlock_evicted();
+                freed += sp.page_size();
+            }
+            i = j;
+        }
+        drop(rs);
+        self.counters.evictions.add(victims.len() as u64);
+        self.release(freed);
+        match first_error {
+            Some(e) if freed == 0 => Err(e),
+            _ => Ok(freed),
+        }
+    }
+
+    /// Seals (header + checksum) and writes page `index` of `sp`; the caller holds its
+    /// exclusive latch. Clears nothing: the caller decides the state afterwards.
+    fn write_page(&self, sp: &Space, index: u64) -> Result<()> {
+        let frame = sp.frame(index);
+        let size = sp.page_size() as usize;
+        let pid = sp.pid(index);
+        // SAFETY: the caller holds the exclusive latch, so no thread writes the frame; the
+        // only concurrent accesses are optimistic atomic loads (reads alongside reads).
+        let payload = unsafe { std::slice::from_raw_parts(frame.add(PAGE_HEADER_SIZE), size - PAGE_HEADER_SIZE) };
+        let words = header_words(pid, 0, |head| checksum(head, payload));
+        for (k, w) in words.iter().enumerate() {
+            // Header words are stored as their little-endian byte image.
+            #[allow(clippy::host_endian_bytes)]
+            let native = u64::from_ne_bytes(w.to_le_bytes());
+            // SAFETY: the frame is 4 KiB aligned, so header word k (byte 8k) is aligned and
+            // inside the frame; the store is atomic (optimistic readers may load it).
+            unsafe { atomic_word(frame.add(8 * k)) }.store(native, Ordering::Relaxed);
+        }
+        // SAFETY: as for `payload`: exclusive latch held, concurrent accesses only load.
+        let image = unsafe { std::slice::from_raw_parts(frame, size) };
+        sp.file.write_at(image, sp.offset(index)).map_err(|e| Error::io("write page", sp.path(), e))?;
+        self.counters.pages_written.add(1);
+        self.counters.bytes_written.add(size as u64);
+        Ok(())
+    }
+
+    /// Loads page `index` of `sp` into its frame. The caller holds the latch taken by
+    /// `EVICTED -> LOCKED`; on error the page is left EVICTED and unlatched.
+    fn load(&self, sp: &Space, index: u64) -> Result<()> {
+        let pid = sp.pid(index);
+        let st = sp.state(index);
+        if !sp.bitmap.lock().is_allocated(index) {
+            st.unlock_still_evicted();
+            return Err(Error::InvalidPageId { pid, reason: "page is not allocated (never allocated or freed)" });
+        }
+        let size = sp.page_size();
+        if let Err(e) = self.reserve(size) {
+            st.unlock_still_evicted();
+            return Err(e);
+        }
+        let frame = sp.frame(index);
+        // SAFETY: we hold the page's exclusive latch (no other writer); the frame is mapped,
+        // aligned and `size` bytes long; optimistic readers only load from it.
+        let buf = unsafe { IoBufMut::from_frame(frame, size as usize) };
+        let result = match sp.file.read_at(buf, sp.offset(index)) {
+            Err(e) => Err(Error::io("read page", sp.path(), e)),
+            Ok(n) if (n as u64) < size => {
+                Err(Error::corruption(sp.path(), Some(pid), format!("data file truncated: page needs bytes {}..{}, read only {n}", sp.offset(index), sp.offset(index) + size)))
+            }
+            Ok(_) => {
+                // SAFETY: latched as above; reads alongside optimistic loads.
+                let image = unsafe { std::slice::from_raw_parts(frame, size as usize) };
+                page::verify(image, pid).map(|_| ()).map_err(|f| Error::corruption(sp.path(), Some(pid), f.to_string()))
+            }
+        };
+        self.counters.misses.add(1);
+        if let Err(e) = result {
+            sp.frames.discard(index, 1);
+            self.release(size);
+            st.unlock_still_evicted();
+            return Err(e);
+        }
+        self.counters.pages_read.add(1);
+        self.counters.bytes_read.add(size);
+        sp.resident_bytes.fetch_add(size, Ordering::Relaxed);
+        self.resident.read().insert(pid);
+        Ok(())
+    }
+
+    // ----------------------------------------------------------------- fixing
+
+    /// Latches `pid` exclusively, loading it if needed.
+    pub fn fix_exclusive(&self, pid: PageId) -> Result<ExclusiveGuard<'_>> {
+        let sp = self.lookup(pid)?;
+        let index = pid.index();
+        let st = sp.state(index);
+        let mut backoff = Backoff(0);
+        loop {
+            let w = st.load();
+            match w.state() {
+                UNLOCKED | MARKED => {
+                    if st.try_lock_exclusive(w) {
+                        self.counters.hits.add(1);
+                        break;
+                    }
+                }
+                EVICTED => {
+                    if st.try_lock_evicted(w) {
+                        self.load(sp, index)?;
+                        break;
+                    }
+                }
+                _ => backoff.snooze(),
+            }
+        }
+        Ok(ExclusiveGuard { bm: self, sp, index, frame: sp.frame(index), _not_send: Default::default() })
+    }
+
+    /// Latches `pid` shared, loading it if needed.
+    pub fn fix_shared(&self, pid: PageId) -> Result<SharedGuard<'_>> {
+        let sp = self.lookup(pid)?;
+        let index = pid.index();
+        let st = sp.state(index);
+        let mut backoff = Backoff(0);
+        loop {
+            let w = st.load();
+            match w.state() {
+                EVICTED => {
+                    if st.try_lock_evicted(w) {
+                        self.load(sp, index)?;
+                        st.downgrade_to_shared();
+                        break;
+                    }
+                }
+                LOCKED => backoff.snooze(),
+                _ => {
+                    if st.try_lock_shared(w) {
+                        self.counters.hits.add(1);
+                        break;
+                    }
+                    backoff.snooze();
+                }
+            }
+        }
+        Ok(SharedGuard { sp, index, frame: sp.frame(index), _not_send: Default::default() })
+    }
+
+    /// Starts an optimistic read of `pid`, loading it if needed. No latch is held.
+    pub fn fix_optimistic(&self, pid: PageId) -> Result<OptimisticGuard<'_>> {
+        let sp = self.lookup(pid)?;
+        let index = pid.index();
+        let st = sp.state(index);
+        let mut backoff = Backoff(0);
+        loop {
+            let w = st.load();
+            match w.state() {
+                EVICTED => {
+                    if st.try_lock_evicted(w) {
+                        self.load(sp, index)?;
+                        st.unlock_exclusive_unchanged(false);
+                    }
+                }
+                LOCKED => backoff.snooze(),
+                _ => {
+                    st.clear_mark(w);
+                    self.counters.hits.add(1);
+                    return Ok(OptimisticGuard { bm: self, sp, index, frame: sp.frame(index), seen: w });
+                }
+            }
+        }
+    }
+
+    /// Runs `f` on an optimistic view of `pid` until it completes without interference
+    /// (`f` returns `Err(Restart)` or validation fails: retry). After 64 failed tries the
+    /// read falls back to a shared latch, so it always terminates.
+    pub fn read_optimistic<T>(&self, pid: PageId, mut f: impl FnMut(&OptimisticGuard<'_>) -> Result<T, Restart>) -> Result<T> {
+        for _ in 0..64 {
+            let g = self.fix_optimistic(pid)?;
+            if let Ok(v) = f(&g) {
+                if g.validate() {
+                    return Ok(v);
+                }
+            }
+        }
+        let s = self.fix_shared(pid)?;
+        // Under the shared latch nothing can change, so the view validates.
+        let g = OptimisticGuard { bm: self, sp: s.sp, index: s.index, frame: s.frame, seen: s.sp.state(s.index).load() };
+        f(&g).map_err(|_| Error::Inconsistent(format!("optimistic read of {pid} restarted under a shared latch")))
+    }
+
+    // ----------------------------------------------------------------- alloc / free
+
+    /// Allocates a persistent page whose payload holds at least `bytes` bytes (the smallest
+    /// class that fits). Returns it zeroed and exclusively latched.
+    pub fn alloc(&self, bytes: usize) -> Result<ExclusiveGuard<'_>> {
+        self.alloc_in(bytes, false)
+    }
+
+    /// Allocates a temporary page (same budget; written to a scratch file if evicted; gone
+    /// after [`free`](Self::free) or restart).
+    pub fn alloc_temp(&self, bytes: usize) -> Result<ExclusiveGuard<'_>> {
+        self.alloc_in(bytes, true)
+    }
+
+    fn alloc_in(&self, bytes: usize, temp: bool) -> Result<ExclusiveGuard<'_>> {
+        let total = bytes as u64 + PAGE_HEADER_SIZE as u64;
+        let class = self.classes.class_for(total).ok_or_else(|| Error::InvalidInput(format!("page of {bytes} bytes is larger than the largest size class")))?;
+        let size = self.classes.page_size(class);
+        let pool = self.pool_size();
+        if size + self.metadata.load(Ordering::Relaxed) > pool {
+            return Err(Error::PoolTooSmall { needed: size + self.metadata.load(Ordering::Relaxed), pool });
+        }
+        let sp = self.space_or_create(class, temp, None)?;
+        let index = {
+            let mut bm = sp.bitmap.lock();
+            let index = bm.alloc();
+            if index > PageId::MAX_INDEX {
+                bm.free(index);
+                return Err(Error::InvalidInput("size class is out of page ids".into()));
+            }
+            if let Err(e) = self.ensure_addressable(sp, index) {
+                bm.free(index);
+                return Err(e);
+            }
+            index
+        };
+        let st = sp.state(index);
+        let mut backoff = Backoff(0);
+        loop {
+            let w = st.load();
+            if w.state() == EVICTED && st.try_lock_evicted(w) {
+                if let Err(e) = self.reserve(size) {
+                    st.unlock_still_evicted();
+                    sp.bitmap.lock().free(index);
+                    return Err(e);
+                }
+                // An EVICTED frame is unbacked, hence zero: nothing to clear.
+                sp.resident_bytes.fetch_add(size, Ordering::Relaxed);
+                self.resident.read().insert(sp.pid(index));
+                break;
+            }
+            if matches!(w.state(), UNLOCKED | MARKED) && st.try_lock_exclusive(w) {
+                // A stray fix (of an id not yet handed out) loaded the slot's old bytes.
+                let mut g = ExclusiveGuard { bm: self, sp, index, frame: sp.frame(index), _not_send: Default::default() };
+                g.zero();
+                return Ok(g);
+            }
+            backoff.snooze();
+        }
+        Ok(ExclusiveGuard { bm: self, sp, index, frame: sp.frame(index), _not_send: Default::default() })
+    }
+
+    /// Frees `pid`. Waits for other latches on it to be released; the caller must not hold
+    /// one (use [`ExclusiveGuard::free`] to free a page you have latched).
+    pub fn free(&self, pid: PageId) -> Result<()> {
+        let sp = self.lookup(pid)?;
+        let index = pid.index();
+        let st = sp.state(index);
+        let mut backoff = Backoff(0);
+        loop {
+            let w = st.load();
+            let got = match w.state() {
+                EVICTED => st.try_lock_evicted(w),
+                UNLOCKED | MARKED => st.try_lock_exclusive(w),
+                _ => false,
+            };
+            if got {
+                break;
+            }
+            backoff.snooze();
+        }
+        self.free_locked(sp, index)
+    }
+
+    /// Frees a page whose exclusive latch the caller holds (resident or not).
+    pub(crate) fn free_locked(&self, sp: &Space, index: u64) -> Result<()> {
+        let st = sp.state(index);
+        let pid = sp.pid(index);
+        let resident = self.resident.read().remove(pid);
+        let mut bm = sp.bitmap.lock();
+        if !bm.free(index) {
+            drop(bm);
+            debug_assert!(!resident);
+            st.unlock_still_evicted();
+            return Err(Error::InvalidPageId { pid, reason: "double free: page is not allocated" });
+        }
+        drop(bm);
+        if resident {
+            sp.frames.discard(index, 1);
+            sp.resident_bytes.fetch_sub(sp.page_size(), Ordering::Relaxed);
+            self.release(sp.page_size());
+        }
+        st.unlock_evicted();
+        Ok(())
+    }
+
+    /// Whether `pid` is currently allocated.
+    pub fn is_allocated(&self, pid: PageId) -> bool {
+        self.lookup(pid).is_ok_and(|sp| sp.bitmap.lock().is_allocated(pid.index()))
+    }
+
+    // ----------------------------------------------------------------- pool size
+
+    /// Changes the cap. Growing is immediate; shrinking evicts down to the new cap (waiting
+    /// a bounded time for pinned pages, else the old cap is restored and OutOfMemory returned).
+    pub fn set_pool_size(&self, bytes: u64) -> Result<()> {
+        let old = self.pool.swap(bytes, Ordering::AcqRel);
+        let max_pages = bytes / self.classes.min_page();
+        // The resident set must have room for every page the new pool can hold.
+        if (max_pages * 2) as usize > self.resident.read().capacity() {
+            let bigger = ResidentSet::with_capacity(max_pages);
+            let extra = bigger.memory_bytes() - self.resident.read().memory_bytes();
+            if let Err(e) = self.charge_metadata(extra) {
+                self.pool.store(old, Ordering::Release);
+                return Err(e);
+            }
+            let mut rs = self.resident.write();
+            rs.for_each(|p| bigger.insert(p));
+            *rs = bigger;
+        }
+        let start = Instant::now();
+        let mut backoff = Backoff(0);
+        loop {
+            let used = self.used.load(Ordering::Relaxed);
+            if used <= bytes {
+                return Ok(());
+            }
+            if self.evict(used - bytes)? == 0 && self.evictors.load(Ordering::Acquire) == 0 {
+                if start.elapsed() >= self.pin_wait {
+                    self.pool.store(old.max(used), Ordering::Release);
+                    return Err(Error::OutOfMemory {
+                        requested: used - bytes,
+                        used,
+                        limit: bytes,
+                        pinned: used - self.metadata.load(Ordering::Relaxed),
+                        waited_ms: start.elapsed().as_millis() as u64,
+                    });
+                }
+                backoff.snooze();
+            }
+        }
+    }
+
+    // ----------------------------------------------------------------- flush
+
+    /// Writes every dirty persistent page, fsyncs the data files, and persists the
+    /// allocation table (atomically). Temporary pages are not written. The calling thread
+    /// must not hold page latches (flush waits for them).
+    pub fn checkpoint(&self) -> Result<()> {
+        let mut dirty = Vec::new();
+        self.resident.read().for_each(|pid| {
+            if !pid.is_temp() {
+                dirty.push(pid);
+            }
+        });
+        dirty.sort();
+        for pid in dirty {
+            let Ok(sp) = self.lookup(pid) else { continue };
+            let st = sp.state(pid.index());
+            let mut backoff = Backoff(0);
+            loop {
+                let w = st.load();
+                if w.state() == EVICTED || !w.dirty() {
+                    break;
+                }
+                if st.try_lock_exclusive(w) {
+                    if !st.load().dirty() {
+                        st.unlock_exclusive_unchanged(false);
+                        break;
+                    }
+                    let r = self.write_page(sp, pid.index());
+                    st.unlock_exclusive_unchanged(r.is_ok());
+                    r?;
+                    break;
+                }
+                backoff.snooze();
+            }
+        }
+        let mut table = AllocTable::new(self.classes.count());
+        for class in 0..self.classes.count() {
+            if let Some(sp) = self.spaces[class * 2].get() {
+                sp.file.sync().map_err(|e| Error::io("fsync", sp.path(), e))?;
+                table.classes[class] = sp.bitmap.lock().clone();
+            }
+        }
+        table.store(self.backend.as_ref(), &self.dir)
+    }
+
+    /// Checkpoints and removes the temporary files. Dropping the manager without `close`
+    /// also checkpoints, but ignores errors.
+    pub fn close(self) -> Result<()> {
+        let r = self.checkpoint();
+        self.closed.store(true, Ordering::Relaxed);
+        let tmp = self.dir.join("tmp");
+        for class in 0..self.classes.count() {
+            if self.spaces[class * 2 + 1].get().is_some() {
+                let _ = self.backend.remove(&temp_file(&self.dir, class as u8));
+            }
+        }
+        let _ = tmp;
+        r
+    }
+
+    // ----------------------------------------------------------------- introspection
+
+    /// A snapshot of the statistics.
+    pub fn stats(&self) -> Stats {
+        let c = &self.counters;
+        let mut classes = Vec::new();
+        let mut reserved = 0;
+        let mut direct = true;
+        let mut resident = 0;
+        for class in 0..self.classes.count() {
+            let p = self.spaces[class * 2].get();
+            let t = self.spaces[class * 2 + 1].get();
+            if p.is_none() && t.is_none() {
+                continue;
+            }
+            let mut cs = ClassStats { class: class as u8, page_size: self.classes.page_size(class as u8), ..Default::default() };
+            for sp in [p, t].into_iter().flatten() {
+                reserved += sp.frames.mapped_bytes() + sp.states.mapped_bytes();
+                direct &= sp.file.is_direct();
+                cs.resident_bytes += sp.resident();
+                let n = sp.bitmap.lock().allocated();
+                if sp.temp {
+                    cs.temp_pages = n;
+                } else {
+                    cs.allocated_pages = n;
+                    cs.file_bytes = sp.file.len().unwrap_or(0);
+                }
+            }
+            resident += cs.resident_bytes;
+            classes.push(cs);
+        }
+        Stats {
+            pool_bytes: self.pool_size(),
+            used_bytes: self.used_bytes(),
+            metadata_bytes: self.metadata.load(Ordering::Relaxed),
+            resident_bytes: resident,
+            peak_resident_bytes: self.peak_bytes(),
+            hits: c.hits.get(),
+            misses: c.misses.get(),
+            pages_read: c.pages_read.get(),
+            bytes_read: c.bytes_read.get(),
+            pages_written: c.pages_written.get(),
+            bytes_written: c.bytes_written.get(),
+            evictions: c.evictions.get(),
+            reserved_bytes: reserved,
+            direct_io: direct,
+            classes,
+        }
+    }
+
+    /// Allocated persistent page ids of every class, ascending.
+    pub fn allocated_pages(&self) -> Vec<PageId> {
+        let mut out = Vec::new();
+        for class in 0..self.classes.count() {
+            if let Some(sp) = self.spaces[class * 2].get() {
+                let bm = sp.bitmap.lock();
+                out.extend(bm.iter().map(|i| sp.pid(i)));
+            }
+        }
+        out
+    }
+
+    /// Checks the buffer manager's invariants: every resident page is allocated and in the
+    /// resident set, per-space resident bytes match the resident set, and used bytes equal
+    /// resident bytes plus metadata (exact when no other thread is working).
+    pub fn check_invariants(&self) -> Result<()> {
+        let rs = self.resident.read();
+        let mut by_space = vec![0u64; self.spaces.len()];
+        let mut count = 0u64;
+        let mut problem = None;
+        rs.for_each(|pid| {
+            count += 1;
+            let Ok(sp) = self.lookup(pid) else {
+                problem.get_or_insert(format!("resident set holds unknown page {pid}"));
+                return;
+            };
+            by_space[pid.space()] += sp.page_size();
+            if !sp.bitmap.lock().is_allocated(pid.index()) {
+                problem.get_or_insert(format!("resident page {pid} is not allocated"));
+            }
+            if sp.state(pid.index()).load().state() == EVICTED {
+                problem.get_or_insert(format!("page {pid} is in the resident set but EVICTED"));
+            }
+        });
+        drop(rs);
+        let mut resident = 0;
+        for (i, slot) in self.spaces.iter().enumerate() {
+            if let Some(sp) = slot.get() {
+                if sp.resident() != by_space[i] {
+                    problem.get_or_insert(format!("class {} accounts {} resident bytes, resident set has {}", sp.class, sp.resident(), by_space[i]));
+                }
+                // Every allocated, addressable page that is not EVICTED must be in the set.
+                let bm = sp.bitmap.lock();
+                for index in 0..sp.states.limit().min(bm.capacity()) {
+                    let w = sp.state(index).load();
+                    if w.state() != EVICTED && !bm.is_allocated(index) {
+                        problem.get_or_insert(format!("page {} is resident but free", sp.pid(index)));
+                    }
+                }
+                resident += sp.resident();
+            }
+        }
+        let used = self.used_bytes();
+        let meta = self.metadata.load(Ordering::Relaxed);
+        if used != resident + meta {
+            problem.get_or_insert(format!("used bytes {used} != resident {resident} + metadata {meta}"));
+        }
+        if used > self.pool_size() {
+            problem.get_or_insert(format!("used bytes {used} exceed the pool {}", self.pool_size()));
+        }
+        match problem {
+            Some(p) => Err(Error::Inconsistent(p)),
+            None => Ok(()),
+        }
+    }
+
+    /// Reads page `pid` straight from disk (bypassing the pool) and verifies it; used by
+    /// `check`. Resident dirty pages are skipped (their disk copy is legitimately old).
+    pub fn verify_on_disk(&self, pid: PageId, buf: &mut crate::storage::AlignedBuf) -> Result<()> {
+        let sp = self.lookup(pid)?;
+        let size = sp.page_size() as usize;
+        let w = sp.state(pid.index()).load();
+        if w.state() != EVICTED && w.dirty() {
+            return Ok(());
+        }
+        let n = sp.file.read_at(IoBufMut::from_slice(&mut buf.as_mut()[..size]), sp.offset(pid.index())).map_err(|e| Error::io("read page", sp.path(), e))?;
+        if n < size {
+            return Err(Error::corruption(sp.path(), Some(pid), format!("data file truncated: page needs bytes {}..{}, file ends before", sp.offset(pid.index()), sp.offset(pid.index()) + size as u64)));
+        }
+        page::verify(&buf[..size], pid).map(|_| ()).map_err(|f| Error::corruption(sp.path(), Some(pid), f.to_string()))
+    }
+}
+
+impl Drop for BufferManager {
+    fn drop(&mut self) {
+        if !self.closed.load(Ordering::Relaxed) {
+            let _ = self.checkpoint();
+            for class in 0..self.classes.count() {
+                if self.spaces[class * 2 + 1].get().is_some() {
+                    let _ = self.backend.remove(&temp_file(&self.dir, class as u8));
+                }
+            }
+        }
+    }
+}
+

@@ -1,0 +1,16 @@
+//! The buffer manager: size classes over virtual-memory reservations, page states and
+//! latches, one memory budget with clock eviction, guards and temporary pages.
+
+mod config;
+mod guard;
+mod manager;
+mod region;
+mod resident;
+mod space;
+pub mod state;
+mod stats;
+
+pub use config::{Config, DEFAULT_MIN_PAGE, DEFAULT_POOL};
+pub use guard::{ExclusiveGuard, OptimisticGuard, Restart, SharedGuard};
+pub use manager::BufferManager;
+pub use stats::{ClassStats, Stats};

@@ -1,0 +1,95 @@
+//! A space: the pages of one size class, either persistent or temporary. Each space has its
+//! own file, frame reservation, state-word reservation and allocation bitmap; the buffer
+//! manager treats all spaces alike, whatever their page size.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::region::Region;
+use super::state::PageState;
+use crate::storage::{ClassBitmap, PageId, StorageFile};
+
+/// Entries of the state-word region per 4 KiB of memory.
+pub(crate) const STATES_PER_OS_PAGE: u64 = 512;
+/// Metadata charged per 512 pages of a space: their state words and bitmap bits.
+pub(crate) const META_PER_STATE_CHUNK: u64 = 4096 + 64;
+
+pub(crate) struct Space {
+    pub class: u8,
+    pub temp: bool,
+    pub page_shift: u32,
+    pub frames: Region,
+    pub states: Region,
+    pub file: Arc<dyn StorageFile>,
+    pub bitmap: Mutex<ClassBitmap>,
+    /// State-word chunks (of 512 pages) charged to the budget so far.
+    pub charged_chunks: AtomicU64,
+    /// Bytes of this space's pages that are resident.
+    pub resident_bytes: AtomicU64,
+}
+
+impl Space {
+    pub(crate) fn new(class: u8, temp: bool, page_shift: u32, file: Arc<dyn StorageFile>, bitmap: ClassBitmap) -> Space {
+        Space {
+            class,
+            temp,
+            page_shift,
+            frames: Region::new(page_shift, 4 << 20),
+            states: Region::new(3, 4096),
+            file,
+            bitmap: Mutex::new(bitmap),
+            charged_chunks: AtomicU64::new(0),
+            resident_bytes: AtomicU64::new(0),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn page_size(&self) -> u64 {
+        1 << self.page_shift
+    }
+
+    #[inline]
+    pub(crate) fn pid(&self, index: u64) -> PageId {
+        PageId::new(self.class, self.temp, index)
+    }
+
+    /// Whether `index` has a mapped state word and frame.
+    #[inline]
+    pub(crate) fn addressable(&self, index: u64) -> bool {
+        index < self.states.limit() && index < self.frames.limit()
+    }
+
+    /// The state word of page `index` (which must be addressable).
+    #[inline]
+    pub(crate) fn state(&self, index: u64) -> &PageState {
+        let p = self.states.addr(index);
+        // SAFETY: `index` is below the region's published limit, so `p` points into a live
+        // mapping of 8-byte entries (8-byte aligned: buckets are page-aligned) that lasts as
+        // long as `self`. Zeroed memory is a valid PageState (EVICTED, version 0), and all
+        // accesses to it are atomic.
+        unsafe { &*p.cast::<PageState>() }
+    }
+
+    /// Address of the frame of page `index` (which must be addressable).
+    #[inline]
+    pub(crate) fn frame(&self, index: u64) -> *mut u8 {
+        self.frames.addr(index)
+    }
+
+    /// File offset of page `index`.
+    #[inline]
+    pub(crate) fn offset(&self, index: u64) -> u64 {
+        index << self.page_shift
+    }
+
+    pub(crate) fn path(&self) -> PathBuf {
+        self.file.path().to_owned()
+    }
+
+    pub(crate) fn resident(&self) -> u64 {
+        self.resident_bytes.load(Ordering::Relaxed)
+    }
+}

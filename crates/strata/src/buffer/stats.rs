@@ -1,0 +1,99 @@
+//! Statistics: counters striped over cache lines so that counting on the hot path does not
+//! become a point of contention between threads.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use crossbeam_utils::CachePadded;
+use serde::Serialize;
+
+const STRIPES: usize = 16;
+
+/// A counter summed over stripes.
+#[derive(Default)]
+pub(crate) struct Counter([CachePadded<AtomicU64>; STRIPES]);
+
+fn stripe() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local!(static MINE: Cell<usize> = const { Cell::new(usize::MAX) });
+    MINE.with(|m| {
+        if m.get() == usize::MAX {
+            m.set(NEXT.fetch_add(1, Ordering::Relaxed) % STRIPES);
+        }
+        m.get()
+    })
+}
+
+impl Counter {
+    #[inline]
+    pub(crate) fn add(&self, n: u64) {
+        self.0[stripe()].fetch_add(n, Ordering::Relaxed);
+    }
+    pub(crate) fn get(&self) -> u64 {
+        self.0.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+    }
+}
+
+/// The buffer manager's counters.
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub hits: Counter,
+    pub misses: Counter,
+    pub pages_read: Counter,
+    pub bytes_read: Counter,
+    pub pages_written: Counter,
+    pub bytes_written: Counter,
+    pub evictions: Counter,
+}
+
+/// Resident and allocated figures of one size class.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct ClassStats {
+    /// The class number.
+    pub class: u8,
+    /// Its page size in bytes.
+    pub page_size: u64,
+    /// Allocated persistent pages.
+    pub allocated_pages: u64,
+    /// Allocated temporary pages.
+    pub temp_pages: u64,
+    /// Bytes of its pages resident now (persistent and temporary).
+    pub resident_bytes: u64,
+    /// Size of its data file.
+    pub file_bytes: u64,
+}
+
+/// A snapshot of the buffer manager's statistics.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct Stats {
+    /// The configured cap.
+    pub pool_bytes: u64,
+    /// Bytes counted against the cap now (resident pages plus metadata).
+    pub used_bytes: u64,
+    /// Of which the buffer manager's own metadata (state words, bitmaps, resident set).
+    pub metadata_bytes: u64,
+    /// Resident page bytes now.
+    pub resident_bytes: u64,
+    /// High-water mark of `used_bytes`.
+    pub peak_resident_bytes: u64,
+    /// Fixes that found the page resident.
+    pub hits: u64,
+    /// Fixes that had to load the page.
+    pub misses: u64,
+    /// Pages read from disk.
+    pub pages_read: u64,
+    /// Bytes read from disk.
+    pub bytes_read: u64,
+    /// Pages written to disk.
+    pub pages_written: u64,
+    /// Bytes written to disk.
+    pub bytes_written: u64,
+    /// Pages evicted.
+    pub evictions: u64,
+    /// Virtual memory reserved for frames and state words.
+    pub reserved_bytes: u64,
+    /// Whether data files bypass the OS page cache.
+    pub direct_io: bool,
+    /// Per size class (only classes in use).
+    pub classes: Vec<ClassStats>,
+}

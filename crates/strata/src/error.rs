@@ -1,0 +1,103 @@
+//! The library's one error type. Every message names the problem and, where there is one,
+//! what to do about it (modelled on DuckDB's buffer-manager messages).
+
+use std::io;
+use std::path::PathBuf;
+
+use crate::storage::PageId;
+use crate::util::Bytes;
+
+/// Result alias used throughout the crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in strata.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An operating-system I/O call failed.
+    #[error("I/O error during {op} on {}: {source}", path.display())]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+
+    /// The disk is full; the operation was abandoned and nothing already stored was lost.
+    #[error("disk full while writing {}: free some space and retry", path.display())]
+    DiskFull { path: PathBuf },
+
+    /// The directory does not hold a strata database.
+    #[error("{} is not a strata database (no valid meta file); create one with `strata create`", path.display())]
+    NotADatabase { path: PathBuf },
+
+    /// `create` refuses to overwrite.
+    #[error("{} already holds a database or other files; refusing to overwrite", path.display())]
+    AlreadyExists { path: PathBuf },
+
+    /// The database was written by a newer format version.
+    #[error("{} has format version {found}, this build reads up to {supported}", path.display())]
+    UnsupportedVersion { path: PathBuf, found: u32, supported: u32 },
+
+    /// A page, the meta file, the allocation table or the catalog failed verification.
+    #[error("corruption in {}{}: {reason}", file.display(), page.map(|p| format!(" at page {p}")).unwrap_or_default())]
+    Corruption {
+        file: PathBuf,
+        page: Option<PageId>,
+        reason: String,
+    },
+
+    /// The configuration is not usable.
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(String),
+
+    /// A page id that is out of range, was never allocated, or has been freed.
+    #[error("invalid page id {pid}: {reason}")]
+    InvalidPageId { pid: PageId, reason: &'static str },
+
+    /// The pool cannot hold even the requested page (plus the buffer manager's metadata).
+    #[error("pool too small: {} needed, pool is {}; raise the pool size", Bytes(*needed), Bytes(*pool))]
+    PoolTooSmall { needed: u64, pool: u64 },
+
+    /// Every resident page is pinned and none was released within the wait.
+    #[error(
+        "out of memory: could not make room for {} in the buffer pool ({} of {} in use, {} pinned by live guards, waited {waited_ms} ms); \
+         release page guards sooner or raise the pool size (--pool / set_pool_size)",
+        Bytes(*requested), Bytes(*used), Bytes(*limit), Bytes(*pinned)
+    )]
+    OutOfMemory {
+        requested: u64,
+        used: u64,
+        limit: u64,
+        pinned: u64,
+        waited_ms: u64,
+    },
+
+    /// A named object (column, graph) does not exist.
+    #[error("no {kind} named {name:?} in this database")]
+    NotFound { kind: &'static str, name: String },
+
+    /// Input given by the user is malformed.
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+
+    /// The structure is internally inconsistent (found by `check`).
+    #[error("inconsistent database: {0}")]
+    Inconsistent(String),
+}
+
+impl Error {
+    /// Wraps an I/O error, turning `ENOSPC`/`EDQUOT` into [`Error::DiskFull`].
+    pub fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
+        let path = path.into();
+        match source.raw_os_error() {
+            Some(libc::ENOSPC) | Some(libc::EDQUOT) => Error::DiskFull { path },
+            _ => Error::Io { op, path, source },
+        }
+    }
+
+    /// Builds a [`Error::Corruption`].
+    pub fn corruption(file: impl Into<PathBuf>, page: Option<PageId>, reason: impl Into<String>) -> Self {
+        Error::Corruption { file: file.into(), page, reason: reason.into() }
+    }
+}

@@ -1,0 +1,478 @@
+//! The storage-backend trait: every byte strata writes or reads goes through it, so tests
+//! can inject faults (and later rebuild crash images) and later backends can use io_uring.
+//!
+//! [`FileBackend`] opens data files with `O_DIRECT` (the OS page cache would otherwise double
+//! the memory use and hide misses) and falls back to buffered I/O where the filesystem
+//! refuses it (tmpfs), recording that in [`StorageFile::is_direct`].
+
+use std::fmt;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::marker::PhantomData;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Alignment required of buffers and offsets for direct I/O.
+pub const DIRECT_IO_ALIGN: usize = 4096;
+
+/// How a file is opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenMode {
+    /// Page data: direct I/O when the filesystem allows it.
+    Direct,
+    /// Small metadata files: ordinary buffered I/O.
+    Buffered,
+}
+
+/// A destination for a read: either an ordinary exclusive slice or a frame of the buffer
+/// pool that optimistic readers may be reading at the same time.
+///
+/// Frames are written only with whole, aligned 8-byte atomic stores (or by the kernel), never
+/// through a `&mut [u8]`, so a concurrent optimistic reader (which reads with 8-byte atomic
+/// loads, see `buffer::guard`) never races with a non-atomic write.
+pub struct IoBufMut<'a> {
+    ptr: NonNull<u8>,
+    len: usize,
+    shared: bool,
+    _borrow: PhantomData<&'a mut [u8]>,
+}
+
+// SAFETY: IoBufMut is a (possibly shared-with-atomic-readers) mutable view of memory; it is
+// only a pointer and a length and may be moved to another thread like `&mut [u8]`.
+unsafe impl Send for IoBufMut<'_> {}
+
+impl<'a> IoBufMut<'a> {
+    /// A view of an ordinary slice this thread owns exclusively.
+    pub fn from_slice(buf: &'a mut [u8]) -> Self {
+        IoBufMut { ptr: NonNull::from(&mut *buf).cast(), len: buf.len(), shared: false, _borrow: PhantomData }
+    }
+
+    /// A view of a buffer-pool frame.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for writes of `len` bytes for `'a`, 8-byte aligned with `len` a
+    /// multiple of 8, and no other thread may write it during `'a` (other threads may read
+    /// it with 8-byte atomic loads).
+    pub unsafe fn from_frame(ptr: *mut u8, len: usize) -> Self {
+        debug_assert!(ptr as usize % 8 == 0 && len % 8 == 0);
+        IoBufMut { ptr: NonNull::new(ptr).expect("null frame"), len, shared: true, _borrow: PhantomData }
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the buffer is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Raw pointer for a system call that writes into the buffer (the kernel's stores are
+    /// outside the Rust memory model, like DMA).
+    pub fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Copies `src` to offset `at` of the buffer. For frames, `at` and `src.len()` must be
+    /// multiples of 8; the copy uses 8-byte atomic stores.
+    // Copying memory through words must keep the bytes in memory order: native endianness.
+    #[allow(clippy::host_endian_bytes)]
+    pub fn copy_from(&mut self, at: usize, src: &[u8]) {
+        assert!(at + src.len() <= self.len, "copy past the end of an I/O buffer");
+        if self.shared {
+            assert!(at % 8 == 0 && src.len() % 8 == 0, "frame copies must be word-aligned");
+            for (i, chunk) in src.chunks_exact(8).enumerate() {
+                let word = u64::from_ne_bytes(chunk.try_into().unwrap());
+                // SAFETY: the frame is valid and 8-byte aligned for `len` bytes (from_frame's
+                // contract) and `at + 8*i + 8 <= len`; the store is atomic, so concurrent
+                // atomic loads by optimistic readers do not race with it.
+                unsafe { atomic_word(self.ptr.as_ptr().add(at + 8 * i)).store(word, Ordering::Relaxed) };
+            }
+        } else {
+            // SAFETY: `from_slice` borrowed the memory exclusively for 'a; bounds checked above.
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.as_ptr().add(at), src.len()) };
+        }
+    }
+
+    /// Zeroes `len` bytes from `at` (same alignment rules as [`IoBufMut::copy_from`]).
+    pub fn zero(&mut self, at: usize, len: usize) {
+        assert!(at + len <= self.len);
+        if self.shared {
+            assert!(at % 8 == 0 && len % 8 == 0);
+            for i in (at..at + len).step_by(8) {
+                // SAFETY: as in copy_from.
+                unsafe { atomic_word(self.ptr.as_ptr().add(i)).store(0, Ordering::Relaxed) };
+            }
+        } else {
+            // SAFETY: exclusive borrow, bounds checked.
+            unsafe { std::ptr::write_bytes(self.ptr.as_ptr().add(at), 0, len) };
+        }
+    }
+}
+
+/// # Safety
+/// `p` must be 8-byte aligned and valid for 8 bytes for the returned lifetime.
+pub(crate) unsafe fn atomic_word<'a>(p: *mut u8) -> &'a AtomicU64 {
+    // SAFETY: caller guarantees alignment and validity; AtomicU64 has the layout of u64.
+    unsafe { AtomicU64::from_ptr(p.cast::<u64>()) }
+}
+
+/// A heap buffer aligned for direct I/O.
+pub struct AlignedBuf {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: AlignedBuf owns its allocation like a Vec<u8>.
+unsafe impl Send for AlignedBuf {}
+// SAFETY: shared access only reads.
+unsafe impl Sync for AlignedBuf {}
+
+impl AlignedBuf {
+    /// A zeroed buffer of `len` bytes (rounded up to the alignment), aligned to 4 KiB.
+    pub fn zeroed(len: usize) -> AlignedBuf {
+        let len = len.max(1).next_multiple_of(DIRECT_IO_ALIGN);
+        let layout = std::alloc::Layout::from_size_align(len, DIRECT_IO_ALIGN).expect("buffer layout");
+        // SAFETY: layout has non-zero size.
+        let raw = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        AlignedBuf { ptr, len }
+    }
+    /// An exclusive I/O view.
+    pub fn io(&mut self) -> IoBufMut<'_> {
+        IoBufMut::from_slice(self.as_mut())
+    }
+}
+
+impl std::ops::Deref for AlignedBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: ptr is a live allocation of len initialised (zeroed) bytes.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl AsMut<[u8]> for AlignedBuf {
+    fn as_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in deref, and &mut self gives exclusive access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        let layout = std::alloc::Layout::from_size_align(self.len, DIRECT_IO_ALIGN).expect("buffer layout");
+        // SAFETY: allocated in `zeroed` with this very layout.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) };
+    }
+}
+
+/// One open file.
+pub trait StorageFile: Send + Sync + fmt::Debug {
+    /// Reads up to `dst.len()` bytes at `offset`; returns the number read (short only at EOF).
+    fn read_at(&self, dst: IoBufMut<'_>, offset: u64) -> io::Result<usize>;
+    /// Writes all of `src` at `offset`.
+    fn write_at(&self, src: &[u8], offset: u64) -> io::Result<()>;
+    /// Makes everything written so far durable.
+    fn sync(&self) -> io::Result<()>;
+    /// Current length in bytes.
+    fn len(&self) -> io::Result<u64>;
+    /// Whether the file bypasses the OS page cache.
+    fn is_direct(&self) -> bool;
+    /// The path it was opened with (for error messages).
+    fn path(&self) -> &Path;
+}
+
+/// A filesystem as strata sees it.
+pub trait StorageBackend: Send + Sync + fmt::Debug {
+    /// Opens (and with `create`, creates) a file.
+    fn open(&self, path: &Path, mode: OpenMode, create: bool) -> io::Result<Arc<dyn StorageFile>>;
+    /// Reads a whole small file.
+    fn read_file(&self, path: &Path) -> io::Result<Vec<u8>>;
+    /// Replaces `path` atomically: write a temporary file, fsync it, rename it over `path`,
+    /// fsync the directory.
+    fn write_atomic(&self, path: &Path, bytes: &[u8]) -> io::Result<()>;
+    /// Removes a file (missing is fine).
+    fn remove(&self, path: &Path) -> io::Result<()>;
+    /// Whether a path exists.
+    fn exists(&self, path: &Path) -> bool;
+    /// Creates a directory and its parents.
+    fn create_dir_all(&self, path: &Path) -> io::Result<()>;
+    /// Lists the names in a directory.
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>>;
+}
+
+/// The real filesystem, with `O_DIRECT` for page data.
+#[derive(Debug, Default)]
+pub struct FileBackend {
+    /// Never use O_DIRECT (for filesystems that accept the flag but perform badly with it).
+    pub buffered_only: bool,
+}
+
+#[derive(Debug)]
+struct PosixFile {
+    file: File,
+    path: PathBuf,
+    direct: bool,
+}
+
+impl StorageFile for PosixFile {
+    fn read_at(&self, mut dst: IoBufMut<'_>, offset: u64) -> io::Result<usize> {
+        let mut done = 0;
+        while done < dst.len() {
+            // SAFETY: dst points to `len` writable bytes for the duration of the call and no
+            // other thread writes them (IoBufMut's contract); pread writes at most len-done.
+            let n = unsafe {
+                libc::pread(
+                    std::os::fd::AsRawFd::as_raw_fd(&self.file),
+                    dst.as_mut_ptr().add(done).cast(),
+                    dst.len() - done,
+                    (offset + done as u64) as libc::off_t,
+                )
+            };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if matches!(e.kind(), io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock) {
+                    continue;
+                }
+                return Err(e);
+            }
+            if n == 0 {
+                break;
+            }
+            done += n as usize;
+        }
+        Ok(done)
+    }
+
+    fn write_at(&self, src: &[u8], offset: u64) -> io::Result<()> {
+        // write_all_at retries on EINTR and short writes.
+        self.file.write_all_at(src, offset)
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.file.metadata()?.len())
+    }
+
+    fn is_direct(&self) -> bool {
+        self.direct
+    }
+
+    fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl StorageBackend for FileBackend {
+    fn open(&self, path: &Path, mode: OpenMode, create: bool) -> io::Result<Arc<dyn StorageFile>> {
+        let mut opts = OpenOptions::new();
+        opts.read(true).write(true).create(create);
+        if mode == OpenMode::Direct && !self.buffered_only {
+            let mut direct = opts.clone();
+            direct.custom_flags(libc::O_DIRECT);
+            match direct.open(path) {
+                Ok(file) => return Ok(Arc::new(PosixFile { file, path: path.to_owned(), direct: true })),
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {} // tmpfs and friends
+                Err(e) => return Err(e),
+            }
+        }
+        let file = opts.open(path)?;
+        Ok(Arc::new(PosixFile { file, path: path.to_owned(), direct: false }))
+    }
+
+    fn read_file(&self, path: &Path) -> io::Result<Vec<u8>> {
+        fs::read(path)
+    }
+
+    fn write_atomic(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let tmp = path.with_extension("tmp-write");
+        {
+            let mut f = File::create(&tmp)?;
+            f.write_all(bytes)?;
+            f.sync_all()?;
+        }
+        fs::rename(&tmp, path)?;
+        File::open(dir)?.sync_all()
+    }
+
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        match fs::remove_file(path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            r => r,
+        }
+    }
+
+    fn exists(&self, path: &Path) -> bool {
+        path.exists()
+    }
+
+    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        fs::create_dir_all(path)
+    }
+
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for e in fs::read_dir(path)? {
+            names.push(e?.file_name().to_string_lossy().into_owned());
+        }
+        names.sort();
+        Ok(names)
+    }
+}
+
+/// Which operations a [`FaultyBackend`] fails.
+#[derive(Debug, Default)]
+pub struct Faults {
+    /// Fail every page write (data files) with this errno while set (0 = off).
+    pub write_errno: AtomicU64,
+    /// Fail every page read with this errno while set (0 = off).
+    pub read_errno: AtomicU64,
+    /// Fail `sync` with EIO while set.
+    pub fail_sync: AtomicBool,
+    /// Fail atomic metadata writes with this errno while set (0 = off).
+    pub meta_errno: AtomicU64,
+    /// Fail only writes whose offset is at or past this many bytes (u64::MAX = all offsets
+    /// when write_errno is set).
+    pub write_from_offset: AtomicU64,
+}
+
+/// Wraps a backend and fails chosen operations, for tests of error paths (disk full,
+/// failing reads) that must lose nothing.
+#[derive(Debug)]
+pub struct FaultyBackend {
+    inner: Arc<dyn StorageBackend>,
+    /// The switches; flip them at any time.
+    pub faults: Arc<Faults>,
+}
+
+impl FaultyBackend {
+    /// Wraps `inner` with all faults off.
+    pub fn new(inner: Arc<dyn StorageBackend>) -> FaultyBackend {
+        let faults = Arc::new(Faults::default());
+        faults.write_from_offset.store(0, Ordering::Relaxed);
+        FaultyBackend { inner, faults }
+    }
+}
+
+#[derive(Debug)]
+struct FaultyFile {
+    inner: Arc<dyn StorageFile>,
+    faults: Arc<Faults>,
+}
+
+fn errno_err(e: u64) -> io::Result<()> {
+    if e == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::from_raw_os_error(e as i32))
+    }
+}
+
+impl StorageFile for FaultyFile {
+    fn read_at(&self, dst: IoBufMut<'_>, offset: u64) -> io::Result<usize> {
+        errno_err(self.faults.read_errno.load(Ordering::Relaxed))?;
+        self.inner.read_at(dst, offset)
+    }
+    fn write_at(&self, src: &[u8], offset: u64) -> io::Result<()> {
+        if offset >= self.faults.write_from_offset.load(Ordering::Relaxed) {
+            errno_err(self.faults.write_errno.load(Ordering::Relaxed))?;
+        }
+        self.inner.write_at(src, offset)
+    }
+    fn sync(&self) -> io::Result<()> {
+        if self.faults.fail_sync.load(Ordering::Relaxed) {
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
+        self.inner.sync()
+    }
+    fn len(&self) -> io::Result<u64> {
+        self.inner.len()
+    }
+    fn is_direct(&self) -> bool {
+        self.inner.is_direct()
+    }
+    fn path(&self) -> &Path {
+        self.inner.path()
+    }
+}
+
+impl StorageBackend for FaultyBackend {
+    fn open(&self, path: &Path, mode: OpenMode, create: bool) -> io::Result<Arc<dyn StorageFile>> {
+        let inner = self.inner.open(path, mode, create)?;
+        Ok(Arc::new(FaultyFile { inner, faults: self.faults.clone() }))
+    }
+    fn read_file(&self, path: &Path) -> io::Result<Vec<u8>> {
+        self.inner.read_file(path)
+    }
+    fn write_atomic(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        errno_err(self.faults.meta_errno.load(Ordering::Relaxed))?;
+        self.inner.write_atomic(path, bytes)
+    }
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        self.inner.remove(path)
+    }
+    fn exists(&self, path: &Path) -> bool {
+        self.inner.exists(path)
+    }
+    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        self.inner.create_dir_all(path)
+    }
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
+        self.inner.list_dir(path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn direct_file_round_trip_and_short_read_at_eof() {
+        let dir = tempfile::tempdir().unwrap();
+        let be = FileBackend::default();
+        let f = be.open(&dir.path().join("x"), OpenMode::Direct, true).unwrap();
+        let mut buf = AlignedBuf::zeroed(8192);
+        buf.as_mut()[..5].copy_from_slice(b"hello");
+        f.write_at(&buf, 4096).unwrap();
+        f.sync().unwrap();
+        let mut back = AlignedBuf::zeroed(8192);
+        assert_eq!(f.read_at(back.io(), 4096).unwrap(), 8192);
+        assert_eq!(&back[..5], b"hello");
+        let mut tail = AlignedBuf::zeroed(8192);
+        assert_eq!(f.read_at(tail.io(), 8192).unwrap(), 4096, "short read at EOF");
+        assert_eq!(f.len().unwrap(), 12288);
+    }
+
+    #[test]
+    fn atomic_write_replaces_whole_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let be = FileBackend::default();
+        let p = dir.path().join("meta");
+        be.write_atomic(&p, b"one").unwrap();
+        be.write_atomic(&p, b"two!").unwrap();
+        assert_eq!(be.read_file(&p).unwrap(), b"two!");
+        assert!(!be.exists(&p.with_extension("tmp-write")));
+    }
+
+    #[test]
+    fn faulty_backend_injects_enospc() {
+        let dir = tempfile::tempdir().unwrap();
+        let be = FaultyBackend::new(Arc::new(FileBackend::default()));
+        let f = be.open(&dir.path().join("x"), OpenMode::Buffered, true).unwrap();
+        f.write_at(b"ok", 0).unwrap();
+        be.faults.write_errno.store(libc::ENOSPC as u64, Ordering::Relaxed);
+        let e = f.write_at(b"no", 0).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOSPC));
+        be.faults.write_errno.store(0, Ordering::Relaxed);
+        f.write_at(b"ok", 2).unwrap();
+    }
+}

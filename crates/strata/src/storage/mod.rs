@@ -1,0 +1,20 @@
+//! The storage layer: everything that touches files.
+//!
+//! * [`backend`]: the [`StorageBackend`]/[`StorageFile`] traits every byte to disk goes
+//!   through (O_DIRECT by default, buffered fallback), plus a fault-injecting wrapper.
+//! * [`layout`]: page ids, size classes and where a page lives in which file.
+//! * [`page`]: the on-disk page header (CRC-32C, page id, LSN) and its verification.
+//! * [`meta`]: the database's meta file, written atomically.
+//! * [`alloc_table`]: the per-class allocation bitmaps and their checksummed file.
+
+pub mod alloc_table;
+pub mod backend;
+pub mod layout;
+pub mod meta;
+pub mod page;
+
+pub use alloc_table::{AllocTable, ClassBitmap};
+pub use backend::{AlignedBuf, FaultyBackend, FileBackend, IoBufMut, StorageBackend, StorageFile};
+pub use layout::{PageId, SizeClasses, MAX_CLASSES};
+pub use meta::Meta;
+pub use page::PAGE_HEADER_SIZE;

@@ -1,0 +1,63 @@
+//! Small helpers shared by every layer: human-readable sizes and their parsing.
+
+use std::fmt;
+
+/// A byte count that prints as `64.0 MiB`, `4 KiB`, `512 B`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Bytes(pub u64);
+
+impl fmt::Display for Bytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+        let mut v = self.0 as f64;
+        let mut u = 0;
+        while v >= 1024.0 && u + 1 < UNITS.len() {
+            v /= 1024.0;
+            u += 1;
+        }
+        if u == 0 {
+            write!(f, "{} B", self.0)
+        } else if v.fract() == 0.0 {
+            write!(f, "{} {}", v as u64, UNITS[u])
+        } else {
+            write!(f, "{:.1} {}", v, UNITS[u])
+        }
+    }
+}
+
+/// Parses `4096`, `64KiB`, `64MiB`, `1GiB` (also `KB`/`MB`/`GB`/`K`/`M`/`G`, all binary).
+pub fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num.parse().ok()?;
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return None,
+    };
+    n.checked_mul(1u64 << shift)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_and_print() {
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("64KiB"), Some(65536));
+        assert_eq!(parse_size("64MiB"), Some(64 << 20));
+        assert_eq!(parse_size("1GiB"), Some(1 << 30));
+        assert_eq!(parse_size("1 g"), Some(1 << 30));
+        assert_eq!(parse_size("12XB"), None);
+        assert_eq!(parse_size(""), None);
+        assert_eq!(parse_size("99999999999999999999GiB"), None);
+        assert_eq!(Bytes(64 << 20).to_string(), "64 MiB");
+        assert_eq!(Bytes(1536).to_string(), "1.5 KiB");
+        assert_eq!(Bytes(12).to_string(), "12 B");
+    }
+}
