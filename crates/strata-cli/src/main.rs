@@ -1,1 +1,144 @@
-fn main(){}
+//! The `strata` command-line tool. The contract it implements is documented in
+//! `docs/cli.md`; errors print one line on stderr and exit non-zero.
+
+mod cmd;
+mod gen;
+mod progress;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// strata: a storage engine with variable-size pages in one memory budget.
+#[derive(Parser)]
+#[command(name = "strata", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Create a new database in DIR (refuses an existing one).
+    Create {
+        dir: PathBuf,
+        /// Smallest page size (power of two, at least 4KiB).
+        #[arg(long, default_value = "64KiB", value_parser = parse_size)]
+        min_page: u64,
+    },
+    /// Append the values of a raw little-endian file to COLUMN (created if absent).
+    Import {
+        dir: PathBuf,
+        column: String,
+        /// File to read values from.
+        #[arg(long)]
+        from: PathBuf,
+        /// Value encoding: u32le, u64le or i64le.
+        #[arg(long)]
+        format: String,
+        /// Buffer pool size.
+        #[arg(long, default_value = "64MiB", value_parser = parse_size)]
+        pool: u64,
+        /// Print one JSON object instead of text and progress.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Verify everything: allocation table, every page's checksum, structures.
+    Check {
+        dir: PathBuf,
+        #[arg(long, default_value = "64MiB", value_parser = parse_size)]
+        pool: u64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Sizes per size class, pages allocated, file sizes.
+    Stats {
+        dir: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a query.
+    Query {
+        dir: PathBuf,
+        /// Buffer pool size.
+        #[arg(long, value_parser = parse_size)]
+        pool: u64,
+        /// Worker threads.
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
+        #[arg(long)]
+        json: bool,
+        #[command(subcommand)]
+        op: cmd::QueryOp,
+    },
+    /// Generate input data.
+    Gen {
+        #[command(subcommand)]
+        what: gen::GenCmd,
+    },
+    /// Build a small database several times larger than a small pool and run every query.
+    Demo {
+        /// Where to build it (a previous demo database there is replaced).
+        #[arg(long, default_value = "demo-db")]
+        dir: PathBuf,
+        /// Pool size for the queries.
+        #[arg(long, default_value = "8MiB", value_parser = parse_size)]
+        pool: u64,
+        /// Number of values to generate.
+        #[arg(long, default_value_t = 8_000_000)]
+        count: u64,
+    },
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    strata::util::parse_size(s).ok_or_else(|| format!("invalid size {s:?} (examples: 4096, 64KiB, 64MiB, 1GiB)"))
+}
+
+fn main() -> ExitCode {
+    // Keep glibc from reserving a 64 MiB arena per thread: the process should stay close to
+    // its pool in both resident and virtual memory.
+    // SAFETY: mallopt only tunes the allocator; called before any thread is spawned.
+    unsafe { libc_mallopt() };
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => {
+            // --help / --version
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            // One line on stderr, as for every other error.
+            let msg = e.to_string();
+            eprintln!("{}", msg.lines().find(|l| !l.trim().is_empty()).unwrap_or("error: invalid arguments"));
+            return ExitCode::from(2);
+        }
+    };
+    let r = match cli.command {
+        Command::Create { dir, min_page } => cmd::create(&dir, min_page),
+        Command::Import { dir, column, from, format, pool, json } => cmd::import(&dir, &column, &from, &format, pool, json),
+        Command::Check { dir, pool, json } => cmd::check(&dir, pool, json),
+        Command::Stats { dir, json } => cmd::stats(&dir, json),
+        Command::Query { dir, pool, threads, json, op } => cmd::query(&dir, pool, threads, json, op),
+        Command::Gen { what } => gen::run(what),
+        Command::Demo { dir, pool, count } => cmd::demo(&dir, pool, count),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// # Safety
+/// Must be called before other threads exist.
+unsafe fn libc_mallopt() {
+    extern "C" {
+        fn mallopt(param: i32, value: i32) -> i32;
+    }
+    const M_ARENA_MAX: i32 = -8;
+    // SAFETY: glibc's mallopt with a documented parameter; forwarded contract.
+    unsafe { mallopt(M_ARENA_MAX, 2) };
+}

@@ -24,6 +24,7 @@ pub mod storage;
 pub(crate) mod sync;
 pub mod util;
 
+pub use db::Database;
 pub use buffer::{BufferManager, Config, ExclusiveGuard, OptimisticGuard, SharedGuard, Stats};
 
 pub use error::{Error, Result};

@@ -61,3 +61,19 @@ mod tests {
         assert_eq!(Bytes(12).to_string(), "12 B");
     }
 }
+
+/// The process's peak resident set size (`VmHWM` from `/proc/self/status`), if known.
+pub fn peak_rss_bytes() -> Option<u64> {
+    proc_status_kib("VmHWM:").map(|k| k * 1024)
+}
+
+/// The process's current resident set size (`VmRSS`), if known.
+pub fn current_rss_bytes() -> Option<u64> {
+    proc_status_kib("VmRSS:").map(|k| k * 1024)
+}
+
+fn proc_status_kib(key: &str) -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with(key))?;
+    line[key.len()..].trim().trim_end_matches("kB").trim().parse().ok()
+}

@@ -91,6 +91,13 @@ impl Backoff {
 impl BufferManager {
     /// Creates a new database in `config.dir` (which must not exist or be empty).
     pub fn create(config: Config) -> Result<BufferManager> {
+        Self::create_with(config, |_, _| Ok(()))
+    }
+
+    /// Like [`create`](Self::create), running `init` on the new directory before the meta
+    /// file is written (higher layers create their own files there, so that a directory
+    /// with a meta file always has them).
+    pub fn create_with(config: Config, init: impl FnOnce(&dyn StorageBackend, &Path) -> Result<()>) -> Result<BufferManager> {
         let be = &config.backend;
         let dir = &config.dir;
         if be.exists(dir) {
@@ -105,6 +112,7 @@ impl BufferManager {
         })?;
         be.create_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
         AllocTable::new(classes.count()).store(be.as_ref(), dir)?;
+        init(be.as_ref(), dir)?;
         let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
         // The meta file goes last: a directory without it is not a database.
         Meta { version: FORMAT_VERSION, classes, created }.store(be.as_ref(), dir)?;

@@ -1,0 +1,247 @@
+//! The subcommands that work on a database.
+
+use std::fs::File;
+use std::io::BufReader;
+use std::path::Path;
+use std::time::Instant;
+
+use clap::Subcommand;
+use serde::Serialize;
+use strata::access::ValueFormat;
+use strata::ops::{scan_gt, ScanResult};
+use strata::util::Bytes;
+use strata::{Config, Database, Error};
+
+use crate::progress;
+
+/// A query operation.
+#[derive(Subcommand, Clone)]
+pub enum QueryOp {
+    /// Count and sum the values of COLUMN greater than X.
+    Scan {
+        column: String,
+        #[arg(long, allow_negative_numbers = true)]
+        gt: i128,
+    },
+}
+
+/// The JSON object every query prints (contract: docs/cli.md).
+#[derive(Serialize)]
+struct QueryOutput<R: Serialize> {
+    op: &'static str,
+    result: R,
+    seconds: f64,
+    pool_bytes: u64,
+    peak_resident_bytes: u64,
+    bytes_read: u64,
+    bytes_written: u64,
+    threads: usize,
+    /// The whole process's peak resident set size (VmHWM), for checking the memory cap.
+    peak_rss_bytes: Option<u64>,
+}
+
+fn print_json<T: Serialize>(v: &T) -> Result<(), Error> {
+    let s = serde_json::to_string(v).map_err(|e| Error::InvalidInput(format!("cannot encode output: {e}")))?;
+    println!("{s}");
+    Ok(())
+}
+
+fn warn_if_buffered(db: &Database, json: bool) {
+    let st = db.buffer().stats();
+    if !st.direct_io && !st.classes.is_empty() && !json {
+        eprintln!("warning: the filesystem refused O_DIRECT; using buffered I/O (the OS page cache may hold extra copies)");
+    }
+}
+
+pub fn create(dir: &Path, min_page: u64) -> Result<(), Error> {
+    let db = Database::create(Config::new(dir).min_page(min_page).pool_size(min_page.max(1 << 20) * 4))?;
+    db.close()?;
+    println!("created database {} (smallest page {})", dir.display(), Bytes(min_page));
+    Ok(())
+}
+
+pub fn import(dir: &Path, column: &str, from: &Path, format: &str, pool: u64, json: bool) -> Result<(), Error> {
+    let format = ValueFormat::parse(format)
+        .ok_or_else(|| Error::InvalidInput(format!("unknown format {format:?}: use u32le, u64le or i64le")))?;
+    let file = File::open(from).map_err(|e| Error::io("open", from, e))?;
+    let len = file.metadata().map_err(|e| Error::io("stat", from, e))?.len();
+    if len % format.width() as u64 != 0 {
+        return Err(Error::InvalidInput(format!(
+            "{} is {len} bytes, not a multiple of the {}-byte width of {}",
+            from.display(),
+            format.width(),
+            format.name()
+        )));
+    }
+    let db = Database::open(Config::new(dir).pool_size(pool))?;
+    warn_if_buffered(&db, json);
+    let start = Instant::now();
+    let pb = progress::bytes(len, "importing", json);
+    let mut reader = BufReader::with_capacity(1 << 20, file);
+    let col = db.import(column, format, &mut reader, len, &mut |done| pb.set_position(done))?;
+    pb.finish_and_clear();
+    let st = db.buffer().stats();
+    db.close()?;
+    let seconds = start.elapsed().as_secs_f64();
+    if json {
+        print_json(&serde_json::json!({
+            "op": "import", "column": column, "values": len / format.width() as u64,
+            "column_values": col.count, "pages": col.pages.len(), "seconds": seconds,
+            "pool_bytes": pool, "peak_resident_bytes": st.peak_resident_bytes,
+            "bytes_read": st.bytes_read, "bytes_written": st.bytes_written,
+            "peak_rss_bytes": strata::util::peak_rss_bytes(),
+        }))
+    } else {
+        println!(
+            "imported {} values into {column} ({} values in {} pages) in {seconds:.2} s",
+            len / format.width() as u64,
+            col.count,
+            col.pages.len()
+        );
+        Ok(())
+    }
+}
+
+pub fn check(dir: &Path, pool: u64, json: bool) -> Result<(), Error> {
+    let db = Database::open(Config::new(dir).pool_size(pool))?;
+    let report = db.check()?;
+    if json {
+        print_json(&serde_json::json!({"ok": true, "report": report}))?;
+    } else {
+        println!(
+            "ok: {} pages verified, {} columns consistent{}",
+            report.pages_verified,
+            report.columns,
+            if report.unreferenced_pages > 0 {
+                format!(", {} unreferenced pages (from an interrupted import; harmless)", report.unreferenced_pages)
+            } else {
+                String::new()
+            }
+        );
+    }
+    Ok(())
+}
+
+pub fn stats(dir: &Path, json: bool) -> Result<(), Error> {
+    let db = Database::open(Config::new(dir).pool_size(16 << 20))?;
+    let st = db.buffer().stats();
+    let catalog = db.catalog();
+    if json {
+        let columns: serde_json::Map<String, serde_json::Value> = catalog
+            .columns
+            .iter()
+            .map(|(n, c)| (n.clone(), serde_json::json!({"format": c.format.name(), "values": c.count, "pages": c.pages.len()})))
+            .collect();
+        let classes: Vec<_> = st
+            .classes
+            .iter()
+            .map(|c| {
+                serde_json::json!({"class": c.class, "page_size": c.page_size, "pages_allocated": c.allocated_pages,
+                "bytes_allocated": c.allocated_pages * c.page_size, "file_bytes": c.file_bytes})
+            })
+            .collect();
+        return print_json(&serde_json::json!({
+            "min_page": db.buffer().classes().min_page(),
+            "classes": classes,
+            "pages_allocated": classes.len(),
+            "total_pages_allocated": st.classes.iter().map(|c| c.allocated_pages).sum::<u64>(),
+            "total_file_bytes": st.classes.iter().map(|c| c.file_bytes).sum::<u64>(),
+            "columns": columns,
+        }));
+    }
+    println!("database {} (smallest page {})", dir.display(), Bytes(db.buffer().classes().min_page()));
+    println!("{:>5}  {:>10}  {:>12}  {:>12}", "class", "page size", "pages", "file size");
+    for c in &st.classes {
+        println!("{:>5}  {:>10}  {:>12}  {:>12}", c.class, Bytes(c.page_size).to_string(), c.allocated_pages, Bytes(c.file_bytes).to_string());
+    }
+    for (name, c) in &catalog.columns {
+        println!("column {name}: {} {} values in {} pages", c.count, c.format.name(), c.pages.len());
+    }
+    Ok(())
+}
+
+/// Runs one query and returns (op name, result as JSON, seconds, stats).
+fn run_query(db: &Database, op: &QueryOp, threads: usize) -> Result<(&'static str, ScanResult, f64), Error> {
+    let start = Instant::now();
+    match op {
+        QueryOp::Scan { column, gt } => {
+            let col = db.column(column)?;
+            let r = scan_gt(db.buffer(), &col, *gt, threads)?;
+            Ok(("scan", r, start.elapsed().as_secs_f64()))
+        }
+    }
+}
+
+pub fn query(dir: &Path, pool: u64, threads: usize, json: bool, op: QueryOp) -> Result<(), Error> {
+    if threads == 0 {
+        return Err(Error::InvalidInput("--threads must be at least 1".into()));
+    }
+    let db = Database::open(Config::new(dir).pool_size(pool))?;
+    warn_if_buffered(&db, json);
+    let (name, result, seconds) = run_query(&db, &op, threads)?;
+    let st = db.buffer().stats();
+    if json {
+        print_json(&QueryOutput {
+            op: name,
+            result,
+            seconds,
+            pool_bytes: pool,
+            peak_resident_bytes: st.peak_resident_bytes,
+            bytes_read: st.bytes_read,
+            bytes_written: st.bytes_written,
+            threads,
+            peak_rss_bytes: strata::util::peak_rss_bytes(),
+        })?;
+    } else {
+        println!("{name}: count {} sum {} ({seconds:.3} s, peak resident {} of {} pool, read {})", result.count, result.sum, Bytes(st.peak_resident_bytes), Bytes(pool), Bytes(st.bytes_read));
+    }
+    db.close()
+}
+
+pub fn demo(dir: &Path, pool: u64, count: u64) -> Result<(), Error> {
+    if dir.exists() {
+        let is_demo = dir.join("STRATA-DEMO").exists();
+        if !is_demo {
+            return Err(Error::AlreadyExists { path: dir.to_owned() });
+        }
+        std::fs::remove_dir_all(dir).map_err(|e| Error::io("remove", dir, e))?;
+    }
+    std::fs::create_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
+    // The generated input lives beside the database files; the database proper is db/.
+    let input = dir.join("demo-input.u32");
+    let db_dir = dir.join("db");
+    println!("strata demo: {count} pseudo-random u32 values ({}) through a {} pool", Bytes(count * 4), Bytes(pool));
+    crate::gen::ints(count, 42, &input, "u32le", None)?;
+    std::fs::write(dir.join("STRATA-DEMO"), b"built by `strata demo`; replaced by the next demo run\n").map_err(|e| Error::io("write", dir, e))?;
+    Database::create(Config::new(&db_dir).min_page(64 << 10).pool_size(pool))?.close()?;
+    let t = Instant::now();
+    import(&db_dir, "v", &input, "u32le", pool, false)?;
+    let import_s = t.elapsed().as_secs_f64();
+    let db = Database::open(Config::new(&db_dir).pool_size(pool))?;
+    let col = db.column("v")?;
+    println!();
+    println!("{:<28} {:>14} {:>22} {:>9}", "query", "count", "sum", "seconds");
+    for (label, gt, threads) in [("scan v > 0", 0i128, 1usize), ("scan v > 2^31", 1 << 31, 2), ("scan v > 4e9", 4_000_000_000, 2)] {
+        let t = Instant::now();
+        let r = scan_gt(db.buffer(), &col, gt, threads)?;
+        println!("{:<28} {:>14} {:>22} {:>9.3}", format!("{label} ({threads} thr)"), r.count, r.sum, t.elapsed().as_secs_f64());
+    }
+    let st = db.buffer().stats();
+    println!();
+    println!("import: {import_s:.2} s; data {} vs pool {}", Bytes(count * 4), Bytes(pool));
+    println!(
+        "buffer manager: peak resident {} of {} ({:.0}%), hits {}, misses {}, evictions {}, read {}, written {}, direct I/O: {}",
+        Bytes(st.peak_resident_bytes),
+        Bytes(st.pool_bytes),
+        100.0 * st.peak_resident_bytes as f64 / st.pool_bytes as f64,
+        st.hits,
+        st.misses,
+        st.evictions,
+        Bytes(st.bytes_read),
+        Bytes(st.bytes_written),
+        st.direct_io
+    );
+    let report = db.check()?;
+    println!("check: {} pages verified", report.pages_verified);
+    db.close()
+}

@@ -1,0 +1,75 @@
+//! The catalog: which columns exist and which pages hold them.
+//!
+//! Stored as `catalog.json` in the database directory: an 8-byte magic `STRATCAT`, a
+//! little-endian CRC-32C of the rest, then JSON. Replaced atomically after the pages and the
+//! allocation table are durable (so the catalog never names a page the table does not).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::column::Column;
+use crate::error::{Error, Result};
+use crate::storage::StorageBackend;
+
+const MAGIC: &[u8; 8] = b"STRATCAT";
+/// File name of the catalog.
+pub const CATALOG_FILE: &str = "catalog.json";
+
+/// The named objects of a database.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Catalog {
+    /// Columns by name.
+    pub columns: BTreeMap<String, Column>,
+}
+
+impl Catalog {
+    /// Path of the catalog of database `dir`.
+    pub fn path(dir: &Path) -> PathBuf {
+        dir.join(CATALOG_FILE)
+    }
+
+    /// Encodes with magic and checksum.
+    pub fn encode(&self) -> Vec<u8> {
+        let json = serde_json::to_vec(self).expect("catalog serialises");
+        let mut out = Vec::with_capacity(json.len() + 12);
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&crc32c::crc32c(&json).to_le_bytes());
+        out.extend_from_slice(&json);
+        out
+    }
+
+    /// Decodes and verifies.
+    pub fn decode(bytes: &[u8], path: &Path) -> Result<Catalog> {
+        if bytes.len() < 12 || &bytes[..8] != MAGIC {
+            return Err(Error::corruption(path, None, "catalog has no valid header"));
+        }
+        let stored = u32::from_le_bytes(bytes[8..12].try_into().unwrap());
+        if crc32c::crc32c(&bytes[12..]) != stored {
+            return Err(Error::corruption(path, None, "catalog checksum mismatch"));
+        }
+        serde_json::from_slice(&bytes[12..]).map_err(|e| Error::corruption(path, None, format!("catalog does not parse: {e}")))
+    }
+
+    /// Loads the catalog of database `dir`.
+    pub fn load(backend: &dyn StorageBackend, dir: &Path) -> Result<Catalog> {
+        let path = Catalog::path(dir);
+        if !backend.exists(&path) {
+            return Err(Error::corruption(&path, None, "catalog file is missing"));
+        }
+        let bytes = backend.read_file(&path).map_err(|e| Error::io("read", &path, e))?;
+        Catalog::decode(&bytes, &path)
+    }
+
+    /// Writes the catalog of database `dir` atomically.
+    pub fn store(&self, backend: &dyn StorageBackend, dir: &Path) -> Result<()> {
+        let path = Catalog::path(dir);
+        backend.write_atomic(&path, &self.encode()).map_err(|e| Error::io("write", &path, e))
+    }
+
+    /// The column `name`.
+    pub fn column(&self, name: &str) -> Result<&Column> {
+        self.columns.get(name).ok_or_else(|| Error::NotFound { kind: "column", name: name.to_owned() })
+    }
+}

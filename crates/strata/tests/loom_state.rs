@@ -1,0 +1,535 @@
+#![cfg(loom)]
+//! Loom models of the page-state word protocol (`strata::buffer::state`).
+//!
+//! Run with
+//!
+//! ```text
+//! RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target-loom cargo test -p strata --release --test loom_state
+//! ```
+//!
+//! Under `--cfg loom` the crate's `sync` facade makes `PageState` a loom atomic, so every
+//! interleaving (and every value a weak-memory load may legally return) of the protocol
+//! steps below is explored. Each model is a miniature of what the buffer manager does with
+//! one page:
+//!
+//! * page bytes that optimistic readers may load concurrently with writers are loom
+//!   `AtomicU64` words accessed with `Relaxed`, as `OptimisticGuard` / `ExclusiveGuard` do;
+//! * page bytes only ever touched under a shared or exclusive latch (the `&[u8]` views, the
+//!   eviction's zeroing, the loader's read, the "disk") are a loom `UnsafeCell`, so loom also
+//!   reports a data race if the latch does not order the accesses (missing Acquire/Release);
+//! * bookkeeping counters use `Relaxed` read-modify-writes: they always read the latest
+//!   value (so they detect overlapping critical sections) without adding any
+//!   happens-before edge that could hide a missing ordering in the protocol itself.
+//!
+//! `LOOM_MAX_PREEMPTIONS` overrides the preemption bound the bigger models set.
+
+use loom::cell::UnsafeCell;
+use loom::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering::*};
+use loom::sync::Arc;
+use loom::thread;
+
+use strata::buffer::state::{optimistic_ok, PageState, Word, EVICTED, LOCKED, MARKED, UNLOCKED};
+
+/// The page's content while resident (a resident frame is never all zeroes in these models).
+const CONTENT: u64 = 7;
+
+/// Runs `f` under loom with `bound` preemptions unless `LOOM_MAX_PREEMPTIONS` is set.
+fn check_bounded(bound: usize, f: impl Fn() + Sync + Send + 'static) {
+    let mut b = loom::model::Builder::new();
+    if b.preemption_bound.is_none() {
+        b.preemption_bound = Some(bound);
+    }
+    b.check(f);
+}
+
+/// EVICTED -> LOCKED -> `fill` -> UNLOCKED (clean), as a load does: the page becomes resident.
+fn make_resident(st: &PageState, fill: impl FnOnce()) {
+    assert!(st.try_lock_evicted(st.load()));
+    fill();
+    st.unlock_exclusive_unchanged(true);
+    assert_eq!(st.load().state(), UNLOCKED);
+}
+
+/// `BufferManager::fix_exclusive`'s latch loop. Returns `true` if the caller took
+/// EVICTED -> LOCKED and must load the page.
+fn lock_exclusive(st: &PageState) -> bool {
+    loop {
+        let w = st.load();
+        match w.state() {
+            UNLOCKED | MARKED => {
+                if st.try_lock_exclusive(w) {
+                    return false;
+                }
+            }
+            EVICTED => {
+                if st.try_lock_evicted(w) {
+                    return true;
+                }
+            }
+            _ => {}
+        }
+        thread::yield_now();
+    }
+}
+
+/// `BufferManager::fix_shared`'s latch loop. Returns `true` if the caller took
+/// EVICTED -> LOCKED and must load the page (then `downgrade_to_shared`).
+fn lock_shared(st: &PageState) -> bool {
+    loop {
+        let w = st.load();
+        match w.state() {
+            EVICTED => {
+                if st.try_lock_evicted(w) {
+                    return true;
+                }
+            }
+            LOCKED => {}
+            _ => {
+                if st.try_lock_shared(w) {
+                    return false;
+                }
+            }
+        }
+        thread::yield_now();
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Model 1: optimistic read vs exclusive write (and vs eviction).
+// ------------------------------------------------------------------------------------------
+
+/// A page whose words optimistic readers load while latch holders store them.
+struct OptPage {
+    st: PageState,
+    words: [AtomicU64; 2],
+}
+
+impl OptPage {
+    fn resident(content: u64) -> OptPage {
+        let p = OptPage { st: PageState::new(), words: [AtomicU64::new(0), AtomicU64::new(0)] };
+        make_resident(&p.st, || {
+            for w in &p.words {
+                w.store(content, Relaxed);
+            }
+        });
+        p
+    }
+
+    /// `OptimisticGuard`: start (refusing LOCKED / EVICTED, clearing a mark), copy both
+    /// words out with relaxed loads, then `validate` (Acquire fence + state re-load).
+    /// `Some((seen, words))` iff the read validated.
+    fn read_optimistic(&self) -> Option<(Word, [u64; 2])> {
+        let seen = self.st.load();
+        if !optimistic_ok(seen) {
+            return None;
+        }
+        self.st.clear_mark(seen);
+        let a = self.words[0].load(Relaxed);
+        let b = self.words[1].load(Relaxed);
+        fence(Acquire);
+        self.st.validate(seen).then_some((seen, [a, b]))
+    }
+}
+
+/// A writer keeps `word0 == word1 == number of exclusive sections so far` (which is also the
+/// version, as every section ends with `unlock_exclusive_modified`); an optimistic reader
+/// that validates must have read a consistent pair, and the pair of the version it started
+/// at (a read that validates never spans a write).
+#[test]
+fn optimistic_read_vs_exclusive_write() {
+    check_bounded(3, || {
+        let p = Arc::new(OptPage::resident(0));
+        let writer = {
+            let p = p.clone();
+            thread::spawn(move || {
+                for _ in 0..2 {
+                    assert!(!lock_exclusive(&p.st), "the page is never evicted here");
+                    let v = p.words[0].load(Relaxed);
+                    p.words[0].store(v + 1, Relaxed);
+                    p.words[1].store(v + 1, Relaxed);
+                    p.st.unlock_exclusive_modified();
+                }
+            })
+        };
+        if let Some((seen, [a, b])) = p.read_optimistic() {
+            assert_eq!(a, b, "validated a torn read");
+            assert_eq!(a, seen.version(), "validated a read that spans an exclusive section");
+        }
+        writer.join().unwrap();
+        let end = p.st.load();
+        assert_eq!((end.state(), end.version(), end.dirty()), (UNLOCKED, 2, true));
+    });
+}
+
+/// An evictor (clock: mark, then latch the marked page, zero the frame, `unlock_evicted`)
+/// races an optimistic reader: a read that validates never saw the zeroed frame.
+#[test]
+fn optimistic_read_vs_eviction() {
+    check_bounded(3, || {
+        let p = Arc::new(OptPage::resident(CONTENT));
+        let evictor = {
+            let p = p.clone();
+            thread::spawn(move || {
+                for _ in 0..2 {
+                    let w = p.st.load();
+                    match w.state() {
+                        UNLOCKED => {
+                            p.st.try_mark(w);
+                        }
+                        MARKED => {
+                            if p.st.try_lock_exclusive(w) {
+                                // The frame is dropped (MADV_DONTNEED): it reads as zeroes.
+                                for w in &p.words {
+                                    w.store(0, Relaxed);
+                                }
+                                p.st.unlock_evicted();
+                                return;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            })
+        };
+        if let Some((_, words)) = p.read_optimistic() {
+            assert_eq!(words, [CONTENT; 2], "validated a read of an evicted (zeroed) frame");
+        }
+        evictor.join().unwrap();
+    });
+}
+
+// ------------------------------------------------------------------------------------------
+// Models 2 and 3: fixes vs eviction, evictors vs evictors.
+// ------------------------------------------------------------------------------------------
+
+/// A page whose frame and disk image are only touched under a latch.
+struct Page {
+    st: PageState,
+    frame: UnsafeCell<[u64; 2]>,
+    disk: UnsafeCell<[u64; 2]>,
+    loads: AtomicUsize,
+    evictions: AtomicUsize,
+    /// Threads inside an exclusive section (loader, writer, evictor).
+    exclusive_inside: AtomicUsize,
+}
+
+// SAFETY: `frame` and `disk` are only accessed by a thread that holds the page's latch
+// (shared: reads only; exclusive: reads and writes), which is exactly the discipline the
+// models check; loom's `UnsafeCell` reports any access the latch does not order.
+unsafe impl Sync for Page {}
+
+impl Page {
+    fn resident(content: u64) -> Page {
+        let p = Page::evicted(content);
+        // SAFETY: not shared with any other thread yet.
+        make_resident(&p.st, || p.frame.with_mut(|f| unsafe { *f = [content; 2] }));
+        p
+    }
+
+    fn evicted(disk: u64) -> Page {
+        Page {
+            st: PageState::new(),
+            frame: UnsafeCell::new([0; 2]),
+            disk: UnsafeCell::new([disk; 2]),
+            loads: AtomicUsize::new(0),
+            evictions: AtomicUsize::new(0),
+            exclusive_inside: AtomicUsize::new(0),
+        }
+    }
+
+    fn enter_exclusive(&self) {
+        assert_eq!(self.exclusive_inside.fetch_add(1, Relaxed), 0, "two exclusive sections overlap");
+    }
+
+    fn leave_exclusive(&self) {
+        self.exclusive_inside.fetch_sub(1, Relaxed);
+    }
+
+    /// Reads the frame. Caller holds a latch.
+    fn read_frame(&self) -> [u64; 2] {
+        // SAFETY: the caller holds a shared or exclusive latch, so no thread writes the frame.
+        self.frame.with(|f| unsafe { *f })
+    }
+
+    /// Writes the frame. Caller holds the exclusive latch.
+    fn write_frame(&self, v: [u64; 2]) {
+        // SAFETY: the caller holds the exclusive latch: no other thread accesses the frame.
+        self.frame.with_mut(|f| unsafe { *f = v });
+    }
+
+    /// The loader's work after EVICTED -> LOCKED: read the disk image into the frame.
+    fn load_locked(&self) {
+        self.enter_exclusive();
+        assert_eq!(self.read_frame(), [0; 2], "loading over a resident frame");
+        // SAFETY: the caller holds the exclusive latch: nobody else touches the disk image.
+        let image = self.disk.with(|d| unsafe { *d });
+        self.write_frame(image);
+        self.loads.fetch_add(1, Relaxed);
+        self.leave_exclusive();
+    }
+
+    /// The evictor's work after latching a MARKED victim: write back if dirty, drop the
+    /// frame, `unlock_evicted`.
+    fn evict_locked(&self) {
+        self.enter_exclusive();
+        let frame = self.read_frame();
+        assert_ne!(frame, [0; 2], "evicting a page whose frame is already dropped");
+        if self.st.load().dirty() {
+            // SAFETY: the caller holds the exclusive latch: nobody else touches the disk image.
+            self.disk.with_mut(|d| unsafe { *d = frame });
+        }
+        self.write_frame([0; 2]);
+        self.evictions.fetch_add(1, Relaxed);
+        self.leave_exclusive();
+        self.st.unlock_evicted();
+    }
+
+    /// One clock visit (`BufferManager::evict_inner`): UNLOCKED -> MARKED; a page still
+    /// MARKED is a victim if its exclusive latch is taken without waiting. Returns whether
+    /// this visit evicted the page.
+    fn clock_visit(&self) -> bool {
+        let w = self.st.load();
+        match w.state() {
+            UNLOCKED => {
+                self.st.try_mark(w);
+                false
+            }
+            MARKED => {
+                if self.st.try_lock_exclusive(w) {
+                    self.evict_locked();
+                    true
+                } else {
+                    false
+                }
+            }
+            _ => false,
+        }
+    }
+
+    /// Two clock visits (the hand passes the page twice).
+    fn evictor(&self) -> usize {
+        (0..2).map(|_| self.clock_visit() as usize).sum()
+    }
+
+    /// After all threads joined: the state is unlatched, the frame holds content iff the page
+    /// is resident, loads and evictions balance (resident at the end iff
+    /// `resident_at_start + loads == evictions + 1`), and no write was lost (`expect` is the
+    /// latest content, in the frame when resident, on disk when evicted).
+    fn check_final(&self, resident_at_start: bool, expect: u64) {
+        let end = self.st.load();
+        let (loads, evictions) = (self.loads.load(Relaxed), self.evictions.load(Relaxed));
+        assert!(loads <= 1 && evictions <= 1, "loads {loads}, evictions {evictions}");
+        let frame = self.read_frame();
+        // SAFETY: every other thread has been joined.
+        let disk = self.disk.with(|d| unsafe { *d });
+        match end.state() {
+            EVICTED => {
+                assert_eq!(frame, [0; 2], "EVICTED page with content in its frame");
+                assert_eq!(disk, [expect; 2], "lost write");
+                assert!(!end.dirty());
+                assert_eq!(loads + usize::from(resident_at_start), evictions);
+            }
+            UNLOCKED | MARKED => {
+                assert_eq!(frame, [expect; 2], "resident page without its content");
+                assert_eq!(loads + usize::from(resident_at_start), evictions + 1);
+            }
+            s => panic!("page left latched: state {s}"),
+        }
+    }
+}
+
+/// A shared fix races an evictor: while the fixer holds the latch the frame is never
+/// dropped; if it finds the page EVICTED it loads it itself.
+#[test]
+fn shared_fix_vs_eviction() {
+    check_bounded(3, || {
+        let p = Arc::new(Page::resident(CONTENT));
+        let evictor = {
+            let p = p.clone();
+            thread::spawn(move || {
+                p.evictor();
+            })
+        };
+        if lock_shared(&p.st) {
+            p.load_locked();
+            p.st.downgrade_to_shared();
+        }
+        assert!(p.st.load().shared_count() >= 1);
+        assert_eq!(p.read_frame(), [CONTENT; 2], "fixer saw a dropped frame under its latch");
+        thread::yield_now();
+        assert_eq!(p.read_frame(), [CONTENT; 2], "frame dropped while a shared latch was held");
+        p.st.unlock_shared();
+        evictor.join().unwrap();
+        p.check_final(true, CONTENT);
+    });
+}
+
+/// An exclusive fix (which writes the page) races an evictor: the writer never sees a
+/// dropped frame, and its write survives eviction (dirty pages are written back).
+#[test]
+fn exclusive_fix_vs_eviction() {
+    check_bounded(3, || {
+        let p = Arc::new(Page::resident(CONTENT));
+        let evictor = {
+            let p = p.clone();
+            thread::spawn(move || {
+                p.evictor();
+            })
+        };
+        if lock_exclusive(&p.st) {
+            p.load_locked();
+        }
+        p.enter_exclusive();
+        assert_eq!(p.read_frame(), [CONTENT; 2], "writer saw a dropped frame under its latch");
+        p.write_frame([CONTENT + 1; 2]);
+        p.leave_exclusive();
+        p.st.unlock_exclusive_modified();
+        evictor.join().unwrap();
+        p.check_final(true, CONTENT + 1);
+    });
+}
+
+/// Two fixers (one shared, one exclusive) race for an EVICTED page while an evictor runs:
+/// exactly one of them loads it per eviction, and neither ever sees a dropped frame.
+#[test]
+fn two_fixers_load_once_vs_eviction() {
+    check_bounded(2, || {
+        let p = Arc::new(Page::evicted(CONTENT));
+        let reader = {
+            let p = p.clone();
+            thread::spawn(move || {
+                if lock_shared(&p.st) {
+                    p.load_locked();
+                    p.st.downgrade_to_shared();
+                }
+                assert_ne!(p.read_frame(), [0; 2], "reader saw a dropped frame under its latch");
+                p.st.unlock_shared();
+            })
+        };
+        let evictor = {
+            let p = p.clone();
+            thread::spawn(move || {
+                p.evictor();
+            })
+        };
+        if lock_exclusive(&p.st) {
+            p.load_locked();
+        }
+        p.enter_exclusive();
+        assert_eq!(p.read_frame(), [CONTENT; 2], "writer saw a dropped frame under its latch");
+        p.write_frame([CONTENT + 1; 2]);
+        p.leave_exclusive();
+        p.st.unlock_exclusive_modified();
+        reader.join().unwrap();
+        evictor.join().unwrap();
+        let (loads, evictions) = (p.loads.load(Relaxed), p.evictions.load(Relaxed));
+        assert!(loads >= 1, "nobody loaded the page");
+        assert!(loads == evictions || loads == evictions + 1, "loads {loads}, evictions {evictions}");
+        let end = p.st.load();
+        let frame = p.read_frame();
+        // SAFETY: every other thread has been joined.
+        let disk = p.disk.with(|d| unsafe { *d });
+        match end.state() {
+            EVICTED => {
+                assert_eq!(loads, evictions);
+                assert_eq!(frame, [0; 2]);
+                assert_eq!(disk, [CONTENT + 1; 2], "lost write");
+            }
+            UNLOCKED | MARKED => {
+                assert_eq!(loads, evictions + 1);
+                assert_eq!(frame, [CONTENT + 1; 2]);
+            }
+            s => panic!("page left latched: state {s}"),
+        }
+    });
+}
+
+/// Two evictors visit the same page twice each: at most one of them gets the victim, the
+/// page is evicted at most once, and the final state agrees with the eviction count.
+#[test]
+fn two_evictors_one_victim() {
+    check_bounded(3, || {
+        let p = Arc::new(Page::resident(CONTENT));
+        let other = {
+            let p = p.clone();
+            thread::spawn(move || p.evictor())
+        };
+        let mine = p.evictor();
+        let theirs = other.join().unwrap();
+        let evictions = p.evictions.load(Relaxed);
+        assert!(mine + theirs <= 1, "both evictors got the victim");
+        assert_eq!(mine + theirs, evictions);
+        let end = p.st.load();
+        assert_eq!(end.state() == EVICTED, evictions == 1, "state {} after {evictions} evictions", end.state());
+        if evictions == 1 {
+            assert_eq!(end.version(), 1, "eviction bumps the version once");
+        }
+        p.check_final(true, CONTENT);
+    });
+}
+
+// ------------------------------------------------------------------------------------------
+// Model 4: shared latch counting vs the exclusive latch.
+// ------------------------------------------------------------------------------------------
+
+/// Two threads take and release shared latches while a third takes the exclusive one:
+/// readers and the writer never overlap, readers see the writer's update atomically, and the
+/// word returns to UNLOCKED with one version bump.
+#[test]
+fn shared_latches_exclude_writer() {
+    struct Shared {
+        st: PageState,
+        data: UnsafeCell<[u64; 2]>,
+        readers_inside: AtomicUsize,
+        writer_inside: AtomicUsize,
+    }
+    // SAFETY: `data` is read only under a shared latch and written only under the
+    // exclusive one; loom's `UnsafeCell` checks that the latch orders those accesses.
+    unsafe impl Sync for Shared {}
+
+    check_bounded(3, || {
+        let s = Arc::new(Shared {
+            st: PageState::new(),
+            data: UnsafeCell::new([0; 2]),
+            readers_inside: AtomicUsize::new(0),
+            writer_inside: AtomicUsize::new(0),
+        });
+        make_resident(&s.st, || {});
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let s = s.clone();
+                thread::spawn(move || {
+                    assert!(!lock_shared(&s.st), "the page is never evicted here");
+                    s.readers_inside.fetch_add(1, Relaxed);
+                    assert_eq!(s.writer_inside.fetch_add(0, Relaxed), 0, "reader inside with the writer");
+                    let w = s.st.load();
+                    assert!((1..=2).contains(&w.shared_count()), "shared count {} with one reader in", w.shared_count());
+                    // SAFETY: shared latch held: no writer.
+                    let [a, b] = s.data.with(|d| unsafe { *d });
+                    assert_eq!(a, b, "reader saw a half-done write");
+                    s.readers_inside.fetch_sub(1, Relaxed);
+                    s.st.unlock_shared();
+                })
+            })
+            .collect();
+        let w = s.st.load();
+        if !s.st.try_lock_exclusive(w) {
+            // Not free right now: wait for the readers, as `fix_exclusive` does.
+            assert!(!lock_exclusive(&s.st), "the page is never evicted here");
+        }
+        s.writer_inside.fetch_add(1, Relaxed);
+        assert_eq!(s.readers_inside.fetch_add(0, Relaxed), 0, "writer inside with a reader");
+        assert_eq!(s.st.load().state(), LOCKED);
+        // SAFETY: exclusive latch held: no other reader or writer.
+        s.data.with_mut(|d| unsafe { *d = [1, 1] });
+        s.writer_inside.fetch_sub(1, Relaxed);
+        s.st.unlock_exclusive_modified();
+        for r in readers {
+            r.join().unwrap();
+        }
+        let end = s.st.load();
+        assert_eq!((end.state(), end.shared_count(), end.version(), end.dirty()), (UNLOCKED, 0, 1, true));
+        // SAFETY: every other thread has been joined.
+        assert_eq!(s.data.with(|d| unsafe { *d }), [1, 1]);
+    });
+}

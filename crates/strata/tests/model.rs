@@ -1,0 +1,426 @@
+//! Model test: random operation sequences against the buffer manager and an in-memory model
+//! of every live page's payload, with a pool far smaller than the data.
+//!
+//! Every case allocates pages of several size classes (4 KiB .. 64 KiB pages, 4 KiB smallest
+//! page) well beyond the pool, then runs a random mix of writes (`write`, `write_u64`,
+//! `zero`, optimistic upgrade, downgrade), reads through all three fix paths, frees,
+//! checkpoints, close/drop + reopen and pool resizes. After every operation it checks the
+//! cap (`used_bytes() <= pool_size()`), `check_invariants()` and the peak against the
+//! largest pool this manager ever had.
+//!
+//! The default case count is proptest's; `PROPTEST_CASES=n` changes it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use strata::{BufferManager, Config, Error, PageId, PAGE_HEADER_SIZE};
+
+const MIN_PAGE: u64 = 4096;
+/// Largest page the test allocates: 64 KiB (payload 65504 bytes).
+const MAX_PAYLOAD: usize = (16 * MIN_PAGE) as usize - PAGE_HEADER_SIZE;
+/// Pool sizes the test uses: 192..=384 KiB. The lower bound leaves room for the manager's
+/// metadata (up to ten spaces of state words, about 42 KiB, plus the resident set) and two
+/// pinned 64 KiB pages.
+const POOL_MIN_4K: u64 = 48;
+const POOL_MAX_4K: u64 = 96;
+const PIN_WAIT: Duration = Duration::from_millis(200);
+
+/// Picks an element of a collection: `n % len`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Pick(usize);
+
+impl Pick {
+    fn of(self, len: usize) -> usize {
+        self.0 % len
+    }
+}
+
+impl Arbitrary for Pick {
+    type Parameters = ();
+    type Strategy = prop::strategy::Map<prop::num::usize::Any, fn(usize) -> Pick>;
+    fn arbitrary_with(_: ()) -> Self::Strategy {
+        any::<usize>().prop_map(Pick)
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Alloc { bytes: usize, temp: bool, seed: u64 },
+    Write { page: Pick, at: Pick, len: usize, seed: u64 },
+    WriteU64 { page: Pick, word: Pick, value: u64 },
+    Zero { page: Pick },
+    /// Optimistic read of one word, then upgrade (must succeed: single thread) and write.
+    UpgradeWrite { page: Pick, word: Pick, value: u64 },
+    /// Exclusive write, downgrade, compare under the shared latch.
+    DowngradeWrite { page: Pick, at: Pick, len: usize, seed: u64 },
+    /// fix_shared, fix_exclusive and read_optimistic, each compared with the model.
+    Read { page: Pick },
+    /// Two shared latches held at once (both pinned while the second one is loaded).
+    ReadPair { a: Pick, b: Pick },
+    Free { page: Pick, via_guard: bool },
+    /// A freed (or forgotten temporary) id must not be fixable.
+    FixStale { page: Pick },
+    Checkpoint,
+    /// `close` (or a plain drop when `!clean`) and open again with `pool`.
+    Reopen { pool: u64, clean: bool },
+    SetPool { pool: u64 },
+}
+
+fn pool_size() -> impl Strategy<Value = u64> {
+    (POOL_MIN_4K..=POOL_MAX_4K).prop_map(|k| k * 4096)
+}
+
+/// Payload sizes spread over the classes 4, 8, 16, 32 and 64 KiB (biased to big pages so
+/// the data outgrows the pool quickly).
+fn payload_size() -> impl Strategy<Value = usize> {
+    prop_oneof![
+        2 => 1usize..=200,
+        2 => 201usize..=4064,
+        2 => 4065usize..=8160,
+        2 => 8161usize..=16352,
+        1 => 16353usize..=32736,
+        2 => 32737usize..=MAX_PAYLOAD,
+    ]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (payload_size(), any::<bool>(), any::<u64>()).prop_map(|(bytes, temp, seed)| Op::Alloc { bytes, temp, seed }),
+        6 => (any::<Pick>(), any::<Pick>(), 1usize..=6000, any::<u64>()).prop_map(|(page, at, len, seed)| Op::Write { page, at, len, seed }),
+        3 => (any::<Pick>(), any::<Pick>(), any::<u64>()).prop_map(|(page, word, value)| Op::WriteU64 { page, word, value }),
+        1 => any::<Pick>().prop_map(|page| Op::Zero { page }),
+        2 => (any::<Pick>(), any::<Pick>(), any::<u64>()).prop_map(|(page, word, value)| Op::UpgradeWrite { page, word, value }),
+        2 => (any::<Pick>(), any::<Pick>(), 1usize..=3000, any::<u64>()).prop_map(|(page, at, len, seed)| Op::DowngradeWrite { page, at, len, seed }),
+        6 => any::<Pick>().prop_map(|page| Op::Read { page }),
+        2 => (any::<Pick>(), any::<Pick>()).prop_map(|(a, b)| Op::ReadPair { a, b }),
+        3 => (any::<Pick>(), any::<bool>()).prop_map(|(page, via_guard)| Op::Free { page, via_guard }),
+        1 => any::<Pick>().prop_map(|page| Op::FixStale { page }),
+        1 => Just(Op::Checkpoint),
+        1 => (pool_size(), any::<bool>()).prop_map(|(pool, clean)| Op::Reopen { pool, clean }),
+        2 => pool_size().prop_map(|pool| Op::SetPool { pool }),
+    ]
+}
+
+/// Deterministic bytes from a seed (splitmix64).
+fn bytes_from(seed: u64, len: usize) -> Vec<u8> {
+    let mut s = seed;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = s;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        out.extend_from_slice(&(z ^ (z >> 31)).to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// Payload length of the smallest class whose pages hold `bytes` payload bytes.
+fn expected_payload(bytes: usize) -> usize {
+    let total = (bytes + PAGE_HEADER_SIZE).next_power_of_two().max(MIN_PAGE as usize);
+    total - PAGE_HEADER_SIZE
+}
+
+struct Harness<'d> {
+    db: &'d Path,
+    bm: Option<BufferManager>,
+    /// Live pages and their expected payloads.
+    model: BTreeMap<PageId, Vec<u8>>,
+    /// Ids that are not allocated now (freed, or temporary pages of an earlier session).
+    stale: BTreeSet<PageId>,
+    /// Largest pool this manager instance ever had (bounds its peak).
+    max_pool: u64,
+}
+
+fn payload_eq(what: &str, pid: PageId, got: &[u8], want: &[u8]) {
+    if got != want {
+        let first = got.iter().zip(want).position(|(a, b)| a != b);
+        panic!("{what}: payload of {pid} differs from the model (lengths {} / {}, first difference at {first:?})", got.len(), want.len());
+    }
+}
+
+impl<'d> Harness<'d> {
+    fn bm(&self) -> &BufferManager {
+        self.bm.as_ref().unwrap()
+    }
+
+    fn config(&self, pool: u64) -> Config {
+        Config::new(self.db).min_page(MIN_PAGE).pool_size(pool).pin_wait(PIN_WAIT)
+    }
+
+    fn pick(&self, i: &Pick) -> Option<PageId> {
+        if self.model.is_empty() {
+            return None;
+        }
+        self.model.keys().nth(i.of(self.model.len())).copied()
+    }
+
+    fn check_cap(&self, after: &Op) {
+        let bm = self.bm();
+        let (used, pool) = (bm.used_bytes(), bm.pool_size());
+        assert!(used <= pool, "after {after:?}: used {used} > pool {pool}");
+        if let Err(e) = bm.check_invariants() {
+            panic!("after {after:?}: {e}");
+        }
+        assert!(bm.peak_bytes() <= self.max_pool, "after {after:?}: peak {} > largest pool {}", bm.peak_bytes(), self.max_pool);
+    }
+
+    fn verify_page(&self, pid: PageId) {
+        let bm = self.bm();
+        let want = &self.model[&pid];
+        {
+            let g = bm.fix_shared(pid).unwrap_or_else(|e| panic!("fix_shared({pid}): {e}"));
+            assert_eq!(g.pid(), pid);
+            payload_eq("fix_shared", pid, g.data(), want);
+        }
+        {
+            let g = bm.fix_exclusive(pid).unwrap_or_else(|e| panic!("fix_exclusive({pid}): {e}"));
+            assert_eq!(g.pid(), pid);
+            payload_eq("fix_exclusive", pid, g.data(), want);
+        }
+        let got = bm
+            .read_optimistic(pid, |o| {
+                let mut buf = vec![0u8; o.len()];
+                o.read(0, &mut buf);
+                Ok(buf)
+            })
+            .unwrap_or_else(|e| panic!("read_optimistic({pid}): {e}"));
+        payload_eq("read_optimistic", pid, &got, want);
+        let w = (want.len() / 8 - 1) / 2 * 8;
+        let v = bm.read_optimistic(pid, |o| Ok(o.read_u64(w))).unwrap();
+        assert_eq!(v, u64::from_le_bytes(want[w..w + 8].try_into().unwrap()), "read_u64 of {pid} at {w}");
+    }
+
+    fn assert_unfixable(&self, pid: PageId) {
+        let bm = self.bm();
+        assert!(!bm.is_allocated(pid), "{pid} should not be allocated");
+        match bm.fix_shared(pid) {
+            Err(Error::InvalidPageId { .. }) => {}
+            Err(e) => panic!("fix_shared of stale {pid}: unexpected error {e}"),
+            Ok(_) => panic!("fix_shared of stale {pid} succeeded"),
+        }
+        match bm.fix_exclusive(pid) {
+            Err(Error::InvalidPageId { .. }) => {}
+            Err(e) => panic!("fix_exclusive of stale {pid}: unexpected error {e}"),
+            Ok(_) => panic!("fix_exclusive of stale {pid} succeeded"),
+        }
+        match bm.read_optimistic(pid, |o| Ok(o.read_u64(0))) {
+            Err(Error::InvalidPageId { .. }) => {}
+            Err(e) => panic!("read_optimistic of stale {pid}: unexpected error {e}"),
+            Ok(_) => panic!("read_optimistic of stale {pid} succeeded"),
+        }
+        match bm.free(pid) {
+            Err(Error::InvalidPageId { .. }) => {}
+            Err(e) => panic!("double free of {pid}: unexpected error {e}"),
+            Ok(()) => panic!("double free of {pid} succeeded"),
+        }
+    }
+
+    fn alloc(&mut self, bytes: usize, temp: bool, seed: u64) {
+        let bm = self.bm.as_ref().unwrap();
+        let mut g = if temp { bm.alloc_temp(bytes) } else { bm.alloc(bytes) }.unwrap_or_else(|e| panic!("alloc({bytes}, temp={temp}): {e}"));
+        let pid = g.pid();
+        assert_eq!(pid.is_temp(), temp);
+        let len = expected_payload(bytes);
+        assert_eq!(g.len(), len, "payload of a page for {bytes} bytes");
+        assert!(g.data().iter().all(|&b| b == 0), "fresh page {pid} is not zeroed");
+        // Fill the requested bytes (what a user would store).
+        let fill = bytes_from(seed, bytes);
+        g.write(0, &fill);
+        drop(g);
+        let mut want = vec![0u8; len];
+        want[..bytes].copy_from_slice(&fill);
+        assert!(self.model.insert(pid, want).is_none(), "alloc returned the live id {pid}");
+        self.stale.remove(&pid);
+    }
+
+    fn apply(&mut self, op: &Op) {
+        match op {
+            Op::Alloc { bytes, temp, seed } => self.alloc(*bytes, *temp, *seed),
+            Op::Write { page, at, len, seed } => {
+                let Some(pid) = self.pick(page) else { return };
+                let want = self.model.get_mut(&pid).unwrap();
+                let at = at.of(want.len());
+                let len = (*len).min(want.len() - at);
+                let src = bytes_from(*seed, len);
+                let mut g = self.bm.as_ref().unwrap().fix_exclusive(pid).unwrap();
+                g.write(at, &src);
+                want[at..at + len].copy_from_slice(&src);
+                payload_eq("after write", pid, g.data(), want);
+            }
+            Op::WriteU64 { page, word, value } => {
+                let Some(pid) = self.pick(page) else { return };
+                let want = self.model.get_mut(&pid).unwrap();
+                let at = word.of(want.len() / 8) * 8;
+                let mut g = self.bm.as_ref().unwrap().fix_exclusive(pid).unwrap();
+                g.write_u64(at, *value);
+                want[at..at + 8].copy_from_slice(&value.to_le_bytes());
+                assert_eq!(&g.data()[at..at + 8], &value.to_le_bytes());
+            }
+            Op::Zero { page } => {
+                let Some(pid) = self.pick(page) else { return };
+                let mut g = self.bm.as_ref().unwrap().fix_exclusive(pid).unwrap();
+                g.zero();
+                self.model.get_mut(&pid).unwrap().fill(0);
+            }
+            Op::UpgradeWrite { page, word, value } => {
+                let Some(pid) = self.pick(page) else { return };
+                let bm = self.bm.as_ref().unwrap();
+                let want = self.model.get_mut(&pid).unwrap();
+                let at = word.of(want.len() / 8) * 8;
+                let o = bm.fix_optimistic(pid).unwrap();
+                let old = o.read_u64(at);
+                assert!(o.validate(), "optimistic read of {pid} invalid without any other thread");
+                assert_eq!(old, u64::from_le_bytes(want[at..at + 8].try_into().unwrap()), "optimistic read_u64 of {pid} at {at}");
+                let mut g = o.upgrade().unwrap_or_else(|_| panic!("upgrade of {pid} failed without any other thread"));
+                g.write_u64(at, *value);
+                want[at..at + 8].copy_from_slice(&value.to_le_bytes());
+            }
+            Op::DowngradeWrite { page, at, len, seed } => {
+                let Some(pid) = self.pick(page) else { return };
+                let bm = self.bm.as_ref().unwrap();
+                let want = self.model.get_mut(&pid).unwrap();
+                let at = at.of(want.len());
+                let len = (*len).min(want.len() - at);
+                let src = bytes_from(*seed, len);
+                let mut g = bm.fix_exclusive(pid).unwrap();
+                g.write(at, &src);
+                want[at..at + len].copy_from_slice(&src);
+                let s = g.downgrade();
+                payload_eq("after downgrade", pid, s.data(), want);
+                // Another shared latch coexists with the downgraded one.
+                let s2 = bm.fix_shared(pid).unwrap();
+                payload_eq("second shared latch", pid, s2.data(), want);
+            }
+            Op::Read { page } => {
+                let Some(pid) = self.pick(page) else { return };
+                self.verify_page(pid);
+            }
+            Op::ReadPair { a, b } => {
+                let (Some(pa), Some(pb)) = (self.pick(a), self.pick(b)) else { return };
+                let bm = self.bm();
+                let ga = bm.fix_shared(pa).unwrap();
+                let gb = bm.fix_shared(pb).unwrap();
+                payload_eq("pair a", pa, ga.data(), &self.model[&pa]);
+                payload_eq("pair b", pb, gb.data(), &self.model[&pb]);
+            }
+            Op::Free { page, via_guard } => {
+                let Some(pid) = self.pick(page) else { return };
+                let bm = self.bm();
+                if *via_guard {
+                    bm.fix_exclusive(pid).unwrap().free().unwrap_or_else(|e| panic!("guard free of {pid}: {e}"));
+                } else {
+                    bm.free(pid).unwrap_or_else(|e| panic!("free of {pid}: {e}"));
+                }
+                self.model.remove(&pid);
+                self.stale.insert(pid);
+                self.assert_unfixable(pid);
+            }
+            Op::FixStale { page } => {
+                if self.stale.is_empty() {
+                    return;
+                }
+                let pid = *self.stale.iter().nth(page.of(self.stale.len())).unwrap();
+                self.assert_unfixable(pid);
+            }
+            Op::Checkpoint => self.bm().checkpoint().unwrap(),
+            Op::Reopen { pool, clean } => {
+                let bm = self.bm.take().unwrap();
+                if *clean {
+                    bm.close().unwrap();
+                } else {
+                    drop(bm);
+                }
+                self.bm = Some(BufferManager::open(self.config(*pool)).unwrap_or_else(|e| panic!("reopen: {e}")));
+                self.max_pool = *pool;
+                let temps: Vec<PageId> = self.model.keys().filter(|p| p.is_temp()).copied().collect();
+                for pid in temps {
+                    self.model.remove(&pid);
+                    self.stale.insert(pid);
+                }
+                // The allocation table came back exactly.
+                let persistent: Vec<PageId> = self.model.keys().copied().collect();
+                assert_eq!(self.bm().allocated_pages(), persistent, "allocated pages after reopen");
+            }
+            Op::SetPool { pool } => {
+                let bm = self.bm();
+                bm.set_pool_size(*pool).unwrap_or_else(|e| panic!("set_pool_size({pool}) with no guard held: {e}"));
+                assert_eq!(bm.pool_size(), *pool);
+                assert!(bm.used_bytes() <= *pool);
+                self.max_pool = self.max_pool.max(*pool);
+            }
+        }
+    }
+
+    fn verify_all(&self) {
+        for &pid in self.model.keys() {
+            self.verify_page(pid);
+        }
+        for &pid in &self.stale {
+            self.assert_unfixable(pid);
+        }
+    }
+}
+
+fn run_case(pool: u64, initial: &[(usize, bool, u64)], ops: &[Op]) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let mut h = Harness { db: &db, bm: None, model: BTreeMap::new(), stale: BTreeSet::new(), max_pool: pool };
+    h.bm = Some(BufferManager::create(h.config(pool)).unwrap());
+    let setup = Op::Checkpoint; // only names the phase in messages
+    for &(bytes, temp, seed) in initial {
+        h.alloc(bytes, temp, seed);
+        h.check_cap(&setup);
+    }
+    for op in ops {
+        h.apply(op);
+        h.check_cap(op);
+    }
+    h.verify_all();
+    h.check_cap(&Op::Read { page: Pick(0usize) });
+    // Persistent contents survive a final close and reopen; temporary pages do not.
+    h.apply(&Op::Reopen { pool, clean: true });
+    h.verify_all();
+    h.check_cap(&Op::Reopen { pool, clean: true });
+    h.bm.take().unwrap().close().unwrap();
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { max_shrink_iters: 2000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn buffer_manager_matches_model(
+        pool in pool_size(),
+        initial in prop::collection::vec((payload_size(), any::<bool>(), any::<u64>()), 16..40),
+        ops in prop::collection::vec(op(), 1..120),
+    ) {
+        run_case(pool, &initial, &ops);
+    }
+}
+
+/// A fixed sequence that always exercises eviction and reload of every class, so the test
+/// means something even with `PROPTEST_CASES=1`.
+#[test]
+fn fixed_sequence_evicts_and_reloads_every_class() {
+    let initial: Vec<(usize, bool, u64)> =
+        (0..48).map(|i| ([100, 3000, 8000, 16000, 30000, 60000][i % 6], i % 5 == 0, i as u64)).collect();
+    let mut ops = Vec::new();
+    for i in 0..48usize {
+        ops.push(Op::Write { page: Pick(i * 7), at: Pick(i * 13), len: 5000, seed: i as u64 });
+        ops.push(Op::Read { page: Pick(i * 11) });
+        if i % 9 == 4 {
+            ops.push(Op::Free { page: Pick(i), via_guard: i % 2 == 0 });
+        }
+        if i % 16 == 7 {
+            ops.push(Op::SetPool { pool: (POOL_MIN_4K + (i as u64 % 3) * 16) * 4096 });
+        }
+    }
+    ops.push(Op::Reopen { pool: POOL_MIN_4K * 4096, clean: false });
+    for i in 0..20usize {
+        ops.push(Op::Read { page: Pick(i * 5) });
+    }
+    run_case(256 << 10, &initial, &ops);
+}
