@@ -6,6 +6,8 @@
 
 pub mod catalog;
 pub mod column;
+pub mod temp;
 
 pub use catalog::Catalog;
 pub use column::{Column, ColumnPage, ValueFormat};
+pub use temp::{TempPage, TempRun, TempRunReader};

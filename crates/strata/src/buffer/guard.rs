@@ -4,6 +4,9 @@
 //! * [`ExclusiveGuard`]: the exclusive latch; the payload is readable as `&[u8]` and
 //!   writable through word-sized atomic stores. Dropping it bumps the version and marks the
 //!   page dirty.
+//! * Temporary pages (operator state) are private to their owner: they cannot be read
+//!   optimistically, and their exclusive guard offers a plain `&mut [u8]`
+//!   ([`ExclusiveGuard::data_mut`]).
 //! * [`OptimisticGuard`]: no latch at all, only the version seen at the start; reads copy
 //!   bytes out with atomic loads and must be [validated](OptimisticGuard::validate).
 //!
@@ -193,6 +196,21 @@ impl<'a> ExclusiveGuard<'a> {
         let word = u64::from_ne_bytes(v.to_le_bytes());
         // SAFETY: asserted aligned and inside the payload; the frame outlives the guard.
         unsafe { word_at(self.frame, PAGE_HEADER_SIZE + at) }.store(word, Ordering::Relaxed);
+    }
+    /// The payload as a mutable slice — only for temporary pages (`None` otherwise).
+    ///
+    /// Sound because temporary pages can never be read optimistically (the buffer manager
+    /// refuses it), so while this guard holds the exclusive latch no other thread can access
+    /// the frame at all: shared and exclusive latches are excluded, eviction needs the latch,
+    /// and loads happen only under it.
+    pub fn data_mut(&mut self) -> Option<&mut [u8]> {
+        if !self.sp.temp {
+            return None;
+        }
+        let len = self.len();
+        // SAFETY: see above: the exclusive latch on a temporary page excludes every other
+        // access to its frame, and the slice borrows `self` mutably.
+        Some(unsafe { std::slice::from_raw_parts_mut(self.frame.add(PAGE_HEADER_SIZE), len) })
     }
     /// Zeroes the whole payload.
     pub fn zero(&mut self) {

@@ -529,6 +529,10 @@ impl BufferManager {
 
     /// Starts an optimistic read of `pid`, loading it if needed. No latch is held.
     pub fn fix_optimistic(&self, pid: PageId) -> Result<OptimisticGuard<'_>> {
+        if pid.is_temp() {
+            // Their owners write them through `&mut [u8]` (ExclusiveGuard::data_mut).
+            return Err(Error::InvalidPageId { pid, reason: "temporary pages are private to their owner and cannot be read optimistically" });
+        }
         let sp = self.lookup(pid)?;
         let index = pid.index();
         let st = sp.state(index);

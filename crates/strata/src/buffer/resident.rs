@@ -26,9 +26,29 @@ fn hash(pid: u64) -> usize {
 
 impl ResidentSet {
     /// A set for at least `max_pages` resident pages.
+    #[cfg(test)]
     pub(crate) fn with_capacity(max_pages: u64) -> ResidentSet {
-        let cap = (max_pages.saturating_mul(2)).max(64).next_power_of_two() as usize;
-        ResidentSet { slots: (0..cap).map(|_| AtomicU64::new(EMPTY)).collect(), mask: cap - 1, hand: AtomicUsize::new(0) }
+        Self::try_with_capacity(max_pages).expect("resident set allocation")
+    }
+
+    /// Number of slots of a set for `max_pages` pages.
+    fn slots_for(max_pages: u64) -> u64 {
+        (max_pages.saturating_mul(2)).max(64).next_power_of_two()
+    }
+
+    /// Memory a set for `max_pages` pages occupies, without building it.
+    pub(crate) fn memory_bytes_for(max_pages: u64) -> u64 {
+        Self::slots_for(max_pages).saturating_mul(8)
+    }
+
+    /// A set for at least `max_pages` resident pages, or `None` if its slots cannot be
+    /// allocated (an absurdly large pool must be a configuration error, not an abort).
+    pub(crate) fn try_with_capacity(max_pages: u64) -> Option<ResidentSet> {
+        let cap = usize::try_from(Self::slots_for(max_pages)).ok()?;
+        let mut slots = Vec::new();
+        slots.try_reserve_exact(cap).ok()?;
+        slots.extend((0..cap).map(|_| AtomicU64::new(EMPTY)));
+        Some(ResidentSet { slots: slots.into_boxed_slice(), mask: cap - 1, hand: AtomicUsize::new(0) })
     }
 
     /// Number of slots.
