@@ -27,9 +27,9 @@ pub enum QueryOp {
 
 /// The JSON object every query prints (contract: docs/cli.md).
 #[derive(Serialize)]
-struct QueryOutput<R: Serialize> {
+struct QueryOutput {
     op: &'static str,
-    result: R,
+    result: serde_json::Value,
     seconds: f64,
     pool_bytes: u64,
     peak_resident_bytes: u64,
@@ -160,14 +160,24 @@ pub fn stats(dir: &Path, json: bool) -> Result<(), Error> {
     Ok(())
 }
 
-/// Runs one query and returns (op name, result as JSON, seconds, stats).
-fn run_query(db: &Database, op: &QueryOp, threads: usize) -> Result<(&'static str, ScanResult, f64), Error> {
-    let start = Instant::now();
+/// A query's outcome: its name in the contract, the `result` object, and a line for people.
+struct Outcome {
+    op: &'static str,
+    result: serde_json::Value,
+    text: String,
+}
+
+fn to_json<T: Serialize>(v: &T) -> Result<serde_json::Value, Error> {
+    serde_json::to_value(v).map_err(|e| Error::InvalidInput(format!("cannot encode result: {e}")))
+}
+
+/// Runs one query operation.
+fn run_query(db: &Database, op: &QueryOp, threads: usize) -> Result<Outcome, Error> {
     match op {
         QueryOp::Scan { column, gt } => {
             let col = db.column(column)?;
-            let r = scan_gt(db.buffer(), &col, *gt, threads)?;
-            Ok(("scan", r, start.elapsed().as_secs_f64()))
+            let r: ScanResult = scan_gt(db.buffer(), &col, *gt, threads)?;
+            Ok(Outcome { op: "scan", result: to_json(&r)?, text: format!("count {} sum {}", r.count, r.sum) })
         }
     }
 }
@@ -178,12 +188,14 @@ pub fn query(dir: &Path, pool: u64, threads: usize, json: bool, op: QueryOp) -> 
     }
     let db = Database::open(Config::new(dir).pool_size(pool))?;
     warn_if_buffered(&db, json);
-    let (name, result, seconds) = run_query(&db, &op, threads)?;
+    let start = Instant::now();
+    let outcome = run_query(&db, &op, threads)?;
+    let seconds = start.elapsed().as_secs_f64();
     let st = db.buffer().stats();
     if json {
         print_json(&QueryOutput {
-            op: name,
-            result,
+            op: outcome.op,
+            result: outcome.result,
             seconds,
             pool_bytes: pool,
             peak_resident_bytes: st.peak_resident_bytes,
@@ -193,7 +205,7 @@ pub fn query(dir: &Path, pool: u64, threads: usize, json: bool, op: QueryOp) -> 
             peak_rss_bytes: strata::util::peak_rss_bytes(),
         })?;
     } else {
-        println!("{name}: count {} sum {} ({seconds:.3} s, peak resident {} of {} pool, read {})", result.count, result.sum, Bytes(st.peak_resident_bytes), Bytes(pool), Bytes(st.bytes_read));
+        println!("{}: {} ({seconds:.3} s, peak resident {} of {} pool, read {})", outcome.op, outcome.text, Bytes(st.peak_resident_bytes), Bytes(pool), Bytes(st.bytes_read));
     }
     db.close()
 }
