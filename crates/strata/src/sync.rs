@@ -2,14 +2,14 @@
 //! `loom` (built with `RUSTFLAGS="--cfg loom"`) and with std atomics otherwise.
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
+pub(crate) use loom::sync::atomic::{fence, AtomicU64, Ordering};
 #[cfg(loom)]
 pub(crate) fn spin_hint() {
     loom::thread::yield_now();
 }
 
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
+pub(crate) use std::sync::atomic::{fence, AtomicU64, Ordering};
 #[cfg(not(loom))]
 #[inline]
 pub(crate) fn spin_hint() {

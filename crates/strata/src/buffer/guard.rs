@@ -227,17 +227,7 @@ impl<'a> ExclusiveGuard<'a> {
     /// Releases the exclusive latch but keeps a shared one (the version is bumped).
     pub fn downgrade(self) -> SharedGuard<'a> {
         let me = std::mem::ManuallyDrop::new(self);
-        let st = me.sp.state(me.index);
-        st.unlock_exclusive_modified();
-        loop {
-            let w = st.load();
-            if st.try_lock_shared(w) {
-                break;
-            }
-            // Another thread latched it exclusively in between; wait for it.
-            crate::sync::spin_hint();
-            std::thread::yield_now();
-        }
+        me.sp.state(me.index).downgrade_modified();
         SharedGuard { sp: me.sp, index: me.index, frame: me.frame, _not_send: PhantomData }
     }
 }

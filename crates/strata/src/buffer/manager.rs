@@ -49,6 +49,20 @@ use crate::storage::{AllocTable, ClassBitmap, IoBufMut, Meta, PageId, SizeClasse
 /// How many slots an evictor takes from the clock per step.
 const CLOCK_BATCH: usize = 64;
 
+/// The `used` word packs two fields: the bytes counted against the cap (its low `USED_BITS`
+/// bits, see [`BufferManager::used_bytes`]) and a shrink generation (the high bits), which
+/// every [`BufferManager::set_pool_size`] that lowers the cap bumps after storing the new
+/// cap. A reservation compare-and-swaps the whole word, so one that read the cap before a
+/// shrink fails (the word changed) and retries under the new cap. Without the generation,
+/// a reservation that read the old cap could still succeed after the shrink had seen `used`
+/// below the new cap and returned, leaving `used` above the cap it had just set.
+const USED_BITS: u32 = 52;
+/// Mask of the byte count in the `used` word (4 PiB; reservations never carry past it).
+const USED_MASK: u64 = (1 << USED_BITS) - 1;
+/// One step of the shrink generation in the `used` word (it wraps, which is harmless: a
+/// reservation would have to sleep between its load and its CAS through 4096 shrinks).
+const SHRINK_GENERATION: u64 = 1 << USED_BITS;
+
 /// A buffer manager over one database directory. `Send + Sync`: share it with `Arc`.
 pub struct BufferManager {
     dir: PathBuf,
@@ -88,6 +102,25 @@ impl Backoff {
     }
 }
 
+/// Checks that a pool of `pool` bytes holds the resident set plus one smallest page;
+/// returns the resident set's size.
+fn check_pool(classes: SizeClasses, pool: u64) -> Result<u64> {
+    let rs_bytes = ResidentSet::memory_bytes_for(pool / classes.min_page());
+    let needed = rs_bytes.saturating_add(classes.min_page());
+    if needed > pool {
+        return Err(Error::PoolTooSmall { needed, pool });
+    }
+    Ok(rs_bytes)
+}
+
+fn resident_set_too_big(pool: u64, rs_bytes: u64) -> Error {
+    Error::InvalidConfig(format!(
+        "a pool of {} needs a resident-page table of {}, which cannot be allocated; choose a smaller pool",
+        crate::util::Bytes(pool),
+        crate::util::Bytes(rs_bytes)
+    ))
+}
+
 impl BufferManager {
     /// Creates a new database in `config.dir` (which must not exist or be empty).
     pub fn create(config: Config) -> Result<BufferManager> {
@@ -110,6 +143,9 @@ impl BufferManager {
         let classes = SizeClasses::new(min_page).ok_or_else(|| {
             Error::InvalidConfig(format!("min_page must be a power of two between 4 KiB and 64 GiB, got {min_page}"))
         })?;
+        // Refuse an unusable pool before writing anything: a create that fails must not
+        // leave a database behind (a retry would then fail with AlreadyExists).
+        check_pool(classes, config.pool_size)?;
         be.create_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
         AllocTable::new(classes.count()).store(be.as_ref(), dir)?;
         init(be.as_ref(), dir)?;
@@ -145,8 +181,8 @@ impl BufferManager {
             be.create_dir_all(&tmp).map_err(|e| Error::io("create directory", &tmp, e))?;
         }
         let pool = config.pool_size;
-        let max_pages = pool / classes.min_page();
-        let resident = ResidentSet::with_capacity(max_pages);
+        let rs_bytes = check_pool(classes, pool)?;
+        let resident = ResidentSet::try_with_capacity(pool / classes.min_page()).ok_or_else(|| resident_set_too_big(pool, rs_bytes))?;
         let bm = BufferManager {
             dir,
             backend: be,
@@ -161,12 +197,12 @@ impl BufferManager {
             evictors: AtomicU64::new(0),
             pin_wait: config.pin_wait,
             counters: Counters::default(),
-            closed: false.into(),
+            // Closed until fully opened: if setting up a space fails below, dropping the
+            // half-built manager must not checkpoint, which would replace the allocation
+            // table on disk with the partial (possibly empty) one in memory.
+            closed: true.into(),
         };
-        let rs_bytes = bm.resident.read().memory_bytes();
-        if rs_bytes + classes.min_page() > pool {
-            return Err(Error::PoolTooSmall { needed: rs_bytes + classes.min_page(), pool });
-        }
+        debug_assert_eq!(rs_bytes, bm.resident.read().memory_bytes());
         bm.charge_metadata(rs_bytes)?;
         for (class, bitmap) in table.classes.into_iter().enumerate() {
             if bitmap.allocated() > 0 {
@@ -175,6 +211,7 @@ impl BufferManager {
                 bm.ensure_addressable(sp, hw - 1)?;
             }
         }
+        bm.closed.store(false, Ordering::Relaxed);
         Ok(bm)
     }
 
@@ -200,7 +237,7 @@ impl BufferManager {
 
     /// Bytes counted against the cap now.
     pub fn used_bytes(&self) -> u64 {
-        self.used.load(Ordering::Relaxed)
+        self.used.load(Ordering::Relaxed) & USED_MASK
     }
 
     /// High-water mark of [`used_bytes`](Self::used_bytes).
@@ -270,10 +307,14 @@ impl BufferManager {
         let start = Instant::now();
         let mut backoff = Backoff(0);
         loop {
-            let used = self.used.load(Ordering::Relaxed);
-            let limit = self.pool.load(Ordering::Relaxed);
+            // Acquire: a word that carries a shrink's generation bump makes the cap stored
+            // before that bump visible to the load below (see `USED_BITS`).
+            let word = self.used.load(Ordering::Acquire);
+            let used = word & USED_MASK;
+            // Clamped so that `used + bytes` never carries into the generation.
+            let limit = self.pool.load(Ordering::Relaxed).min(USED_MASK);
             if used + bytes <= limit {
-                if self.used.compare_exchange_weak(used, used + bytes, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                if self.used.compare_exchange_weak(word, word + bytes, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
                     self.peak.fetch_max(used + bytes, Ordering::Relaxed);
                     return Ok(());
                 }
@@ -294,7 +335,7 @@ impl BufferManager {
                 continue;
             }
             if start.elapsed() >= self.pin_wait {
-                let used = self.used.load(Ordering::Relaxed);
+                let used = self.used_bytes();
                 return Err(Error::OutOfMemory {
                     requested: bytes,
                     used,
@@ -309,7 +350,7 @@ impl BufferManager {
 
     fn release(&self, bytes: u64) {
         let prev = self.used.fetch_sub(bytes, Ordering::AcqRel);
-        debug_assert!(prev >= bytes);
+        debug_assert!(prev & USED_MASK >= bytes);
     }
 
     /// Runs the clock until at least `need` bytes were freed or two laps found nothing.
@@ -482,7 +523,7 @@ impl BufferManager {
             match w.state() {
                 UNLOCKED | MARKED => {
                     if st.try_lock_exclusive(w) {
-                        self.counters.hits.add(1);
+                        self.counters.hits.add_cheap(1);
                         break;
                     }
                 }
@@ -517,7 +558,7 @@ impl BufferManager {
                 LOCKED => backoff.snooze(),
                 _ => {
                     if st.try_lock_shared(w) {
-                        self.counters.hits.add(1);
+                        self.counters.hits.add_cheap(1);
                         break;
                     }
                     backoff.snooze();
@@ -549,7 +590,7 @@ impl BufferManager {
                 LOCKED => backoff.snooze(),
                 _ => {
                     st.clear_mark(w);
-                    self.counters.hits.add(1);
+                    self.counters.hits.add_cheap(1);
                     return Ok(OptimisticGuard { bm: self, sp, index, frame: sp.frame(index), seen: w });
                 }
             }
@@ -589,8 +630,10 @@ impl BufferManager {
     }
 
     fn alloc_in(&self, bytes: usize, temp: bool) -> Result<ExclusiveGuard<'_>> {
-        let total = bytes as u64 + PAGE_HEADER_SIZE as u64;
-        let class = self.classes.class_for(total).ok_or_else(|| Error::InvalidInput(format!("page of {bytes} bytes is larger than the largest size class")))?;
+        let class = (bytes as u64)
+            .checked_add(PAGE_HEADER_SIZE as u64)
+            .and_then(|total| self.classes.class_for(total))
+            .ok_or_else(|| Error::InvalidInput(format!("page of {bytes} bytes is larger than the largest size class")))?;
         let size = self.classes.page_size(class);
         let pool = self.pool_size();
         if size + self.metadata.load(Ordering::Relaxed) > pool {
@@ -690,11 +733,26 @@ impl BufferManager {
     /// Changes the cap. Growing is immediate; shrinking evicts down to the new cap (waiting
     /// a bounded time for pinned pages, else the old cap is restored and OutOfMemory returned).
     pub fn set_pool_size(&self, bytes: u64) -> Result<()> {
+        // A cap that cannot hold the metadata plus one page can never be met, however much
+        // is evicted: refuse it up front, changing nothing.
+        let needed = self.metadata.load(Ordering::Relaxed).saturating_add(self.classes.min_page());
+        if bytes < needed {
+            return Err(Error::PoolTooSmall { needed, pool: bytes });
+        }
         let old = self.pool.swap(bytes, Ordering::AcqRel);
+        if bytes < old {
+            // Reservations that read the old cap and have not completed must fail their
+            // compare-and-swap: change the word they compare against. Every reservation
+            // that did complete is then included in the `used` read below.
+            self.used.fetch_add(SHRINK_GENERATION, Ordering::AcqRel);
+        }
         let max_pages = bytes / self.classes.min_page();
         // The resident set must have room for every page the new pool can hold.
-        if (max_pages * 2) as usize > self.resident.read().capacity() {
-            let bigger = ResidentSet::with_capacity(max_pages);
+        if max_pages.saturating_mul(2) > self.resident.read().capacity() as u64 {
+            let Some(bigger) = ResidentSet::try_with_capacity(max_pages) else {
+                self.pool.store(old, Ordering::Release);
+                return Err(resident_set_too_big(bytes, ResidentSet::memory_bytes_for(max_pages)));
+            };
             let extra = bigger.memory_bytes() - self.resident.read().memory_bytes();
             if let Err(e) = self.charge_metadata(extra) {
                 self.pool.store(old, Ordering::Release);
@@ -707,11 +765,20 @@ impl BufferManager {
         let start = Instant::now();
         let mut backoff = Backoff(0);
         loop {
-            let used = self.used.load(Ordering::Relaxed);
+            let used = self.used_bytes();
             if used <= bytes {
                 return Ok(());
             }
-            if self.evict(used - bytes)? == 0 && self.evictors.load(Ordering::Acquire) == 0 {
+            let freed = match self.evict(used - bytes) {
+                Ok(freed) => freed,
+                Err(e) => {
+                    // E.g. the disk is full and only dirty pages are left: as when pinned
+                    // pages remain, the shrink is abandoned and the old cap restored.
+                    self.pool.store(old.max(self.used_bytes()), Ordering::Release);
+                    return Err(e);
+                }
+            };
+            if freed == 0 && self.evictors.load(Ordering::Acquire) == 0 {
                 if start.elapsed() >= self.pin_wait {
                     self.pool.store(old.max(used), Ordering::Release);
                     return Err(Error::OutOfMemory {
@@ -908,6 +975,18 @@ impl BufferManager {
     pub fn verify_on_disk(&self, pid: PageId, buf: &mut crate::storage::AlignedBuf) -> Result<()> {
         let sp = self.lookup(pid)?;
         let size = sp.page_size() as usize;
+        // A free slot holds no page (or a freed one's stale bytes): that is a bad id, not
+        // corruption of the database.
+        if !sp.bitmap.lock().is_allocated(pid.index()) {
+            return Err(Error::InvalidPageId { pid, reason: "page is not allocated (never allocated or freed)" });
+        }
+        if buf.len() < size {
+            return Err(Error::InvalidInput(format!(
+                "verify buffer of {} is smaller than page {pid} ({})",
+                crate::util::Bytes(buf.len() as u64),
+                crate::util::Bytes(size as u64)
+            )));
+        }
         let w = sp.state(pid.index()).load();
         if w.state() != EVICTED && w.dirty() {
             return Ok(());

@@ -25,7 +25,7 @@
 //!   thread that wants to load a page takes `EVICTED -> LOCKED` and is then the only loader.
 //! * Any fix of a MARKED page clears the mark (second chance).
 
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{fence, AtomicU64, Ordering};
 
 /// Not resident (or free).
 pub const EVICTED: u64 = 0;
@@ -109,13 +109,26 @@ impl PageState {
     /// UNLOCKED/MARKED -> LOCKED, if the word is still `seen`.
     #[inline]
     pub fn try_lock_exclusive(&self, seen: Word) -> bool {
-        matches!(seen.state(), UNLOCKED | MARKED) && self.cas(seen, seen.with_state(LOCKED))
+        let ok = matches!(seen.state(), UNLOCKED | MARKED) && self.cas(seen, seen.with_state(LOCKED));
+        if ok {
+            // Seqlock rule: the LOCKED store must be ordered before the page stores that
+            // follow (which are Relaxed), or an optimistic reader could see a new page word
+            // and still re-read the old unlocked word with the same version (found by loom;
+            // x86's locked CAS hides it, AArch64 does not). A compiler barrier on x86.
+            fence(Ordering::Release);
+        }
+        ok
     }
 
     /// EVICTED -> LOCKED (the caller becomes the page's only loader / allocator / freer).
     #[inline]
     pub fn try_lock_evicted(&self, seen: Word) -> bool {
-        seen.state() == EVICTED && self.cas(seen, seen.with_state(LOCKED))
+        let ok = seen.state() == EVICTED && self.cas(seen, seen.with_state(LOCKED));
+        if ok {
+            // As in try_lock_exclusive: the load that follows writes the frame.
+            fence(Ordering::Release);
+        }
+        ok
     }
 
     /// UNLOCKED/MARKED/SHARED(n) -> SHARED(n+1), if the word is still `seen`.
@@ -160,6 +173,15 @@ impl PageState {
         let w = self.load();
         debug_assert_eq!(w.state(), LOCKED);
         self.0.store(w.with_state(2).0, Ordering::Release);
+    }
+
+    /// LOCKED -> SHARED(1) after the payload may have changed: bumps the version, marks
+    /// dirty, in one store (no window in which an evictor could take the page).
+    #[inline]
+    pub fn downgrade_modified(&self) {
+        let w = self.load();
+        debug_assert_eq!(w.state(), LOCKED);
+        self.0.store(Word(w.bumped().0 | DIRTY).with_state(2).0, Ordering::Release);
     }
 
     /// LOCKED -> EVICTED: the frame has been dropped. Bumps the version, clears dirty.

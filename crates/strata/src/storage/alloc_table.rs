@@ -179,13 +179,20 @@ impl AllocTable {
         let mut r = Reader { s: &stream, at: 0 };
         let mut table = AllocTable::new(n_classes);
         let n = r.u32().ok_or_else(|| bad("truncated allocation table".into()))?;
+        let mut seen = vec![false; n_classes];
         for _ in 0..n {
             let class = r.u8().ok_or_else(|| bad("truncated allocation table".into()))? as usize;
             let count = r.u32().ok_or_else(|| bad("truncated allocation table".into()))? as usize;
             if class >= n_classes {
                 return Err(bad(format!("allocation table names class {class}, the database has {n_classes}")));
             }
-            let mut words = Vec::with_capacity(count);
+            // A second entry (e.g. a class count that reaches into the zero padding, which
+            // reads as "class 0, no words") would silently replace the first bitmap.
+            if std::mem::replace(&mut seen[class], true) {
+                return Err(bad(format!("allocation table lists class {class} twice")));
+            }
+            // `count` comes from the file: bound the allocation by what the stream holds.
+            let mut words = Vec::with_capacity(count.min(r.remaining() / 8));
             for _ in 0..count {
                 words.push(r.u64().ok_or_else(|| bad("truncated allocation table".into()))?);
             }
@@ -218,6 +225,9 @@ struct Reader<'a> {
 }
 
 impl Reader<'_> {
+    fn remaining(&self) -> usize {
+        self.s.len() - self.at
+    }
     fn take<const N: usize>(&mut self) -> Option<[u8; N]> {
         let v = self.s.get(self.at..self.at + N)?.try_into().ok()?;
         self.at += N;
