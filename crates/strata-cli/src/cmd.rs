@@ -8,7 +8,7 @@ use std::time::Instant;
 use clap::Subcommand;
 use serde::Serialize;
 use strata::access::ValueFormat;
-use strata::ops::{scan_gt, ScanResult};
+use strata::ops::{bfs, distinct, groupby_mod, join_count, scan_gt, sort_column, ScanResult};
 use strata::util::Bytes;
 use strata::{Config, Database, Error};
 
@@ -23,6 +23,28 @@ pub enum QueryOp {
         #[arg(long, allow_negative_numbers = true)]
         gt: i128,
     },
+    /// Sort COLUMN completely (ascending): its K smallest and largest values and a checksum.
+    Sort {
+        column: String,
+        #[arg(long, default_value_t = 10)]
+        top: usize,
+    },
+    /// Breadth-first search over GRAPH from vertex V: reached vertices and hop distances.
+    Bfs {
+        graph: String,
+        #[arg(long)]
+        source: u64,
+    },
+    /// Count the values of COLUMN per remainder modulo M (non-negative remainder).
+    Groupby {
+        column: String,
+        #[arg(long = "mod")]
+        modulus: u64,
+    },
+    /// Group COLUMN by value: number of distinct values and the most frequent one.
+    Distinct { column: String },
+    /// Equi-join COLUMN_A and COLUMN_B on value: matching pairs and the sum of matched values.
+    Join { column_a: String, column_b: String },
 }
 
 /// The JSON object every query prints (contract: docs/cli.md).
@@ -109,9 +131,10 @@ pub fn check(dir: &Path, pool: u64, json: bool) -> Result<(), Error> {
         print_json(&serde_json::json!({"ok": true, "report": report}))?;
     } else {
         println!(
-            "ok: {} pages verified, {} columns consistent{}",
+            "ok: {} pages verified, {} columns and {} graphs consistent{}",
             report.pages_verified,
             report.columns,
+            report.graphs,
             if report.unreferenced_pages > 0 {
                 format!(", {} unreferenced pages (from an interrupted import; harmless)", report.unreferenced_pages)
             } else {
@@ -147,6 +170,8 @@ pub fn stats(dir: &Path, json: bool) -> Result<(), Error> {
             "total_pages_allocated": st.classes.iter().map(|c| c.allocated_pages).sum::<u64>(),
             "total_file_bytes": st.classes.iter().map(|c| c.file_bytes).sum::<u64>(),
             "columns": columns,
+            "graphs": catalog.graphs.iter().map(|(n, g)| (n.clone(), serde_json::json!({"vertices": g.vertices, "edges": g.edges,
+                "index_space": g.index_space, "renumbered": g.renumbered, "pages": g.pages().count()}))).collect::<serde_json::Map<_, _>>(),
         }));
     }
     println!("database {} (smallest page {})", dir.display(), Bytes(db.buffer().classes().min_page()));
@@ -156,6 +181,9 @@ pub fn stats(dir: &Path, json: bool) -> Result<(), Error> {
     }
     for (name, c) in &catalog.columns {
         println!("column {name}: {} {} values in {} pages", c.count, c.format.name(), c.pages.len());
+    }
+    for (name, g) in &catalog.graphs {
+        println!("graph {name}: {} vertices, {} edges in {} pages", g.vertices, g.edges, g.pages().count());
     }
     Ok(())
 }
@@ -178,6 +206,40 @@ fn run_query(db: &Database, op: &QueryOp, threads: usize) -> Result<Outcome, Err
             let col = db.column(column)?;
             let r: ScanResult = scan_gt(db.buffer(), &col, *gt, threads)?;
             Ok(Outcome { op: "scan", result: to_json(&r)?, text: format!("count {} sum {}", r.count, r.sum) })
+        }
+        QueryOp::Sort { column, top } => {
+            let col = db.column(column)?;
+            let r = sort_column(db.buffer(), &col, *top, threads)?;
+            let text = format!("first {:?} last {:?} checksum {}", r.first, r.last, r.checksum);
+            Ok(Outcome { op: "sort", result: to_json(&r)?, text })
+        }
+        QueryOp::Bfs { graph, source } => {
+            let g = db.graph(graph)?;
+            let r = bfs(db.buffer(), &g, *source, threads)?;
+            let text = format!("reached {} max_depth {} depth_sum {}", r.reached, r.max_depth, r.depth_sum);
+            Ok(Outcome { op: "bfs", result: to_json(&r)?, text })
+        }
+        QueryOp::Groupby { column, modulus } => {
+            if *modulus == 0 {
+                return Err(Error::InvalidInput("--mod must be at least 1 (remainders modulo 0 are undefined)".into()));
+            }
+            let col = db.column(column)?;
+            let r = groupby_mod(db.buffer(), &col, *modulus, threads)?;
+            let text = format!("groups {} counts {:?}{}", r.groups, &r.counts[..r.counts.len().min(16)], if r.counts.len() > 16 { " ..." } else { "" });
+            Ok(Outcome { op: "groupby", result: to_json(&r)?, text })
+        }
+        QueryOp::Distinct { column } => {
+            let col = db.column(column)?;
+            let r = distinct(db.buffer(), &col, threads)?;
+            let top = r.top_value.map_or_else(|| "none".to_string(), |v| v.to_string());
+            let text = format!("groups {} top_value {top} top_count {}", r.groups, r.top_count);
+            Ok(Outcome { op: "distinct", result: to_json(&r)?, text })
+        }
+        QueryOp::Join { column_a, column_b } => {
+            let a = db.column(column_a)?;
+            let b = db.column(column_b)?;
+            let r = join_count(db.buffer(), &a, &b, threads)?;
+            Ok(Outcome { op: "join", result: to_json(&r)?, text: format!("matches {} checksum {}", r.matches, r.checksum) })
         }
     }
 }

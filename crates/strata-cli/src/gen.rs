@@ -24,6 +24,18 @@ pub enum GenCmd {
         #[arg(long)]
         max: Option<u64>,
     },
+    /// A Graph500-style R-MAT graph (a, b, c, d = 0.57, 0.19, 0.19, 0.05; vertex ids
+    /// scrambled) as a SNAP text edge list: 2^scale vertex ids, edgefactor * 2^scale edges.
+    Rmat {
+        #[arg(long)]
+        scale: u32,
+        #[arg(long, default_value_t = 16)]
+        edgefactor: u64,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 /// SplitMix64: small, fast, and good enough for benchmark data.
@@ -46,6 +58,7 @@ impl SplitMix {
 pub fn run(cmd: GenCmd) -> Result<(), Error> {
     match cmd {
         GenCmd::Ints { count, seed, out, format, max } => ints(count, seed, &out, &format, max),
+        GenCmd::Rmat { scale, edgefactor, seed, out } => rmat(scale, edgefactor, seed, &out),
     }
 }
 
@@ -71,4 +84,75 @@ pub fn ints(count: u64, seed: u64, out: &PathBuf, format: &str, max: Option<u64>
         r.map_err(|e| Error::io("write", out, e))?;
     }
     w.flush().map_err(|e| Error::io("write", out, e))
+}
+
+/// A bijection of `[0, 2^bits)` (odd multipliers and xor-shifts), to scramble vertex ids.
+fn scramble(x: u64, bits: u32, k1: u64, k2: u64) -> u64 {
+    let mask = if bits == 64 { u64::MAX } else { (1u64 << bits) - 1 };
+    let r = bits / 2 + 1;
+    let mut x = x.wrapping_mul(k1 | 1) & mask;
+    x ^= x >> r;
+    x = x.wrapping_mul(k2 | 1) & mask;
+    x ^ (x >> r)
+}
+
+/// Writes an R-MAT edge list (Graph500 parameters) to `out`.
+pub fn rmat(scale: u32, edgefactor: u64, seed: u64, out: &PathBuf) -> Result<(), Error> {
+    if !(1..=40).contains(&scale) {
+        return Err(Error::InvalidInput(format!("--scale {scale} must be between 1 and 40")));
+    }
+    let edges = edgefactor
+        .checked_mul(1u64 << scale)
+        .filter(|&e| e > 0)
+        .ok_or_else(|| Error::InvalidInput(format!("--edgefactor {edgefactor} must be at least 1 and edgefactor * 2^scale fit in 64 bits")))?;
+    // Quadrant thresholds as fractions of 2^64: a, a + b, a + b + c.
+    const A: u64 = (0.57 * 18446744073709551616.0) as u64;
+    const AB: u64 = (0.76 * 18446744073709551616.0) as u64;
+    const ABC: u64 = (0.95 * 18446744073709551616.0) as u64;
+    let f = File::create(out).map_err(|e| Error::io("create", out, e))?;
+    let mut w = BufWriter::with_capacity(1 << 20, f);
+    let mut rng = SplitMix(seed);
+    let (k1, k2) = (rng.next_u64(), rng.next_u64());
+    let mut write = |s: &str| w.write_all(s.as_bytes()).map_err(|e| Error::io("write", out, e));
+    write(&format!(
+        "# R-MAT graph (Graph500 a,b,c,d = 0.57,0.19,0.19,0.05), scale {scale}, edgefactor {edgefactor}, seed {seed}\n# Nodes: {} Edges: {edges}\n# FromNodeId\tToNodeId\n",
+        1u64 << scale
+    ))?;
+    let mut line = String::with_capacity(64);
+    for _ in 0..edges {
+        let (mut u, mut v) = (0u64, 0u64);
+        for _ in 0..scale {
+            let r = rng.next_u64();
+            let (du, dv) = if r < A {
+                (0, 0)
+            } else if r < AB {
+                (0, 1)
+            } else if r < ABC {
+                (1, 0)
+            } else {
+                (1, 1)
+            };
+            u = (u << 1) | du;
+            v = (v << 1) | dv;
+        }
+        line.clear();
+        use std::fmt::Write as _;
+        let _ = writeln!(line, "{}\t{}", scramble(u, scale, k1, k2), scramble(v, scale, k1, k2));
+        write(&line)?;
+    }
+    w.flush().map_err(|e| Error::io("write", out, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scramble_is_a_bijection() {
+        for bits in [1u32, 2, 5, 10] {
+            let mut seen: Vec<u64> = (0..1u64 << bits).map(|x| scramble(x, bits, 0x1234_5678_9abc, 0xfeed_beef)).collect();
+            seen.sort_unstable();
+            assert_eq!(seen, (0..1u64 << bits).collect::<Vec<_>>(), "bits {bits}");
+        }
+    }
 }

@@ -1,8 +1,10 @@
 //! The `strata` command-line tool. The contract it implements is documented in
 //! `docs/cli.md`; errors print one line on stderr and exit non-zero.
 
+mod bench_cmd;
 mod cmd;
 mod gen;
+mod graph_cmd;
 mod progress;
 
 use std::path::PathBuf;
@@ -44,6 +46,20 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Load a directed graph from a SNAP text edge list (`u v` lines, `#` comments) into GRAPH.
+    ImportEdges {
+        dir: PathBuf,
+        graph: String,
+        /// Edge list to read.
+        #[arg(long)]
+        from: PathBuf,
+        /// Buffer pool size.
+        #[arg(long, default_value = "64MiB", value_parser = parse_size)]
+        pool: u64,
+        /// Print one JSON object instead of text and progress.
+        #[arg(long)]
+        json: bool,
+    },
     /// Verify everything: allocation table, every page's checksum, structures.
     Check {
         dir: PathBuf,
@@ -77,6 +93,9 @@ enum Command {
         #[command(subcommand)]
         what: gen::GenCmd,
     },
+    /// Benchmark strata against baselines (hashpool, static-split, mmap, raw) in one run:
+    /// fix, random-read, scan or mixed-size.
+    Bench(bench_cmd::BenchArgs),
     /// Build a small database several times larger than a small pool and run every query.
     Demo {
         /// Where to build it (a previous demo database there is replaced).
@@ -117,9 +136,11 @@ fn main() -> ExitCode {
     let r = match cli.command {
         Command::Create { dir, min_page } => cmd::create(&dir, min_page),
         Command::Import { dir, column, from, format, pool, json } => cmd::import(&dir, &column, &from, &format, pool, json),
+        Command::ImportEdges { dir, graph, from, pool, json } => graph_cmd::import_edges(&dir, &graph, &from, pool, json),
         Command::Check { dir, pool, json } => cmd::check(&dir, pool, json),
         Command::Stats { dir, json } => cmd::stats(&dir, json),
         Command::Query { dir, pool, threads, json, op } => cmd::query(&dir, pool, threads, json, op),
+        Command::Bench(args) => bench_cmd::bench(args),
         Command::Gen { what } => gen::run(what),
         Command::Demo { dir, pool, count } => cmd::demo(&dir, pool, count),
     };

@@ -1,12 +1,12 @@
 //! The database façade: a buffer manager plus the catalog of named columns.
 
 use std::collections::HashSet;
-use std::io::Read;
+use std::io::{BufRead, Read};
 
 use parking_lot::Mutex;
 use serde::Serialize;
 
-use crate::access::{Catalog, Column, ValueFormat};
+use crate::access::{Catalog, Column, Graph, ValueFormat};
 use crate::buffer::{BufferManager, Config};
 use crate::error::{Error, Result};
 use crate::storage::AlignedBuf;
@@ -24,6 +24,8 @@ pub struct CheckReport {
     pub pages_verified: u64,
     /// Columns checked.
     pub columns: u64,
+    /// Graphs checked.
+    pub graphs: u64,
     /// Allocated pages that no column references (left by an interrupted import; harmless).
     pub unreferenced_pages: u64,
 }
@@ -87,6 +89,35 @@ impl Database {
         Ok(col)
     }
 
+    /// The graph `name`.
+    pub fn graph(&self, name: &str) -> Result<Graph> {
+        self.catalog.lock().graph(name).cloned()
+    }
+
+    /// Imports a SNAP text edge list (`u v` per line, `#` comments) as the new graph `name`
+    /// (see [`crate::access::graph`]), then checkpoints. `progress` is called with the input
+    /// bytes consumed. On error nothing is added and the pages allocated are freed.
+    pub fn import_edges(&self, name: &str, input: &mut dyn BufRead, progress: &mut dyn FnMut(u64)) -> Result<Graph> {
+        if name.is_empty() || name.len() > 255 || name.chars().any(|c| c.is_control()) {
+            return Err(Error::InvalidInput(format!("invalid graph name {name:?}")));
+        }
+        if self.catalog.lock().graphs.contains_key(name) {
+            return Err(Error::InvalidInput(format!("graph {name:?} already exists")));
+        }
+        let graph = crate::access::graph::import_edges(&self.bm, input, progress)?;
+        let mut next = self.catalog();
+        next.graphs.insert(name.to_owned(), graph.clone());
+        let stored = self.bm.checkpoint().and_then(|()| next.store(self.bm.backend().as_ref(), self.bm.dir()));
+        if let Err(e) = stored {
+            for (_, p) in graph.pages() {
+                let _ = self.bm.free(p.page_id());
+            }
+            return Err(e);
+        }
+        *self.catalog.lock() = next;
+        Ok(graph)
+    }
+
     /// Writes all dirty pages and persists the allocation table and the catalog.
     pub fn checkpoint(&self) -> Result<()> {
         self.bm.checkpoint()?;
@@ -134,6 +165,20 @@ impl Database {
             if total != col.count {
                 return Err(Error::Inconsistent(format!("column {name:?} claims {} values, its pages hold {total}", col.count)));
             }
+        }
+        for (name, graph) in &catalog.graphs {
+            report.graphs += 1;
+            for (array, p) in graph.pages() {
+                let pid = p.page_id();
+                if !allocated.contains(&pid) {
+                    return Err(Error::Inconsistent(format!("graph {name:?} ({array}) references page {pid}, which is not allocated")));
+                }
+                if !referenced.insert(pid) {
+                    return Err(Error::Inconsistent(format!("page {pid} is referenced twice (graph {name:?}, {array})")));
+                }
+            }
+            // Counts per page and in total, and the CSR structure.
+            graph.verify(&self.bm, name)?;
         }
         report.unreferenced_pages = (allocated.len() - referenced.len()) as u64;
         self.bm.check_invariants()?;

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::column::Column;
+use super::graph::Graph;
 use crate::error::{Error, Result};
 use crate::storage::StorageBackend;
 
@@ -22,6 +23,9 @@ pub const CATALOG_FILE: &str = "catalog.json";
 pub struct Catalog {
     /// Columns by name.
     pub columns: BTreeMap<String, Column>,
+    /// Graphs by name (absent in catalogs written before graphs existed).
+    #[serde(default)]
+    pub graphs: BTreeMap<String, Graph>,
 }
 
 impl Catalog {
@@ -71,5 +75,10 @@ impl Catalog {
     /// The column `name`.
     pub fn column(&self, name: &str) -> Result<&Column> {
         self.columns.get(name).ok_or_else(|| Error::NotFound { kind: "column", name: name.to_owned() })
+    }
+
+    /// The graph `name`.
+    pub fn graph(&self, name: &str) -> Result<&Graph> {
+        self.graphs.get(name).ok_or_else(|| Error::NotFound { kind: "graph", name: name.to_owned() })
     }
 }

@@ -17,7 +17,9 @@ pub struct TempPage<'a> {
 
 impl<'a> TempPage<'a> {
     /// Allocates a temporary page whose payload holds at least `bytes` bytes; returns it
-    /// with its exclusive guard (zeroed).
+    /// with its exclusive guard (zeroed). Drop the guard before the `TempPage`: freeing a
+    /// page waits for its latches, including one held by the same thread (a tuple drops its
+    /// first field first, so don't keep the pair as it is returned).
     pub fn alloc(bm: &'a BufferManager, bytes: usize) -> Result<(TempPage<'a>, ExclusiveGuard<'a>)> {
         let g = bm.alloc_temp(bytes)?;
         Ok((TempPage { bm, pid: g.pid() }, g))

@@ -1,5 +1,14 @@
 //! Operators over access methods. Each takes its memory from the buffer manager.
 
+pub mod bfs;
+pub mod groupby;
+pub mod join;
 pub mod scan;
+pub mod sort;
+pub(crate) mod spill;
 
+pub use bfs::{bfs, BfsResult};
+pub use groupby::{aggregate, distinct, groupby_mod, Aggregates, DistinctResult, Group, GroupSink, GroupbyModResult, SpillStats};
+pub use join::{join_count, join_count_with_stats, JoinResult, JoinStats};
 pub use scan::{scan_gt, ScanResult};
+pub use sort::{sort_column, SortResult};

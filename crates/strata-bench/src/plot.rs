@@ -1,0 +1,205 @@
+//! `--plot FILE.png`: a grouped bar chart of every engine's throughput (operations per
+//! second, log scale) per run of a benchmark report. Text is drawn with an embedded font
+//! (DejaVu Sans from the `dejavu` crate, rendered by ab_glyph), so no system fonts are needed.
+
+use std::path::Path;
+use std::sync::Once;
+
+use plotters::prelude::*;
+use plotters::style::FontTransform;
+use serde_json::Value;
+
+use crate::benchmarks::{run_label, short_size, varying_params};
+
+const FONT: &str = "sans-serif";
+
+const COLORS: [RGBColor; 6] = [
+    RGBColor(0x1f, 0x77, 0xb4), // strata: blue
+    RGBColor(0xff, 0x7f, 0x0e),
+    RGBColor(0x2c, 0xa0, 0x2c),
+    RGBColor(0x94, 0x67, 0xbd),
+    RGBColor(0x8c, 0x56, 0x4b),
+    RGBColor(0x7f, 0x7f, 0x7f),
+];
+
+fn register_font() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let _ = plotters::style::register_font(FONT, FontStyle::Normal, dejavu::sans::regular());
+    });
+}
+
+fn fmt_ops(v: f64) -> String {
+    if v >= 1e9 {
+        format!("{:.0}G", v / 1e9)
+    } else if v >= 1e6 {
+        format!("{:.0}M", v / 1e6)
+    } else if v >= 1e3 {
+        format!("{:.0}k", v / 1e3)
+    } else {
+        format!("{v:.0}")
+    }
+}
+
+/// Draws `report` (one benchmark's JSON object) as a PNG at `path`.
+pub fn plot(report: &Value, path: &Path) -> Result<(), String> {
+    register_font();
+    let runs = report
+        .get("runs")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if runs.is_empty() {
+        return Err("nothing to plot: the report has no runs".into());
+    }
+    // Engines in order of first appearance, strata first.
+    let mut engines: Vec<String> = vec!["strata".into()];
+    for r in &runs {
+        for k in r["engines"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, _)| k)
+        {
+            if !engines.contains(k) {
+                engines.push(k.clone());
+            }
+        }
+    }
+    let varying = varying_params(report);
+    let labels: Vec<String> = runs
+        .iter()
+        .map(|r| run_label(&r["params"], &varying))
+        .collect();
+    let values: Vec<Vec<Option<f64>>> = runs
+        .iter()
+        .map(|r| {
+            engines
+                .iter()
+                .map(|e| {
+                    r["engines"]
+                        .get(e)
+                        .and_then(|x| x.get("ops_per_sec"))
+                        .and_then(Value::as_f64)
+                        .filter(|&v| v > 0.0)
+                })
+                .collect()
+        })
+        .collect();
+    let all: Vec<f64> = values.iter().flatten().flatten().copied().collect();
+    let ymax = all.iter().copied().fold(1.0, f64::max) * 3.0;
+    let ymin = (all.iter().copied().fold(f64::INFINITY, f64::min) / 3.0)
+        .max(0.1)
+        .min(ymax / 10.0);
+
+    let n = runs.len();
+    let width = (160 + 26 * engines.len() as u32 * n as u32 + 12 * n as u32).max(900);
+    let longest = labels.iter().map(String::len).max().unwrap_or(4) as u32;
+    let label_area = 24 + 7 * longest;
+    let height = 560 + label_area;
+    let e = |e: DrawingAreaErrorKind<_>| format!("plot {}: {e}", path.display());
+    let root = BitMapBackend::new(path, (width, height)).into_drawing_area();
+    root.fill(&WHITE).map_err(e)?;
+    let bench = report["bench"].as_str().unwrap_or("?");
+    let m = &report["machine"];
+    let title = format!(
+        "strata bench {bench}: operations/s per engine (log scale) — {} cores, {}, kernel {}",
+        m["cores"],
+        m["memory_bytes"]
+            .as_u64()
+            .map(short_size)
+            .unwrap_or_else(|| "?".into()),
+        m["kernel"].as_str().unwrap_or("?")
+    );
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, (FONT, 18))
+        .margin(12)
+        .x_label_area_size(label_area)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0f64..n as f64, (ymin..ymax).log_scale())
+        .map_err(e)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(0)
+        .y_desc("operations / s")
+        .y_label_formatter(&|v| fmt_ops(*v))
+        .label_style((FONT, 14))
+        .axis_desc_style((FONT, 15))
+        .draw()
+        .map_err(e)?;
+    let k = engines.len() as f64;
+    for (j, name) in engines.iter().enumerate() {
+        let color = COLORS[j % COLORS.len()];
+        let bars: Vec<_> = values
+            .iter()
+            .enumerate()
+            .filter_map(|(i, v)| {
+                let v = v[j]?;
+                let x0 = i as f64 + 0.1 + 0.8 * j as f64 / k;
+                Some(Rectangle::new(
+                    [(x0, ymin), (x0 + 0.8 / k, v)],
+                    color.filled(),
+                ))
+            })
+            .collect();
+        chart
+            .draw_series(bars)
+            .map_err(e)?
+            .label(if runs.iter().any(|r| r["engines"][name.as_str()]["capped"] == Value::Bool(false)) {
+                format!("{name} (uncapped)")
+            } else {
+                name.clone()
+            })
+            .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], color.filled()));
+        // Failed runs: a red cross where the bar would be.
+        let fails: Vec<_> = runs
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| {
+                r["engines"]
+                    .get(name)
+                    .is_some_and(|x| x.get("failed").is_some())
+            })
+            .map(|(i, _)| {
+                Cross::new(
+                    (i as f64 + 0.1 + 0.8 * (j as f64 + 0.5) / k, ymin * 2.0),
+                    6,
+                    RED.stroke_width(3),
+                )
+            })
+            .collect();
+        chart.draw_series(fails).map_err(e)?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font((FONT, 15))
+        .draw()
+        .map_err(e)?;
+    // Run labels, rotated, under each group of bars.
+    for (i, label) in labels.iter().enumerate() {
+        let (px, py) = chart.backend_coord(&(i as f64 + 0.5, ymin));
+        let style = TextStyle::from((FONT, 14).into_font())
+            .transform(FontTransform::Rotate90)
+            .color(&BLACK);
+        root.draw(&Text::new(label.clone(), (px - 7, py + 8), style))
+            .map_err(e)?;
+    }
+    if runs.iter().any(|r| {
+        r["engines"]
+            .as_object()
+            .is_some_and(|m| m.values().any(|x| x.get("failed").is_some()))
+    }) {
+        root.draw(&Text::new(
+            "red x = engine failed the run",
+            (80, 40),
+            (FONT, 14).into_font().color(&RED),
+        ))
+        .map_err(e)?;
+    }
+    root.present().map_err(e)?;
+    Ok(())
+}

@@ -1,0 +1,75 @@
+//! `strata bench NAME [--json] [--plot FILE.png] [options]`: the benchmark harness of the
+//! `strata-bench` crate (strata against its baselines, measured in the same run).
+
+use std::path::PathBuf;
+
+use clap::Args;
+use strata::Error;
+
+/// Arguments of `strata bench`.
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Benchmark: fix, random-read, scan or mixed-size.
+    pub name: String,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Also draw the throughputs as a PNG chart.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// Thread counts, comma-separated (default: 1, 2, 4, ... up to the core count).
+    #[arg(long, value_delimiter = ',')]
+    pub threads: Option<Vec<usize>>,
+    /// Memory budget of the cached engines (default per benchmark, 32MiB for most).
+    #[arg(long, value_parser = crate::parse_size)]
+    pub pool: Option<u64>,
+    /// Data set size (random-read: the out-of-memory data set; default 4x the pool).
+    #[arg(long, value_parser = crate::parse_size)]
+    pub data: Option<u64>,
+    /// Seconds per measurement.
+    #[arg(long)]
+    pub seconds: Option<f64>,
+    /// Operations per thread per measurement instead of a duration (scan: morsels).
+    #[arg(long)]
+    pub ops: Option<u64>,
+    /// Directory for the data files (a scratch directory is made in it and removed after).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Page sizes, comma-separated (fix, scan: one; random-read: several; mixed-size: small,large).
+    #[arg(long = "page-size", value_delimiter = ',', value_parser = crate::parse_size)]
+    pub page_size: Option<Vec<u64>>,
+}
+
+/// Runs a benchmark and prints its report (JSON or a table), optionally plotting it.
+pub fn bench(a: BenchArgs) -> Result<(), Error> {
+    if let Some(sizes) = &a.page_size {
+        if let Some(bad) = sizes.iter().find(|s| !s.is_power_of_two() || **s < 4096) {
+            return Err(Error::InvalidInput(format!(
+                "--page-size {bad} is not a power of two of at least 4KiB"
+            )));
+        }
+    }
+    let opts = strata_bench::Options {
+        threads: a.threads,
+        pool: a.pool,
+        data: a.data,
+        seconds: a.seconds,
+        ops: a.ops,
+        dir: a.dir,
+        page_sizes: a.page_size,
+        progress: !a.json,
+    };
+    let report = strata_bench::run(&a.name, &opts).map_err(Error::InvalidInput)?;
+    if let Some(path) = &a.plot {
+        strata_bench::plot::plot(&report, path).map_err(Error::InvalidInput)?;
+    }
+    if a.json {
+        println!("{report}");
+    } else {
+        print!("{}", strata_bench::benchmarks::text_summary(&report));
+        if let Some(path) = &a.plot {
+            println!("plot written to {}", path.display());
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,146 @@
+//! Smoke test of `strata bench`: every benchmark runs with tiny sizes and prints one JSON
+//! object of the documented shape (docs/cli.md). No timing is asserted.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+fn bench(args: &[&str]) -> Value {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().to_str().unwrap().to_owned();
+    let mut all = vec!["bench"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--json", "--dir", &dir]);
+    let out = Command::new(env!("CARGO_BIN_EXE_strata")).args(&all).output().expect("run strata");
+    assert!(out.status.success(), "strata {all:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    let s = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(s.trim().lines().count(), 1, "exactly one JSON object: {s}");
+    let v: Value = serde_json::from_str(&s).unwrap();
+    // The scratch directory inside --dir is removed afterwards.
+    assert_eq!(std::fs::read_dir(t.path()).unwrap().count(), 0, "data files left behind in --dir");
+    v
+}
+
+fn num(v: &Value, key: &str) -> f64 {
+    v.get(key).and_then(Value::as_f64).unwrap_or_else(|| panic!("{key} missing or not a number in {v}"))
+}
+
+/// Checks the common shape; returns the runs.
+fn check_shape(v: &Value, name: &str, engines: &[&str]) -> Vec<Value> {
+    assert_eq!(v["bench"], name);
+    let m = &v["machine"];
+    assert!(num(m, "cores") >= 1.0);
+    assert!(m["memory_bytes"].is_number() && m["kernel"].is_string(), "{m}");
+    let runs = v["runs"].as_array().unwrap().clone();
+    assert!(!runs.is_empty());
+    for r in &runs {
+        let p = &r["params"];
+        for k in ["threads", "pool_bytes", "data_bytes"] {
+            assert!(num(p, k) > 0.0, "{k} in {p}");
+        }
+        assert!(!p["page_size"].is_null(), "page_size in {p}");
+        let e = r["engines"].as_object().unwrap();
+        for name in engines {
+            let f = e.get(*name).unwrap_or_else(|| panic!("engine {name} missing in {r}"));
+            if let Some(reason) = f.get("failed") {
+                assert!(reason.as_str().is_some_and(|s| !s.is_empty()), "failed needs a reason: {f}");
+                continue;
+            }
+            for k in ["ops_per_sec", "bytes_per_sec", "p50_us", "p99_us"] {
+                assert!(num(f, k) >= 0.0, "{name}.{k}");
+            }
+            assert!(num(f, "ops") > 0.0, "{name} did no operation");
+            assert!(num(f, "p99_us") >= num(f, "p50_us"));
+        }
+        let ratios = r["ratios"].as_object().unwrap();
+        for (b, x) in ratios {
+            assert!(e.contains_key(b) && b != "strata");
+            assert!(x.as_f64().is_some_and(|x| x > 0.0), "ratio {b} = {x}");
+        }
+        // A ratio for every baseline that completed, when strata completed.
+        if e["strata"].get("failed").is_none() {
+            for (b, f) in e {
+                if b != "strata" && f.get("failed").is_none() {
+                    assert!(ratios.contains_key(b), "ratio for {b} missing in {r}");
+                }
+            }
+        }
+    }
+    runs
+}
+
+fn ok(r: &Value, engine: &str) -> bool {
+    r["engines"][engine].get("failed").is_none()
+}
+
+#[test]
+fn bench_fix() {
+    let v = bench(&["fix", "--pool", "1MiB", "--data", "256KiB", "--ops", "300", "--threads", "1,2"]);
+    let runs = check_shape(&v, "fix", &["strata", "hashpool", "memory"]);
+    assert_eq!(runs.len(), 6, "3 modes x 2 thread counts");
+    for r in &runs {
+        assert!(["optimistic", "shared", "exclusive"].contains(&r["params"]["mode"].as_str().unwrap()));
+        assert_eq!(r["params"]["phase"], "warm");
+        for e in ["strata", "hashpool", "memory"] {
+            assert!(ok(r, e), "{e} failed: {r}");
+        }
+    }
+}
+
+#[test]
+fn bench_random_read_and_plot() {
+    let t = tempfile::tempdir().unwrap();
+    let png = t.path().join("rr.png");
+    let v = bench(&["random-read", "--pool", "1MiB", "--data", "2MiB", "--page-size", "4KiB,16KiB", "--ops", "100", "--threads", "2", "--plot", png.to_str().unwrap()]);
+    let runs = check_shape(&v, "random-read", &["strata", "hashpool", "mmap", "raw"]);
+    assert_eq!(runs.len(), 2 * 2 * 2, "page sizes x in/out x uniform/zipf");
+    for r in &runs {
+        let p = &r["params"];
+        assert!(["uniform", "zipf"].contains(&p["distribution"].as_str().unwrap()));
+        assert_eq!(p["queue_depth"], 2);
+        for e in ["strata", "hashpool", "mmap", "raw"] {
+            assert!(ok(r, e), "{e} failed: {r}");
+        }
+        assert!(r["engines"]["mmap"]["capped"].is_boolean(), "mmap says whether it was capped");
+    }
+    let bytes = std::fs::read(&png).unwrap();
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+}
+
+#[test]
+fn bench_scan() {
+    let v = bench(&["scan", "--pool", "1MiB", "--data", "4MiB", "--page-size", "64KiB", "--threads", "1,2"]);
+    let runs = check_shape(&v, "scan", &["strata", "mmap", "raw"]);
+    assert_eq!(runs.len(), 4, "cold and warm x 2 thread counts");
+    for r in &runs {
+        assert!(["cold", "warm"].contains(&r["params"]["phase"].as_str().unwrap()));
+        assert_eq!(r["checksums_agree"], true, "{r}");
+        for e in ["strata", "mmap", "raw"] {
+            assert!(ok(r, e), "{e} failed: {r}");
+            assert_eq!(num(&r["engines"][e], "ops"), 4.0, "4 MiB in 1 MiB morsels");
+        }
+    }
+}
+
+#[test]
+fn bench_mixed_size() {
+    let v = bench(&["mixed-size", "--pool", "4MiB", "--ops", "40", "--threads", "1"]);
+    let runs = check_shape(&v, "mixed-size", &["strata", "static-split"]);
+    let phases: Vec<&str> = runs.iter().map(|r| r["params"]["phase"].as_str().unwrap()).collect();
+    assert_eq!(phases, ["large-heavy", "small-heavy", "large-pinned"]);
+    for r in &runs {
+        assert!(ok(r, "strata"), "strata holds every phase in one budget: {r}");
+    }
+    // Half the memory pinned in 256 KiB pages does not fit the large pool's quarter.
+    let pinned = &runs[2]["engines"]["static-split"]["failed"];
+    assert!(pinned.as_str().is_some_and(|s| s.contains("no unpinned frame")), "{}", runs[2]);
+}
+
+#[test]
+fn bench_rejects_unknown_names_in_one_line() {
+    let out = Command::new(env!("CARGO_BIN_EXE_strata")).args(["bench", "nope", "--json"]).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("unknown benchmark"), "{err}");
+}
