@@ -274,37 +274,57 @@ pub fn query(dir: &Path, pool: u64, threads: usize, json: bool, op: QueryOp) -> 
 
 pub fn demo(dir: &Path, pool: u64, count: u64) -> Result<(), Error> {
     if dir.exists() {
-        let is_demo = dir.join("STRATA-DEMO").exists();
-        if !is_demo {
+        if !dir.join("STRATA-DEMO").exists() {
             return Err(Error::AlreadyExists { path: dir.to_owned() });
         }
         std::fs::remove_dir_all(dir).map_err(|e| Error::io("remove", dir, e))?;
     }
     std::fs::create_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
-    // The generated input lives beside the database files; the database proper is db/.
-    let input = dir.join("demo-input.u32");
-    let db_dir = dir.join("db");
-    println!("strata demo: {count} pseudo-random u32 values ({}) through a {} pool", Bytes(count * 4), Bytes(pool));
-    crate::gen::ints(count, 42, &input, "u32le", None)?;
     std::fs::write(dir.join("STRATA-DEMO"), b"built by `strata demo`; replaced by the next demo run\n").map_err(|e| Error::io("write", dir, e))?;
+    // Generated inputs live beside the database, which is db/.
+    let db_dir = dir.join("db");
+    let half = (count / 2).max(1);
+    let (v, a, b, edges) = (dir.join("v.u32"), dir.join("a.u32"), dir.join("b.u32"), dir.join("rmat.txt"));
+    println!("strata demo: {count} pseudo-random u32 values ({}), two join columns of {half}, an R-MAT graph; pool {}", Bytes(count * 4), Bytes(pool));
+    crate::gen::ints(count, 42, &v, "u32le", None)?;
+    // Join columns drawn from a range of `count` values, so that there are matches.
+    crate::gen::ints(half, 43, &a, "u32le", Some(count.clamp(1, u32::MAX as u64)))?;
+    crate::gen::ints(half, 44, &b, "u32le", Some(count.clamp(1, u32::MAX as u64)))?;
+    crate::gen::rmat(16, 16, 45, &edges)?;
     Database::create(Config::new(&db_dir).min_page(64 << 10).pool_size(pool))?.close()?;
     let t = Instant::now();
-    import(&db_dir, "v", &input, "u32le", pool, false)?;
+    for (name, file) in [("v", &v), ("a", &a), ("b", &b)] {
+        import(&db_dir, name, file, "u32le", pool, false)?;
+    }
+    crate::graph_cmd::import_edges(&db_dir, "g", &edges, pool, false)?;
     let import_s = t.elapsed().as_secs_f64();
     let db = Database::open(Config::new(&db_dir).pool_size(pool))?;
-    let col = db.column("v")?;
-    println!();
-    println!("{:<28} {:>14} {:>22} {:>9}", "query", "count", "sum", "seconds");
-    for (label, gt, threads) in [("scan v > 0", 0i128, 1usize), ("scan v > 2^31", 1 << 31, 2), ("scan v > 4e9", 4_000_000_000, 2)] {
+    let data: u64 = db.buffer().stats().classes.iter().map(|c| c.file_bytes).sum();
+    println!("imported in {import_s:.2} s: database {} on disk, {:.1}x the pool\n", Bytes(data), data as f64 / pool as f64);
+    let threads = 2;
+    let queries = [
+        QueryOp::Scan { column: "v".into(), gt: 1 << 31 },
+        QueryOp::Groupby { column: "v".into(), modulus: 256 },
+        QueryOp::Distinct { column: "v".into() },
+        QueryOp::Sort { column: "v".into(), top: 3 },
+        QueryOp::Join { column_a: "a".into(), column_b: "b".into() },
+        QueryOp::Bfs { graph: "g".into(), source: 0 },
+    ];
+    println!("{:<10} {:>8}  result ({threads} threads)", "query", "seconds");
+    for q in &queries {
         let t = Instant::now();
-        let r = scan_gt(db.buffer(), &col, gt, threads)?;
-        println!("{:<28} {:>14} {:>22} {:>9.3}", format!("{label} ({threads} thr)"), r.count, r.sum, t.elapsed().as_secs_f64());
+        let out = run_query(&db, q, threads)?;
+        let mut text = out.text;
+        if text.len() > 100 {
+            text.truncate(97);
+            text.push_str("...");
+        }
+        println!("{:<10} {:>8.3}  {text}", out.op, t.elapsed().as_secs_f64());
     }
     let st = db.buffer().stats();
     println!();
-    println!("import: {import_s:.2} s; data {} vs pool {}", Bytes(count * 4), Bytes(pool));
     println!(
-        "buffer manager: peak resident {} of {} ({:.0}%), hits {}, misses {}, evictions {}, read {}, written {}, direct I/O: {}",
+        "buffer manager: peak resident {} of a {} pool ({:.0}%), hits {}, misses {}, evictions {}, read {}, written {} (spills), direct I/O: {}",
         Bytes(st.peak_resident_bytes),
         Bytes(st.pool_bytes),
         100.0 * st.peak_resident_bytes as f64 / st.pool_bytes as f64,
@@ -315,7 +335,10 @@ pub fn demo(dir: &Path, pool: u64, count: u64) -> Result<(), Error> {
         Bytes(st.bytes_written),
         st.direct_io
     );
+    if let Some(rss) = strata::util::peak_rss_bytes() {
+        println!("process peak RSS (VmHWM): {}", Bytes(rss));
+    }
     let report = db.check()?;
-    println!("check: {} pages verified", report.pages_verified);
+    println!("check: {} pages verified, {} columns, {} graphs", report.pages_verified, report.columns, report.graphs);
     db.close()
 }

@@ -192,3 +192,21 @@ fn runs_under_a_virtual_memory_limit() {
     let v: Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap()).unwrap();
     assert!(v["result"]["count"].as_u64().unwrap() > 0);
 }
+
+/// The README's main job: builds a database several times the pool, runs every query, checks.
+#[test]
+fn demo_runs_every_operation_inside_its_pool() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("demo");
+    let out = ok(&["demo", "--dir", p(&dir), "--pool", "4MiB", "--count", "1000000"]);
+    for op in ["scan", "groupby", "distinct", "sort", "join", "bfs", "check:"] {
+        assert!(out.contains(op), "demo output lacks {op}: {out}");
+    }
+    // A second run replaces its own directory; a foreign directory is refused.
+    ok(&["demo", "--dir", p(&dir), "--pool", "4MiB", "--count", "100000"]);
+    let foreign = t.path().join("foreign");
+    std::fs::create_dir(&foreign).unwrap();
+    std::fs::write(foreign.join("precious"), b"x").unwrap();
+    fails(&["demo", "--dir", p(&foreign)]);
+    assert!(foreign.join("precious").exists());
+}
