@@ -31,6 +31,7 @@ VENV = os.path.join(HERE, ".venv")
 PACKAGES = ["duckdb", "kuzu", "numpy", "matplotlib"]
 QUERIES = ["load", "scan", "groupby", "distinct", "sort", "join"]
 GT = 1 << 31
+COLORS = {"strata": "tab:blue", "duckdb": "tab:orange", "kuzu": "tab:green"}
 
 
 def parse_size(s):
@@ -160,8 +161,9 @@ def run_worker(engine, query, args):
     except subprocess.TimeoutExpired:
         return {"failed": f"timeout after {args.timeout} s"}
     if p.returncode != 0:
-        lines = [l for l in p.stderr.strip().splitlines() if l.strip()]
-        return {"failed": (lines[-1] if lines else f"exit {p.returncode}")[:300]}
+        lines = [l.strip() for l in p.stderr.strip().splitlines() if l.strip()]
+        errors = [l for l in lines if "Error" in l or "Exception" in l or "exception" in l]
+        return {"failed": ((errors or lines or [f"exit {p.returncode}"])[-1])[:300]}
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
@@ -238,13 +240,19 @@ def plot(report, path):
                     continue
                 xs.append(j + i * width)
                 ys.append(r[metric] / (1 << 20) if metric == "peak_rss_bytes" else r[metric])
-            ax.bar(xs, ys, width, label=e)
+            ax.bar(xs, ys, width, label=e, color=COLORS.get(e, f"C{i}"))
         if metric == "peak_rss_bytes":
             ax.axhline(report["pool_bytes"] / (1 << 20), color="black", linestyle="--", linewidth=1, label="pool / memory limit")
         ax.set_xticks([j + width * (len(engines) - 1) / 2 for j in range(len(QUERIES))])
         ax.set_xticklabels(QUERIES)
         ax.set_title(label)
-        ax.legend(fontsize=8)
+        # Explicit handles: an engine that failed everything draws no bars to take a colour from.
+        from matplotlib.patches import Patch
+        from matplotlib.lines import Line2D
+        handles = [Patch(color=COLORS.get(e, f"C{i}"), label=e) for i, e in enumerate(engines)]
+        if metric == "peak_rss_bytes":
+            handles.append(Line2D([], [], color="black", linestyle="--", label="pool / memory limit"))
+        ax.legend(handles=handles, fontsize=8)
     fig.suptitle(f"{report['count']:,} u32 values, memory limit {report['pool_bytes'] >> 20} MiB, {report['threads']} thread(s)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -262,6 +270,7 @@ def main():
     ap.add_argument("--queries", default=",".join(QUERIES))
     ap.add_argument("--out", default=os.path.join(HERE, "results", "peers.json"))
     ap.add_argument("--plot")
+    ap.add_argument("--replot", metavar="JSON", help="only redraw --plot from an earlier report")
     ap.add_argument("--worker")
     ap.add_argument("--query")
     args = ap.parse_args()
@@ -271,6 +280,10 @@ def main():
         print(json.dumps(fn(args)))
         return
     ensure_venv()
+    if args.replot:
+        with open(args.replot) as f:
+            plot(json.load(f), args.plot)
+        return
     if not os.path.exists(args.strata):
         sys.exit(f"{args.strata} not found: run `cargo build --release` first")
     prepare(args)
@@ -282,7 +295,11 @@ def main():
               "engines": {e: {} for e in engines}}
     for q in queries:
         for e in engines:
-            r = run_strata(q, args) if e == "strata" else run_worker(e, q, args)
+            load = report["engines"][e].get("load", {})
+            if q != "load" and "failed" in load:
+                r = {"failed": "not run: the engine could not load the data"}
+            else:
+                r = run_strata(q, args) if e == "strata" else run_worker(e, q, args)
             report["engines"][e][q] = r
             shown = r.get("failed") or f"{r['seconds']:.2f} s, peak RSS {(r.get('peak_rss_bytes') or 0) / (1 << 20):.0f} MiB"
             print(f"{q:9} {e:7} {shown}", file=sys.stderr, flush=True)
