@@ -4,37 +4,11 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::process::{Command, Output};
 
 use serde_json::Value;
 
-fn strata(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_strata")).args(args).output().expect("run strata")
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = strata(args);
-    assert!(out.status.success(), "strata {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn fails(args: &[&str]) -> String {
-    let out = strata(args);
-    assert!(!out.status.success(), "strata {args:?} should fail");
-    let err = String::from_utf8(out.stderr).unwrap();
-    assert_eq!(err.trim().lines().count(), 1, "one-line error expected: {err}");
-    err
-}
-
-fn json(args: &[&str]) -> Value {
-    let s = ok(args);
-    assert_eq!(s.trim().lines().count(), 1, "exactly one JSON object: {s}");
-    serde_json::from_str(&s).unwrap()
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().unwrap()
-}
+mod common;
+use common::{fails, json, ok, p};
 
 /// Values of a raw file as i128 (exact for every format).
 fn read(path: &Path, format: &str) -> Vec<i128> {
