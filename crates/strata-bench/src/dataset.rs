@@ -24,29 +24,18 @@ impl ScratchDir {
     /// A new, empty directory `strata-bench-<pid>-<n>` under `parent` (the system temporary
     /// directory when `None`).
     pub fn new(parent: Option<&Path>) -> std::io::Result<ScratchDir> {
-        let parent = parent
-            .map(Path::to_owned)
-            .unwrap_or_else(std::env::temp_dir);
+        let parent = parent.map(Path::to_owned).unwrap_or_else(std::env::temp_dir);
         std::fs::create_dir_all(&parent)?;
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
         for n in 0..1000u32 {
-            let path = parent.join(format!(
-                "strata-bench-{}-{}",
-                std::process::id(),
-                nanos.wrapping_add(n)
-            ));
+            let path = parent.join(format!("strata-bench-{}-{}", std::process::id(), nanos.wrapping_add(n)));
             match std::fs::create_dir(&path) {
                 Ok(()) => return Ok(ScratchDir { path }),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
                 Err(e) => return Err(e),
             }
         }
-        Err(std::io::Error::other(
-            "could not create a scratch directory",
-        ))
+        Err(std::io::Error::other("could not create a scratch directory"))
     }
     /// Its path.
     pub fn path(&self) -> &Path {
@@ -117,28 +106,16 @@ impl DataSet {
         let start = Instant::now();
         let gen_pool = 64u64 << 20;
         let max_page = specs.iter().map(|s| s.page_size).max().unwrap_or(min_page);
-        let bm = BufferManager::create(
-            Config::new(dir)
-                .pool_size(gen_pool.max(4 * max_page))
-                .min_page(min_page),
-        )?;
+        let bm = BufferManager::create(Config::new(dir).pool_size(gen_pool.max(4 * max_page)).min_page(min_page))?;
         let classes = bm.classes();
         let mut files = Vec::new();
         for (k, spec) in specs.iter().enumerate() {
             let class = classes
                 .class_for(spec.page_size)
                 .filter(|&c| classes.page_size(c) == spec.page_size)
-                .ok_or_else(|| {
-                    EngineError(format!(
-                        "page size {} is not a size class of a database with {min_page}-byte pages",
-                        spec.page_size
-                    ))
-                })?;
+                .ok_or_else(|| EngineError(format!("page size {} is not a size class of a database with {min_page}-byte pages", spec.page_size)))?;
             if files.iter().any(|f: &DataFile| f.class == class) {
-                return Err(EngineError(format!(
-                    "two data files with page size {}",
-                    spec.page_size
-                )));
+                return Err(EngineError(format!("two data files with page size {}", spec.page_size)));
             }
             let payload = spec.page_size as usize - PAGE_HEADER_SIZE;
             let mut buf = vec![0u8; payload];
@@ -160,12 +137,7 @@ impl DataSet {
             });
         }
         bm.close()?;
-        Ok(DataSet {
-            db_dir: dir.to_owned(),
-            min_page,
-            files,
-            build_seconds: start.elapsed().as_secs_f64(),
-        })
+        Ok(DataSet { db_dir: dir.to_owned(), min_page, files, build_seconds: start.elapsed().as_secs_f64() })
     }
 
     /// Bytes in all data files.

@@ -75,8 +75,7 @@ where
     let (results, start) = std::thread::scope(|sc| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
-                let (stop, finished, barrier, error, make, op) =
-                    (&stop, &finished, &barrier, &error, &make, &op);
+                let (stop, finished, barrier, error, make, op) = (&stop, &finished, &barrier, &error, &make, &op);
                 sc.spawn(move || {
                     let mut state = make(t);
                     let mut hist = new_hist();
@@ -120,10 +119,7 @@ where
             }
             stop.store(true, Ordering::Relaxed);
         }
-        let results: Vec<_> = handles
-            .into_iter()
-            .map(|h| h.join().expect("benchmark thread panicked"))
-            .collect();
+        let results: Vec<_> = handles.into_iter().map(|h| h.join().expect("benchmark thread panicked")).collect();
         (results, start)
     });
     if let Some(e) = error.into_inner().unwrap() {
@@ -141,14 +137,7 @@ where
         begin = begin.min(s);
         end = end.max(e);
     }
-    Ok(Outcome {
-        ops,
-        bytes,
-        seconds: (end - begin).as_secs_f64(),
-        hist,
-        sample_every: sample,
-        threads,
-    })
+    Ok(Outcome { ops, bytes, seconds: (end - begin).as_secs_f64(), hist, sample_every: sample, threads })
 }
 
 /// Minor page faults of this process so far.
@@ -174,10 +163,7 @@ pub fn figures(o: &Outcome, io: Option<IoCounters>) -> Map<String, Value> {
     m.insert("ops".into(), o.ops.into());
     m.insert("seconds".into(), json!((o.seconds * 1e6).round() / 1e6));
     m.insert("ops_per_sec".into(), json!((o.ops as f64 / secs).round()));
-    m.insert(
-        "bytes_per_sec".into(),
-        json!((o.bytes as f64 / secs).round()),
-    );
+    m.insert("bytes_per_sec".into(), json!((o.bytes as f64 / secs).round()));
     m.insert("p50_us".into(), json!(us(o.hist.value_at_quantile(0.50))));
     m.insert("p99_us".into(), json!(us(o.hist.value_at_quantile(0.99))));
     m.insert("p999_us".into(), json!(us(o.hist.value_at_quantile(0.999))));
@@ -188,10 +174,7 @@ pub fn figures(o: &Outcome, io: Option<IoCounters>) -> Map<String, Value> {
             m.insert("hits".into(), h.into());
             m.insert("misses".into(), mi.into());
             if h + mi > 0 {
-                m.insert(
-                    "hit_rate".into(),
-                    json!(((h as f64 / (h + mi) as f64) * 1e4).round() / 1e4),
-                );
+                m.insert("hit_rate".into(), json!(((h as f64 / (h + mi) as f64) * 1e4).round() / 1e4));
             }
         }
         m.insert("bytes_read".into(), io.bytes_read.into());
@@ -200,12 +183,7 @@ pub fn figures(o: &Outcome, io: Option<IoCounters>) -> Map<String, Value> {
 }
 
 /// Measures `op` against `store`, adding its counters over the window and its description.
-pub fn measure_store<S, M, O>(
-    store: &dyn PageStore,
-    cfg: &RunCfg,
-    make: M,
-    op: O,
-) -> EResult<Map<String, Value>>
+pub fn measure_store<S, M, O>(store: &dyn PageStore, cfg: &RunCfg, make: M, op: O) -> EResult<Map<String, Value>>
 where
     M: Fn(usize) -> S + Sync,
     O: Fn(&mut S) -> EResult<Step> + Sync,
@@ -237,11 +215,7 @@ pub fn engine_value(r: EResult<Map<String, Value>>) -> Value {
 /// completed.
 pub fn ratios(engines: &Map<String, Value>) -> Map<String, Value> {
     let mut r = Map::new();
-    let Some(s) = engines
-        .get("strata")
-        .and_then(|v| v.get("ops_per_sec"))
-        .and_then(Value::as_f64)
-    else {
+    let Some(s) = engines.get("strata").and_then(|v| v.get("ops_per_sec")).and_then(Value::as_f64) else {
         return r;
     };
     for (name, v) in engines {
@@ -269,12 +243,7 @@ mod tests {
 
     #[test]
     fn counts_ops_and_stops_on_ops_limit() {
-        let cfg = RunCfg {
-            threads: 3,
-            seconds: None,
-            ops: Some(100),
-            sample_every: 1,
-        };
+        let cfg = RunCfg { threads: 3, seconds: None, ops: Some(100), sample_every: 1 };
         let o = measure(
             &cfg,
             |_| 0u64,
@@ -291,22 +260,13 @@ mod tests {
 
     #[test]
     fn finite_work_ends_with_done_and_errors_propagate() {
-        let cfg = RunCfg {
-            threads: 2,
-            seconds: Some(30.0),
-            ops: None,
-            sample_every: 4,
-        };
+        let cfg = RunCfg { threads: 2, seconds: Some(30.0), ops: None, sample_every: 4 };
         let o = measure(
             &cfg,
             |_| 0u32,
             |n| {
                 *n += 1;
-                Ok(if *n > 10 {
-                    Step::Done
-                } else {
-                    Step::Did { bytes: 1 }
-                })
+                Ok(if *n > 10 { Step::Done } else { Step::Did { bytes: 1 } })
             },
         )
         .unwrap();

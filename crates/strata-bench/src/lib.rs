@@ -91,14 +91,8 @@ impl IoCounters {
     /// `self - earlier`, field by field.
     pub fn since(&self, earlier: &IoCounters) -> IoCounters {
         IoCounters {
-            hits: self
-                .hits
-                .zip(earlier.hits)
-                .map(|(a, b)| a.saturating_sub(b)),
-            misses: self
-                .misses
-                .zip(earlier.misses)
-                .map(|(a, b)| a.saturating_sub(b)),
+            hits: self.hits.zip(earlier.hits).map(|(a, b)| a.saturating_sub(b)),
+            misses: self.misses.zip(earlier.misses).map(|(a, b)| a.saturating_sub(b)),
             bytes_read: self.bytes_read.saturating_sub(earlier.bytes_read),
         }
     }

@@ -8,17 +8,12 @@ use crate::engines::CgroupCap;
 
 fn first_line_after(path: &str, key: &str) -> Option<String> {
     let s = std::fs::read_to_string(path).ok()?;
-    s.lines()
-        .find(|l| l.starts_with(key))
-        .and_then(|l| l.split_once(':'))
-        .map(|(_, v)| v.trim().to_owned())
+    s.lines().find(|l| l.starts_with(key)).and_then(|l| l.split_once(':')).map(|(_, v)| v.trim().to_owned())
 }
 
 /// Logical cores available to this process.
 pub fn cores() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
 }
 
 fn fs_type(dir: &Path) -> String {
@@ -48,14 +43,7 @@ fn fs_type(dir: &Path) -> String {
 fn direct_io_works(dir: &Path) -> bool {
     use std::os::unix::fs::OpenOptionsExt;
     let p = dir.join(".strata-bench-direct-probe");
-    let ok = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(&p)
-        .is_ok();
+    let ok = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).custom_flags(libc::O_DIRECT).open(&p).is_ok();
     let _ = std::fs::remove_file(&p);
     ok
 }
@@ -63,11 +51,8 @@ fn direct_io_works(dir: &Path) -> bool {
 /// The machine description: cores, memory, kernel, CPU, virtualisation, the data directory's
 /// filesystem and whether it takes `O_DIRECT`, and whether mmap's memory can be capped.
 pub fn describe(data_dir: &Path) -> Value {
-    let mem_kib: Option<u64> = first_line_after("/proc/meminfo", "MemTotal")
-        .and_then(|v| v.trim_end_matches("kB").trim().parse().ok());
-    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|s| s.trim().to_owned())
-        .unwrap_or_else(|_| "unknown".into());
+    let mem_kib: Option<u64> = first_line_after("/proc/meminfo", "MemTotal").and_then(|v| v.trim_end_matches("kB").trim().parse().ok());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_owned()).unwrap_or_else(|_| "unknown".into());
     let cpu = first_line_after("/proc/cpuinfo", "model name").unwrap_or_else(|| "unknown".into());
     let flags = first_line_after("/proc/cpuinfo", "flags").unwrap_or_default();
     let mut m = Map::new();
@@ -75,10 +60,7 @@ pub fn describe(data_dir: &Path) -> Value {
     m.insert("memory_bytes".into(), json!(mem_kib.map(|k| k * 1024)));
     m.insert("kernel".into(), kernel.into());
     m.insert("cpu".into(), cpu.into());
-    m.insert(
-        "virtualized".into(),
-        flags.split_whitespace().any(|f| f == "hypervisor").into(),
-    );
+    m.insert("virtualized".into(), flags.split_whitespace().any(|f| f == "hypervisor").into());
     m.insert("arch".into(), std::env::consts::ARCH.into());
     m.insert("data_dir".into(), data_dir.display().to_string().into());
     m.insert("data_fs".into(), fs_type(data_dir).into());

@@ -44,53 +44,28 @@ fn fmt_ops(v: f64) -> String {
 /// Draws `report` (one benchmark's JSON object) as a PNG at `path`.
 pub fn plot(report: &Value, path: &Path) -> Result<(), String> {
     register_font();
-    let runs = report
-        .get("runs")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
+    let runs = report.get("runs").and_then(Value::as_array).cloned().unwrap_or_default();
     if runs.is_empty() {
         return Err("nothing to plot: the report has no runs".into());
     }
     // Engines in order of first appearance, strata first.
     let mut engines: Vec<String> = vec!["strata".into()];
     for r in &runs {
-        for k in r["engines"]
-            .as_object()
-            .into_iter()
-            .flatten()
-            .map(|(k, _)| k)
-        {
+        for k in r["engines"].as_object().into_iter().flatten().map(|(k, _)| k) {
             if !engines.contains(k) {
                 engines.push(k.clone());
             }
         }
     }
     let varying = varying_params(report);
-    let labels: Vec<String> = runs
-        .iter()
-        .map(|r| run_label(&r["params"], &varying))
-        .collect();
+    let labels: Vec<String> = runs.iter().map(|r| run_label(&r["params"], &varying)).collect();
     let values: Vec<Vec<Option<f64>>> = runs
         .iter()
-        .map(|r| {
-            engines
-                .iter()
-                .map(|e| {
-                    r["engines"]
-                        .get(e)
-                        .and_then(|x| x.get("ops_per_sec"))
-                        .and_then(Value::as_f64)
-                        .filter(|&v| v > 0.0)
-                })
-                .collect()
-        })
+        .map(|r| engines.iter().map(|e| r["engines"].get(e).and_then(|x| x.get("ops_per_sec")).and_then(Value::as_f64).filter(|&v| v > 0.0)).collect())
         .collect();
     let all: Vec<f64> = values.iter().flatten().flatten().copied().collect();
     let ymax = all.iter().copied().fold(1.0, f64::max) * 3.0;
-    let ymin = (all.iter().copied().fold(f64::INFINITY, f64::min) / 3.0)
-        .max(0.1)
-        .min(ymax / 10.0);
+    let ymin = (all.iter().copied().fold(f64::INFINITY, f64::min) / 3.0).max(0.1).min(ymax / 10.0);
 
     let n = runs.len();
     let width = (160 + 26 * engines.len() as u32 * n as u32 + 12 * n as u32).max(900);
@@ -105,10 +80,7 @@ pub fn plot(report: &Value, path: &Path) -> Result<(), String> {
     let title = format!(
         "strata bench {bench}: operations/s per engine (log scale) — {} cores, {}, kernel {}",
         m["cores"],
-        m["memory_bytes"]
-            .as_u64()
-            .map(short_size)
-            .unwrap_or_else(|| "?".into()),
+        m["memory_bytes"].as_u64().map(short_size).unwrap_or_else(|| "?".into()),
         m["kernel"].as_str().unwrap_or("?")
     );
     let mut chart = ChartBuilder::on(&root)
@@ -137,37 +109,20 @@ pub fn plot(report: &Value, path: &Path) -> Result<(), String> {
             .filter_map(|(i, v)| {
                 let v = v[j]?;
                 let x0 = i as f64 + 0.1 + 0.8 * j as f64 / k;
-                Some(Rectangle::new(
-                    [(x0, ymin), (x0 + 0.8 / k, v)],
-                    color.filled(),
-                ))
+                Some(Rectangle::new([(x0, ymin), (x0 + 0.8 / k, v)], color.filled()))
             })
             .collect();
         chart
             .draw_series(bars)
             .map_err(e)?
-            .label(if runs.iter().any(|r| r["engines"][name.as_str()]["capped"] == Value::Bool(false)) {
-                format!("{name} (uncapped)")
-            } else {
-                name.clone()
-            })
+            .label(if runs.iter().any(|r| r["engines"][name.as_str()]["capped"] == Value::Bool(false)) { format!("{name} (uncapped)") } else { name.clone() })
             .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], color.filled()));
         // Failed runs: a red cross where the bar would be.
         let fails: Vec<_> = runs
             .iter()
             .enumerate()
-            .filter(|(_, r)| {
-                r["engines"]
-                    .get(name)
-                    .is_some_and(|x| x.get("failed").is_some())
-            })
-            .map(|(i, _)| {
-                Cross::new(
-                    (i as f64 + 0.1 + 0.8 * (j as f64 + 0.5) / k, ymin * 2.0),
-                    6,
-                    RED.stroke_width(3),
-                )
-            })
+            .filter(|(_, r)| r["engines"].get(name).is_some_and(|x| x.get("failed").is_some()))
+            .map(|(i, _)| Cross::new((i as f64 + 0.1 + 0.8 * (j as f64 + 0.5) / k, ymin * 2.0), 6, RED.stroke_width(3)))
             .collect();
         chart.draw_series(fails).map_err(e)?;
     }
@@ -182,23 +137,11 @@ pub fn plot(report: &Value, path: &Path) -> Result<(), String> {
     // Run labels, rotated, under each group of bars.
     for (i, label) in labels.iter().enumerate() {
         let (px, py) = chart.backend_coord(&(i as f64 + 0.5, ymin));
-        let style = TextStyle::from((FONT, 14).into_font())
-            .transform(FontTransform::Rotate90)
-            .color(&BLACK);
-        root.draw(&Text::new(label.clone(), (px - 7, py + 8), style))
-            .map_err(e)?;
+        let style = TextStyle::from((FONT, 14).into_font()).transform(FontTransform::Rotate90).color(&BLACK);
+        root.draw(&Text::new(label.clone(), (px - 7, py + 8), style)).map_err(e)?;
     }
-    if runs.iter().any(|r| {
-        r["engines"]
-            .as_object()
-            .is_some_and(|m| m.values().any(|x| x.get("failed").is_some()))
-    }) {
-        root.draw(&Text::new(
-            "red x = engine failed the run",
-            (80, 40),
-            (FONT, 14).into_font().color(&RED),
-        ))
-        .map_err(e)?;
+    if runs.iter().any(|r| r["engines"].as_object().is_some_and(|m| m.values().any(|x| x.get("failed").is_some()))) {
+        root.draw(&Text::new("red x = engine failed the run", (80, 40), (FONT, 14).into_font().color(&RED))).map_err(e)?;
     }
     root.present().map_err(e)?;
     Ok(())

@@ -118,23 +118,12 @@ impl Sampler {
                 let zetan = zeta(n, theta);
                 let zeta2 = zeta(2.min(n), theta);
                 let alpha = 1.0 / (1.0 - theta);
-                let eta = if n <= 1 {
-                    0.0
-                } else {
-                    (1.0 - (2.0 / n as f64).powf(1.0 - theta)) / (1.0 - zeta2 / zetan)
-                };
+                let eta = if n <= 1 { 0.0 } else { (1.0 - (2.0 / n as f64).powf(1.0 - theta)) / (1.0 - zeta2 / zetan) };
                 let mut mult = 0x9E37_79B9_7F4A_7C15 % n.max(1);
                 while n > 1 && (mult == 0 || gcd(mult, n) != 1) {
                     mult = (mult + 1) % n;
                 }
-                Some(Zipf {
-                    theta,
-                    zetan,
-                    alpha,
-                    eta,
-                    half_pow_theta: 0.5f64.powf(theta),
-                    mult: mult.max(1),
-                })
+                Some(Zipf { theta, zetan, alpha, eta, half_pow_theta: 0.5f64.powf(theta), mult: mult.max(1) })
             }
         };
         Sampler { n, zipf }
@@ -163,8 +152,7 @@ impl Sampler {
                 } else if uz < 1.0 + z.half_pow_theta {
                     1
                 } else {
-                    ((self.n as f64 * (z.eta * u - z.eta + 1.0).powf(z.alpha)) as u64)
-                        .min(self.n - 1)
+                    ((self.n as f64 * (z.eta * u - z.eta + 1.0).powf(z.alpha)) as u64).min(self.n - 1)
                 };
                 let _ = z.theta;
                 ((rank as u128 * z.mult as u128) % self.n as u128) as u64
@@ -234,19 +222,13 @@ pub fn probe(payload: &[u8], key: u64) -> u64 {
 /// mapped.
 #[inline]
 pub fn prefault(payload: &[u8]) -> u64 {
-    payload
-        .iter()
-        .step_by(4096)
-        .fold(0u64, |a, &b| a.wrapping_add(b as u64))
-        ^ payload.last().copied().unwrap_or(0) as u64
+    payload.iter().step_by(4096).fold(0u64, |a, &b| a.wrapping_add(b as u64)) ^ payload.last().copied().unwrap_or(0) as u64
 }
 
 /// What a scan does with a page: sums all its words (wrapping), as a column scan would.
 #[inline]
 pub fn sum_words(payload: &[u8]) -> u64 {
-    payload.chunks_exact(8).fold(0u64, |acc, c| {
-        acc.wrapping_add(u64::from_le_bytes(c.try_into().unwrap()))
-    })
+    payload.chunks_exact(8).fold(0u64, |acc, c| acc.wrapping_add(u64::from_le_bytes(c.try_into().unwrap())))
 }
 
 /// A fast non-cryptographic hasher for integer keys (FxHash), as buffer pools use their own

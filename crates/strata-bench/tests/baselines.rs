@@ -207,11 +207,12 @@ fn static_split_honours_its_split_where_strata_shares_one_budget() {
     assert_eq!(large.pinned_frames(), 0);
     let strata = StrataStore::open(&ds, budget).unwrap();
     let mut n = 0;
-    strata.read_pinned(&group, &mut |j, d| {
-        assert_eq!(d, expected(1, group[j].index, LARGE as usize - 32).as_slice());
-        n += 1;
-    })
-    .unwrap();
+    strata
+        .read_pinned(&group, &mut |j, d| {
+            assert_eq!(d, expected(1, group[j].index, LARGE as usize - 32).as_slice());
+            n += 1;
+        })
+        .unwrap();
     assert_eq!(n, 6);
     // A split whose share cannot hold a single frame is refused up front.
     assert!(StaticSplit::open(&ds.files, 200 << 10, SMALL as usize, LARGE as usize, 0.75).is_err());

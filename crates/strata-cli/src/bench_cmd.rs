@@ -44,9 +44,7 @@ pub struct BenchArgs {
 pub fn bench(a: BenchArgs) -> Result<(), Error> {
     if let Some(sizes) = &a.page_size {
         if let Some(bad) = sizes.iter().find(|s| !s.is_power_of_two() || **s < 4096) {
-            return Err(Error::InvalidInput(format!(
-                "--page-size {bad} is not a power of two of at least 4KiB"
-            )));
+            return Err(Error::InvalidInput(format!("--page-size {bad} is not a power of two of at least 4KiB")));
         }
     }
     let opts = strata_bench::Options {

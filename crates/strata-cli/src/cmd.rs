@@ -83,8 +83,7 @@ pub fn create(dir: &Path, min_page: u64) -> Result<(), Error> {
 }
 
 pub fn import(dir: &Path, column: &str, from: &Path, format: &str, pool: u64, json: bool) -> Result<(), Error> {
-    let format = ValueFormat::parse(format)
-        .ok_or_else(|| Error::InvalidInput(format!("unknown format {format:?}: use u32le, u64le or i64le")))?;
+    let format = ValueFormat::parse(format).ok_or_else(|| Error::InvalidInput(format!("unknown format {format:?}: use u32le, u64le or i64le")))?;
     let file = File::open(from).map_err(|e| Error::io("open", from, e))?;
     let len = file.metadata().map_err(|e| Error::io("stat", from, e))?.len();
     if len % format.width() as u64 != 0 {
@@ -114,12 +113,7 @@ pub fn import(dir: &Path, column: &str, from: &Path, format: &str, pool: u64, js
             "peak_rss_bytes": strata::util::peak_rss_bytes(),
         }))
     } else {
-        println!(
-            "imported {} values into {column} ({} values in {} pages) in {seconds:.2} s",
-            len / format.width() as u64,
-            col.count,
-            col.pages.len()
-        );
+        println!("imported {} values into {column} ({} values in {} pages) in {seconds:.2} s", len / format.width() as u64, col.count, col.pages.len());
         Ok(())
     }
 }
@@ -267,7 +261,14 @@ pub fn query(dir: &Path, pool: u64, threads: usize, json: bool, op: QueryOp) -> 
             peak_rss_bytes: strata::util::peak_rss_bytes(),
         })?;
     } else {
-        println!("{}: {} ({seconds:.3} s, peak resident {} of {} pool, read {})", outcome.op, outcome.text, Bytes(st.peak_resident_bytes), Bytes(pool), Bytes(st.bytes_read));
+        println!(
+            "{}: {} ({seconds:.3} s, peak resident {} of {} pool, read {})",
+            outcome.op,
+            outcome.text,
+            Bytes(st.peak_resident_bytes),
+            Bytes(pool),
+            Bytes(st.bytes_read)
+        );
     }
     db.close()
 }

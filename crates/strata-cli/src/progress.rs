@@ -11,9 +11,7 @@ pub fn bytes(total: u64, msg: &str, quiet: bool) -> ProgressBar {
     }
     let pb = ProgressBar::new(total);
     pb.set_style(
-        ProgressStyle::with_template("{msg} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
-            .expect("valid template")
-            .progress_chars("=> "),
+        ProgressStyle::with_template("{msg} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}").expect("valid template").progress_chars("=> "),
     );
     pb.set_message(msg.to_owned());
     pb

@@ -91,7 +91,21 @@ fn bench_fix() {
 fn bench_random_read_and_plot() {
     let t = tempfile::tempdir().unwrap();
     let png = t.path().join("rr.png");
-    let v = bench(&["random-read", "--pool", "1MiB", "--data", "2MiB", "--page-size", "4KiB,16KiB", "--ops", "100", "--threads", "2", "--plot", png.to_str().unwrap()]);
+    let v = bench(&[
+        "random-read",
+        "--pool",
+        "1MiB",
+        "--data",
+        "2MiB",
+        "--page-size",
+        "4KiB,16KiB",
+        "--ops",
+        "100",
+        "--threads",
+        "2",
+        "--plot",
+        png.to_str().unwrap(),
+    ]);
     let runs = check_shape(&v, "random-read", &["strata", "hashpool", "mmap", "raw"]);
     assert_eq!(runs.len(), 2 * 2 * 2, "page sizes x in/out x uniform/zipf");
     for r in &runs {

@@ -100,9 +100,7 @@ fn fix_read8(c: &mut Criterion) {
         .collect();
 
     let expect: u64 = visits.iter().fold(0u64, |s, &(_, _, flat)| s.wrapping_add(read8(&plain, flat)));
-    let optimistic = || {
-        visits.iter().fold(0u64, |s, &(pid, at, _)| s.wrapping_add(bm.read_optimistic(pid, |g| Ok(g.read_u64(at))).unwrap()))
-    };
+    let optimistic = || visits.iter().fold(0u64, |s, &(pid, at, _)| s.wrapping_add(bm.read_optimistic(pid, |g| Ok(g.read_u64(at))).unwrap()));
     let by_hand = || {
         visits.iter().fold(0u64, |s, &(pid, at, _)| {
             let g = bm.fix_optimistic(pid).unwrap();
@@ -127,9 +125,10 @@ fn fix_read8(c: &mut Criterion) {
     // The same reads made dependent on each other (the address depends on the previous
     // value through an opaque zero), so they cannot overlap: the latency of one read.
     let zero = black_box(0u64);
-    let plain_dependent =
-        || visits.iter().fold(0u64, |s, &(_, _, flat)| s.wrapping_add(read8(&plain, flat + (s & zero) as usize)));
-    for (name, got) in [("plain dependent", plain_dependent()), ("optimistic", optimistic()), ("by hand", by_hand()), ("shared", shared()), ("exclusive", exclusive())] {
+    let plain_dependent = || visits.iter().fold(0u64, |s, &(_, _, flat)| s.wrapping_add(read8(&plain, flat + (s & zero) as usize)));
+    for (name, got) in
+        [("plain dependent", plain_dependent()), ("optimistic", optimistic()), ("by hand", by_hand()), ("shared", shared()), ("exclusive", exclusive())]
+    {
         assert_eq!(got, expect, "{name} reads what the plain copy holds");
     }
     let misses = bm.stats().misses;

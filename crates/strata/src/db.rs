@@ -71,11 +71,7 @@ impl Database {
         }
         let mut col = match self.catalog.lock().columns.get(name) {
             Some(c) if c.format != format => {
-                return Err(Error::InvalidInput(format!(
-                    "column {name:?} holds {} values, cannot append {}",
-                    c.format.name(),
-                    format.name()
-                )))
+                return Err(Error::InvalidInput(format!("column {name:?} holds {} values, cannot append {}", c.format.name(), format.name())))
             }
             Some(c) => c.clone(),
             None => Column::new(format),

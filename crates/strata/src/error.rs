@@ -41,11 +41,7 @@ pub enum Error {
 
     /// A page, the meta file, the allocation table or the catalog failed verification.
     #[error("corruption in {}{}: {reason}", file.display(), page.map(|p| format!(" at page {p}")).unwrap_or_default())]
-    Corruption {
-        file: PathBuf,
-        page: Option<PageId>,
-        reason: String,
-    },
+    Corruption { file: PathBuf, page: Option<PageId>, reason: String },
 
     /// The configuration is not usable.
     #[error("invalid configuration: {0}")]
@@ -65,13 +61,7 @@ pub enum Error {
          release page guards sooner or raise the pool size (--pool / set_pool_size)",
         Bytes(*requested), Bytes(*used), Bytes(*limit), Bytes(*pinned)
     )]
-    OutOfMemory {
-        requested: u64,
-        used: u64,
-        limit: u64,
-        pinned: u64,
-        waited_ms: u64,
-    },
+    OutOfMemory { requested: u64, used: u64, limit: u64, pinned: u64, waited_ms: u64 },
 
     /// A named object (column, graph) does not exist.
     #[error("no {kind} named {name:?} in this database")]

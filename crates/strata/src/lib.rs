@@ -24,8 +24,8 @@ pub mod storage;
 pub(crate) mod sync;
 pub mod util;
 
-pub use db::Database;
 pub use buffer::{BufferManager, Config, ExclusiveGuard, OptimisticGuard, SharedGuard, Stats};
+pub use db::Database;
 
 pub use error::{Error, Result};
 pub use storage::{PageId, PAGE_HEADER_SIZE};

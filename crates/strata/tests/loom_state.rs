@@ -553,12 +553,8 @@ fn shared_latches_exclude_writer() {
     unsafe impl Sync for Shared {}
 
     check_bounded(3, || {
-        let s = Arc::new(Shared {
-            st: PageState::new(),
-            data: UnsafeCell::new([0; 2]),
-            readers_inside: AtomicUsize::new(0),
-            writer_inside: AtomicUsize::new(0),
-        });
+        let s =
+            Arc::new(Shared { st: PageState::new(), data: UnsafeCell::new([0; 2]), readers_inside: AtomicUsize::new(0), writer_inside: AtomicUsize::new(0) });
         make_resident(&s.st, || {});
         let readers: Vec<_> = (0..2)
             .map(|_| {

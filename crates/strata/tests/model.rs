@@ -113,29 +113,70 @@ impl StorageBackend for NoSync {
 
 #[derive(Clone, Debug)]
 enum Op {
-    Alloc { bytes: usize, temp: bool, seed: u64 },
-    Write { page: Pick, at: Pick, len: usize, seed: u64 },
-    WriteU64 { page: Pick, word: Pick, value: u64 },
-    Zero { page: Pick },
+    Alloc {
+        bytes: usize,
+        temp: bool,
+        seed: u64,
+    },
+    Write {
+        page: Pick,
+        at: Pick,
+        len: usize,
+        seed: u64,
+    },
+    WriteU64 {
+        page: Pick,
+        word: Pick,
+        value: u64,
+    },
+    Zero {
+        page: Pick,
+    },
     /// Optimistic read of one word, then upgrade (must succeed: single thread) and write.
-    UpgradeWrite { page: Pick, word: Pick, value: u64 },
+    UpgradeWrite {
+        page: Pick,
+        word: Pick,
+        value: u64,
+    },
     /// Exclusive write, downgrade, compare under the shared latch.
-    DowngradeWrite { page: Pick, at: Pick, len: usize, seed: u64 },
+    DowngradeWrite {
+        page: Pick,
+        at: Pick,
+        len: usize,
+        seed: u64,
+    },
     /// fix_shared, fix_exclusive and read_optimistic, each compared with the model.
-    Read { page: Pick },
+    Read {
+        page: Pick,
+    },
     /// An optimistic guard on one page is kept while other pages are read until that page
     /// is evicted; its frame is copied while not resident, the page is loaded again, and
     /// the guard must then not validate (or, if it does, the copy must be right).
-    OptimisticAcrossEviction { page: Pick },
+    OptimisticAcrossEviction {
+        page: Pick,
+    },
     /// Two shared latches held at once (both pinned while the second one is loaded).
-    ReadPair { a: Pick, b: Pick },
-    Free { page: Pick, via_guard: bool },
+    ReadPair {
+        a: Pick,
+        b: Pick,
+    },
+    Free {
+        page: Pick,
+        via_guard: bool,
+    },
     /// A freed (or forgotten temporary) id must not be fixable.
-    FixStale { page: Pick },
+    FixStale {
+        page: Pick,
+    },
     Checkpoint,
     /// `close` (or a plain drop when `!clean`) and open again with `pool`.
-    Reopen { pool: u64, clean: bool },
-    SetPool { pool: u64 },
+    Reopen {
+        pool: u64,
+        clean: bool,
+    },
+    SetPool {
+        pool: u64,
+    },
 }
 
 fn pool_size() -> impl Strategy<Value = u64> {
@@ -486,7 +527,14 @@ impl<'d> Harness<'d> {
 fn run_case(direct: bool, pool: u64, initial: &[(usize, bool, u64)], ops: &[Op]) {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("db");
-    let mut h = Harness { db: &db, backend: Arc::new(NoSync(FileBackend { buffered_only: !direct })), bm: None, model: BTreeMap::new(), stale: BTreeSet::new(), max_pool: pool };
+    let mut h = Harness {
+        db: &db,
+        backend: Arc::new(NoSync(FileBackend { buffered_only: !direct })),
+        bm: None,
+        model: BTreeMap::new(),
+        stale: BTreeSet::new(),
+        max_pool: pool,
+    };
     h.bm = Some(BufferManager::create(h.config(pool)).unwrap());
     for &(bytes, temp, seed) in initial {
         h.alloc(bytes, temp, seed);
@@ -523,8 +571,7 @@ proptest! {
 /// means something even with `PROPTEST_CASES=1`.
 #[test]
 fn fixed_sequence_evicts_and_reloads_every_class() {
-    let initial: Vec<(usize, bool, u64)> =
-        (0..48).map(|i| ([100, 3000, 8000, 16000, 30000, 60000][i % 6], i % 5 == 0, i as u64)).collect();
+    let initial: Vec<(usize, bool, u64)> = (0..48).map(|i| ([100, 3000, 8000, 16000, 30000, 60000][i % 6], i % 5 == 0, i as u64)).collect();
     let mut ops = Vec::new();
     for i in 0..48usize {
         ops.push(Op::Write { page: Pick(i * 7), at: Pick(i * 13), len: 5000, seed: i as u64 });

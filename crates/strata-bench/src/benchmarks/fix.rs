@@ -41,27 +41,13 @@ struct Memory {
 
 pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
     let o = ctx.opts;
-    let page_size = o
-        .page_sizes
-        .as_ref()
-        .and_then(|v| v.first().copied())
-        .unwrap_or(4096);
+    let page_size = o.page_sizes.as_ref().and_then(|v| v.first().copied()).unwrap_or(4096);
     let pages = (o.data.unwrap_or(16 << 20) / page_size).max(1);
     let data = pages * page_size;
     let pool = o.pool.unwrap_or(2 * data);
     let seconds = o.seconds.unwrap_or(1.0);
-    ctx.progress(|| {
-        format!(
-            "building {} of {}-byte pages",
-            super::short_size(data),
-            page_size
-        )
-    });
-    let ds = DataSet::build(
-        &ctx.scratch.path().join("db"),
-        page_size,
-        &[FileSpec { page_size, pages }],
-    )?;
+    ctx.progress(|| format!("building {} of {}-byte pages", super::short_size(data), page_size));
+    let ds = DataSet::build(&ctx.scratch.path().join("db"), page_size, &[FileSpec { page_size, pages }])?;
     let file = &ds.files[0];
     let payload_words = file.payload_len() / 8;
 
@@ -89,24 +75,15 @@ pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
         }
         Ok(h)
     });
-    let memory = Memory {
-        words: (0..pages)
-            .flat_map(|i| (0..payload_words).map(move |w| AtomicU64::new(content_word(0, i, w))))
-            .collect(),
-        per_page: payload_words,
-    };
+    let memory =
+        Memory { words: (0..pages).flat_map(|i| (0..payload_words).map(move |w| AtomicU64::new(content_word(0, i, w)))).collect(), per_page: payload_words };
     let class = file.class;
 
     let mut runs = Vec::new();
     for mode in MODES {
         for &threads in &o.thread_counts() {
             ctx.progress(|| format!("{mode} t{threads}"));
-            let cfg = RunCfg {
-                threads,
-                seconds: o.ops.is_none().then_some(seconds),
-                ops: o.ops,
-                sample_every: 64,
-            };
+            let cfg = RunCfg { threads, seconds: o.ops.is_none().then_some(seconds), ops: o.ops, sample_every: 64 };
             let make = |t: usize| (Rng::new(0xF1C5 ^ (t as u64) << 32), 0u64);
             let pick = |st: &mut (Rng, u64)| {
                 let i = st.0.below(pages);
@@ -123,9 +100,7 @@ pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
                         let (i, salt, w) = pick(st);
                         let pid = PageId::new(class, false, i);
                         let v = match mode {
-                            "optimistic" => {
-                                bm.read_optimistic(pid, |g| Ok(g.read_u64(0) ^ g.read_u64(8 * w)))?
-                            }
+                            "optimistic" => bm.read_optimistic(pid, |g| Ok(g.read_u64(0) ^ g.read_u64(8 * w)))?,
                             "shared" => touch(bm.fix_shared(pid)?.data(), salt),
                             _ => {
                                 let mut g = bm.fix_exclusive(pid)?;
@@ -157,11 +132,7 @@ pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
                     Ok(Step::Did { bytes: 16 })
                 })
                 .map(|mut m| {
-                    let latch = if mode == "exclusive" {
-                        "exclusive content lock"
-                    } else {
-                        "shared content lock (the design has no optimistic reads)"
-                    };
+                    let latch = if mode == "exclusive" { "exclusive content lock" } else { "shared content lock (the design has no optimistic reads)" };
                     m.insert("latch".into(), latch.into());
                     m
                 }),
@@ -184,17 +155,9 @@ pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
             };
             // Rounds, rotating the engine order, and the median round reported: this machine
             // is shared and noisy, and alternating engines exposes them to the same noise.
-            let runners: [(&str, &Runner<'_>); 3] = [
-                ("strata", &strata_run),
-                ("hashpool", &hashpool_run),
-                ("memory", &memory_run),
-            ];
-            let round_cfg = RunCfg {
-                seconds: cfg.seconds.map(|s| s / ROUNDS as f64),
-                ..cfg
-            };
-            let mut results: Vec<Vec<EResult<Map<String, Value>>>> =
-                (0..runners.len()).map(|_| Vec::new()).collect();
+            let runners: [(&str, &Runner<'_>); 3] = [("strata", &strata_run), ("hashpool", &hashpool_run), ("memory", &memory_run)];
+            let round_cfg = RunCfg { seconds: cfg.seconds.map(|s| s / ROUNDS as f64), ..cfg };
+            let mut results: Vec<Vec<EResult<Map<String, Value>>>> = (0..runners.len()).map(|_| Vec::new()).collect();
             for round in 0..ROUNDS {
                 for j in 0..runners.len() {
                     let e = (j + round) % runners.len();
@@ -216,10 +179,7 @@ pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
                 "phase": "warm",
                 "bytes_per_op": 16,
             });
-            runs.push(run_value(
-                params.as_object().cloned().unwrap_or_default(),
-                engines,
-            ));
+            runs.push(run_value(params.as_object().cloned().unwrap_or_default(), engines));
         }
     }
     ctx.notes.push("fix: every page is resident (checked); bytes_per_sec counts the 16 bytes each operation reads. 'memory' is the same payload bytes in one array with no latch at all (writes: relaxed atomic stores). hashpool has no optimistic latch, so its optimistic-mode figures use its shared content lock. Each run is 3 rounds with the engine order rotated; the median round is reported (rounds_ops_per_sec lists all).".into());

@@ -51,46 +51,17 @@ pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
     let large_pages = (main / large).max(1);
     let small_minor = (minor / small).clamp(1, small_pages);
     let large_minor = (minor / large).clamp(1, large_pages);
-    ctx.progress(|| {
-        format!(
-            "building {} small and {} large pages",
-            small_pages, large_pages
-        )
-    });
+    ctx.progress(|| format!("building {} small and {} large pages", small_pages, large_pages));
     let ds = DataSet::build(
         &ctx.scratch.path().join("db"),
         small,
-        &[
-            FileSpec {
-                page_size: small,
-                pages: small_pages,
-            },
-            FileSpec {
-                page_size: large,
-                pages: large_pages,
-            },
-        ],
+        &[FileSpec { page_size: small, pages: small_pages }, FileSpec { page_size: large, pages: large_pages }],
     )?;
     let phases = |threads: u64| {
         [
-            Phase {
-                name: "large-heavy",
-                small: small_minor,
-                large: large_pages,
-                group: 0,
-            },
-            Phase {
-                name: "small-heavy",
-                small: small_pages,
-                large: large_minor,
-                group: 0,
-            },
-            Phase {
-                name: "large-pinned",
-                small: 0,
-                large: large_pages,
-                group: (pool / 2 / threads / large).clamp(1, large_pages),
-            },
+            Phase { name: "large-heavy", small: small_minor, large: large_pages, group: 0 },
+            Phase { name: "small-heavy", small: small_pages, large: large_minor, group: 0 },
+            Phase { name: "large-pinned", small: 0, large: large_pages, group: (pool / 2 / threads / large).clamp(1, large_pages) },
         ]
     };
 
@@ -98,23 +69,12 @@ pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
     for &threads in &o.thread_counts() {
         ctx.progress(|| format!("t{threads}: opening both engines"));
         let strata = StrataStore::open(&ds, pool);
-        let split = StaticSplit::open(
-            &ds.files,
-            pool,
-            small as usize,
-            large as usize,
-            SMALL_FRACTION,
-        );
+        let split = StaticSplit::open(&ds.files, pool, small as usize, large as usize, SMALL_FRACTION);
         for ph in phases(threads as u64) {
             let mut engines = Map::new();
-            for (name, store) in [
-                ("strata", strata.as_ref().map(|s| s as &dyn PageStore)),
-                ("static-split", split.as_ref().map(|s| s as &dyn PageStore)),
-            ] {
+            for (name, store) in [("strata", strata.as_ref().map(|s| s as &dyn PageStore)), ("static-split", split.as_ref().map(|s| s as &dyn PageStore))] {
                 ctx.progress(|| format!("t{threads} {}: {name}", ph.name));
-                let r = store
-                    .map_err(|e| e.clone())
-                    .and_then(|store| run_phase(store, ph, small, large, threads, seconds, o.ops));
+                let r = store.map_err(|e| e.clone()).and_then(|store| run_phase(store, ph, small, large, threads, seconds, o.ops));
                 engines.insert(name.into(), engine_value(r));
             }
             let ws = ph.small * small + ph.large * large;
@@ -131,71 +91,41 @@ pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
                 params["pinned_bytes"] = json!(ph.group * large * threads as u64);
             } else {
                 params["working_set_bytes"] = json!(ws);
-                params["large_bytes_share"] =
-                    json!(((ph.large * large) as f64 / ws as f64 * 100.0).round() / 100.0);
+                params["large_bytes_share"] = json!(((ph.large * large) as f64 / ws as f64 * 100.0).round() / 100.0);
                 params["distribution"] = json!("uniform-by-bytes");
             }
-            runs.push(run_value(
-                params.as_object().cloned().unwrap_or_default(),
-                engines,
-            ));
+            runs.push(run_value(params.as_object().cloned().unwrap_or_default(), engines));
         }
     }
     ctx.notes.push("mixed-size: both engines live through the phases in order (large-heavy, small-heavy, large-pinned) with the same total memory; shift_seconds is the time to read the new working set once after the shift. An operation reads one page (pinned phase: holds a group of large pages at once).".into());
     Ok(runs)
 }
 
-fn run_phase(
-    store: &dyn PageStore,
-    ph: Phase,
-    small: u64,
-    large: u64,
-    threads: usize,
-    seconds: f64,
-    ops: Option<u64>,
-) -> EResult<Map<String, Value>> {
-    let cfg = RunCfg {
-        threads,
-        seconds: ops.is_none().then_some(seconds),
-        ops,
-        sample_every: 4,
-    };
+fn run_phase(store: &dyn PageStore, ph: Phase, small: u64, large: u64, threads: usize, seconds: f64, ops: Option<u64>) -> EResult<Map<String, Value>> {
+    let cfg = RunCfg { threads, seconds: ops.is_none().then_some(seconds), ops, sample_every: 4 };
     let make = |t: usize| (Rng::new(0x313D ^ ((t as u64) << 36)), 0u64);
     if ph.group > 0 {
         return measure_store(store, &cfg, make, |st| {
             let start = st.0.below(ph.large);
             let salt = st.0.next_u64();
-            let pages: Vec<Page> = (0..ph.group)
-                .map(|j| Page::new(1, (start + j) % ph.large))
-                .collect();
+            let pages: Vec<Page> = (0..ph.group).map(|j| Page::new(1, (start + j) % ph.large)).collect();
             store.read_pinned(&pages, &mut |_, d| st.1 ^= probe(d, salt))?;
             std::hint::black_box(st.1);
-            Ok(Step::Did {
-                bytes: ph.group * large,
-            })
+            Ok(Step::Did { bytes: ph.group * large })
         });
     }
     // The shift: read every page of the new working set once, in parallel.
     let total = ph.small + ph.large;
     let cursor = AtomicU64::new(0);
     let shift = measure(
-        &RunCfg {
-            threads,
-            seconds: None,
-            ops: None,
-            sample_every: 1,
-        },
+        &RunCfg { threads, seconds: None, ops: None, sample_every: 1 },
         |_| (),
         |_| {
             let i = cursor.fetch_add(1, Ordering::Relaxed);
             if i >= total {
                 return Ok(Step::Done);
             }
-            let (page, bytes) = if i < ph.large {
-                (Page::new(1, i), large)
-            } else {
-                (Page::new(0, i - ph.large), small)
-            };
+            let (page, bytes) = if i < ph.large { (Page::new(1, i), large) } else { (Page::new(0, i - ph.large), small) };
             store.read(page, &mut |d| {
                 std::hint::black_box(prefault(d));
             })?;
@@ -207,18 +137,11 @@ fn run_phase(
     let mut m = measure_store(store, &cfg, make, |st| {
         let r = st.0.below(ws);
         let salt = st.0.next_u64();
-        let (page, bytes) = if r < large_bytes {
-            (Page::new(1, r / large), large)
-        } else {
-            (Page::new(0, (r - large_bytes) / small), small)
-        };
+        let (page, bytes) = if r < large_bytes { (Page::new(1, r / large), large) } else { (Page::new(0, (r - large_bytes) / small), small) };
         store.read(page, &mut |d| st.1 ^= probe(d, salt))?;
         std::hint::black_box(st.1);
         Ok(Step::Did { bytes })
     })?;
-    m.insert(
-        "shift_seconds".into(),
-        json!((shift.seconds * 1e6).round() / 1e6),
-    );
+    m.insert("shift_seconds".into(), json!((shift.seconds * 1e6).round() / 1e6));
     Ok(m)
 }

@@ -79,10 +79,7 @@ impl Ctx<'_> {
 /// Runs benchmark `name` and returns its JSON object.
 pub fn run(name: &str, opts: &Options) -> Result<Value, String> {
     if !BENCHMARKS.contains(&name) {
-        return Err(format!(
-            "unknown benchmark {name:?} (known: {})",
-            BENCHMARKS.join(", ")
-        ));
+        return Err(format!("unknown benchmark {name:?} (known: {})", BENCHMARKS.join(", ")));
     }
     if opts.thread_counts().is_empty() {
         return Err("--threads needs at least one positive count".into());
@@ -92,14 +89,9 @@ pub fn run(name: &str, opts: &Options) -> Result<Value, String> {
             return Err(format!("--seconds must be positive, got {s}"));
         }
     }
-    let scratch = ScratchDir::new(opts.dir.as_deref())
-        .map_err(|e| format!("create a scratch directory: {e}"))?;
+    let scratch = ScratchDir::new(opts.dir.as_deref()).map_err(|e| format!("create a scratch directory: {e}"))?;
     let machine = crate::machine::describe(scratch.path());
-    let mut ctx = Ctx {
-        opts,
-        scratch,
-        notes: Vec::new(),
-    };
+    let mut ctx = Ctx { opts, scratch, notes: Vec::new() };
     let runs = match name {
         "fix" => fix::run(&mut ctx),
         "random-read" => random_read::run(&mut ctx),
@@ -114,11 +106,7 @@ pub fn run(name: &str, opts: &Options) -> Result<Value, String> {
 /// Opens the mmap engine (cold: the files' pages dropped from the page cache first), under a
 /// cgroup v2 memory cap of `cap_bytes` where the machine allows, runs `f` on it, and closes
 /// it. The engine's figures say whether it was capped.
-pub(crate) fn with_mmap<T>(
-    files: &[DataFile],
-    cap_bytes: u64,
-    f: impl FnOnce(&MmapStore) -> T,
-) -> EResult<T> {
+pub(crate) fn with_mmap<T>(files: &[DataFile], cap_bytes: u64, f: impl FnOnce(&MmapStore) -> T) -> EResult<T> {
     let cap = CgroupCap::enter(cap_bytes);
     // SAFETY: the data files live in this run's private scratch directory; nothing writes or
     // truncates them while they are mapped (the other engines only read them, and each
@@ -146,14 +134,7 @@ pub(crate) fn with_mmap<T>(
 /// Opens engine `name` over the data set (cold), runs `f` on it and closes it. `pool` is the
 /// memory budget of the cached engines (and mmap's cap where one can be made); `page_size`
 /// picks the hashpool's page size; `chunk` is raw's scan request size.
-pub(crate) fn with_engine<T>(
-    name: &str,
-    ds: &DataSet,
-    pool: u64,
-    page_size: usize,
-    chunk: usize,
-    f: impl FnOnce(&dyn PageStore) -> EResult<T>,
-) -> EResult<T> {
+pub(crate) fn with_engine<T>(name: &str, ds: &DataSet, pool: u64, page_size: usize, chunk: usize, f: impl FnOnce(&dyn PageStore) -> EResult<T>) -> EResult<T> {
     match name {
         "strata" => f(&StrataStore::open(ds, pool)?),
         "hashpool" => f(&HashPool::open(&ds.files, page_size, pool, false)?),
@@ -195,15 +176,9 @@ pub fn run_label(params: &Value, varying: &[String]) -> String {
         let Some(v) = params.get(k) else { continue };
         let s = match (k.as_str(), v) {
             ("threads", v) => format!("t{v}"),
-            (k, Value::Number(n)) if k.ends_with("bytes") || k == "page_size" => {
-                n.as_u64().map(short_size).unwrap_or_else(|| n.to_string())
-            }
+            (k, Value::Number(n)) if k.ends_with("bytes") || k == "page_size" => n.as_u64().map(short_size).unwrap_or_else(|| n.to_string()),
             (_, Value::String(s)) => s.clone(),
-            (_, Value::Array(a)) => a
-                .iter()
-                .map(|x| x.as_u64().map(short_size).unwrap_or_else(|| x.to_string()))
-                .collect::<Vec<_>>()
-                .join("+"),
+            (_, Value::Array(a)) => a.iter().map(|x| x.as_u64().map(short_size).unwrap_or_else(|| x.to_string())).collect::<Vec<_>>().join("+"),
             (_, v) => v.to_string(),
         };
         parts.push(s);
@@ -214,26 +189,11 @@ pub fn run_label(params: &Value, varying: &[String]) -> String {
 /// The parameter keys whose values differ between the runs of a report (in a fixed order,
 /// the most significant first).
 pub fn varying_params(report: &Value) -> Vec<String> {
-    let runs = report
-        .get("runs")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let order = [
-        "mode",
-        "page_size",
-        "memory",
-        "data_bytes",
-        "distribution",
-        "phase",
-        "threads",
-    ];
+    let runs = report.get("runs").and_then(Value::as_array).cloned().unwrap_or_default();
+    let order = ["mode", "page_size", "memory", "data_bytes", "distribution", "phase", "threads"];
     let mut keys: Vec<String> = Vec::new();
     for k in order {
-        let vals: Vec<Option<&Value>> = runs
-            .iter()
-            .map(|r| r.get("params").and_then(|p| p.get(k)))
-            .collect();
+        let vals: Vec<Option<&Value>> = runs.iter().map(|r| r.get("params").and_then(|p| p.get(k))).collect();
         let mut distinct: Vec<&Value> = vals.iter().flatten().copied().collect();
         distinct.dedup();
         distinct.sort_by_key(|v| v.to_string());
@@ -257,10 +217,7 @@ pub fn text_summary(report: &Value) -> String {
     out.push_str(&format!(
         "bench {bench} on {} cores, {} memory, kernel {}\n",
         m["cores"],
-        m["memory_bytes"]
-            .as_u64()
-            .map(short_size)
-            .unwrap_or_else(|| "?".into()),
+        m["memory_bytes"].as_u64().map(short_size).unwrap_or_else(|| "?".into()),
         m["kernel"].as_str().unwrap_or("?")
     ));
     let varying = varying_params(report);
@@ -269,19 +226,12 @@ pub fn text_summary(report: &Value) -> String {
         if let Some(engines) = r["engines"].as_object() {
             for (name, e) in engines {
                 if let Some(f) = e.get("failed") {
-                    out.push_str(&format!(
-                        "  {name:<13} FAILED: {}\n",
-                        f.as_str().unwrap_or("?")
-                    ));
+                    out.push_str(&format!("  {name:<13} FAILED: {}\n", f.as_str().unwrap_or("?")));
                     continue;
                 }
                 let ops = e["ops_per_sec"].as_f64().unwrap_or(0.0);
                 let bps = e["bytes_per_sec"].as_f64().unwrap_or(0.0);
-                let ratio = r["ratios"]
-                    .get(name)
-                    .and_then(Value::as_f64)
-                    .map(|x| format!("  strata/{name} = {x:.2}"))
-                    .unwrap_or_default();
+                let ratio = r["ratios"].get(name).and_then(Value::as_f64).map(|x| format!("  strata/{name} = {x:.2}")).unwrap_or_default();
                 out.push_str(&format!(
                     "  {name:<13} {ops:>14.0} ops/s {:>10}/s  p50 {:>9.2} us  p99 {:>9.2} us{ratio}\n",
                     short_size(bps as u64),

@@ -25,28 +25,13 @@ const ENGINES: [&str; 4] = ["strata", "hashpool", "mmap", "raw"];
 pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
     let o = ctx.opts;
     let pool = o.pool.unwrap_or(32 << 20);
-    let sizes = o
-        .page_sizes
-        .clone()
-        .unwrap_or_else(|| vec![4 << 10, 64 << 10]);
+    let sizes = o.page_sizes.clone().unwrap_or_else(|| vec![4 << 10, 64 << 10]);
     let data_out = o.data.unwrap_or(4 * pool);
     let data_in = pool / 8 * 7;
     let seconds = o.seconds.unwrap_or(0.3);
     let min_page = sizes.iter().copied().min().unwrap_or(4096);
-    let specs: Vec<FileSpec> = sizes
-        .iter()
-        .map(|&ps| FileSpec {
-            page_size: ps,
-            pages: (data_out.max(data_in) / ps).max(1),
-        })
-        .collect();
-    ctx.progress(|| {
-        format!(
-            "building {} files of {}",
-            specs.len(),
-            short_size(data_out.max(data_in))
-        )
-    });
+    let specs: Vec<FileSpec> = sizes.iter().map(|&ps| FileSpec { page_size: ps, pages: (data_out.max(data_in) / ps).max(1) }).collect();
+    ctx.progress(|| format!("building {} files of {}", specs.len(), short_size(data_out.max(data_in))));
     let ds = DataSet::build(&ctx.scratch.path().join("db"), min_page, &specs)?;
     mmap_cap_note(ctx);
 
@@ -57,77 +42,49 @@ pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
             for dist in [Distribution::Uniform, Distribution::Zipf(0.99)] {
                 let sampler = Sampler::new(n, dist);
                 for &threads in &o.thread_counts() {
-                    let cfg = RunCfg {
-                        threads,
-                        seconds: o.ops.is_none().then_some(seconds),
-                        ops: o.ops,
-                        sample_every: if memory == "in" { 8 } else { 1 },
-                    };
-                    let warm = RunCfg {
-                        seconds: cfg.seconds.map(|s| s / 2.0),
-                        ops: cfg.ops.map(|x| x / 2),
-                        ..cfg
-                    };
+                    let cfg = RunCfg { threads, seconds: o.ops.is_none().then_some(seconds), ops: o.ops, sample_every: if memory == "in" { 8 } else { 1 } };
+                    let warm = RunCfg { seconds: cfg.seconds.map(|s| s / 2.0), ops: cfg.ops.map(|x| x / 2), ..cfg };
                     // Warm-up and measurement draw different page sequences (else the
                     // measurement would replay the warm-up and hit what it just loaded).
                     let make = |t: usize| (Rng::new(0x5EED ^ ((t as u64) << 40) ^ n), 0u64);
                     let make_warm = |t: usize| (Rng::new(0x3A3B ^ ((t as u64) << 40) ^ n), 0u64);
                     let mut engines = Map::new();
                     for name in ENGINES {
-                        ctx.progress(|| {
-                            format!(
-                                "{} {memory} {} t{threads}: {name}",
-                                short_size(ps),
-                                dist.name()
-                            )
-                        });
-                        let r = with_engine(
-                            name,
-                            &ds,
-                            pool,
-                            ps as usize,
-                            1 << 20,
-                            |store: &dyn PageStore| {
-                                let op = |st: &mut (Rng, u64)| {
-                                    let i = sampler.sample(&mut st.0);
-                                    let salt = st.0.next_u64();
-                                    store.read(Page::new(k as u16, i), &mut |d| {
-                                        st.1 ^= probe(d, salt)
-                                    })?;
-                                    std::hint::black_box(st.1);
-                                    Ok(Step::Did { bytes: ps })
-                                };
-                                if name != "raw" {
-                                    // Fill the cache (in: every page; out: a pool's worth), in
-                                    // parallel, then (out) let the workload shape its contents.
-                                    let fill = n.min(pool / ps);
-                                    let cursor = AtomicU64::new(0);
-                                    let fill_cfg = RunCfg {
-                                        seconds: None,
-                                        ops: None,
-                                        ..cfg
-                                    };
-                                    measure(
-                                        &fill_cfg,
-                                        |_| (),
-                                        |_| {
-                                            let i = cursor.fetch_add(1, Ordering::Relaxed);
-                                            if i >= fill {
-                                                return Ok(Step::Done);
-                                            }
-                                            store.read(Page::new(k as u16, i), &mut |d| {
-                                                std::hint::black_box(prefault(d));
-                                            })?;
-                                            Ok(Step::Did { bytes: ps })
-                                        },
-                                    )?;
-                                    if memory == "out" {
-                                        measure(&warm, make_warm, op)?;
-                                    }
+                        ctx.progress(|| format!("{} {memory} {} t{threads}: {name}", short_size(ps), dist.name()));
+                        let r = with_engine(name, &ds, pool, ps as usize, 1 << 20, |store: &dyn PageStore| {
+                            let op = |st: &mut (Rng, u64)| {
+                                let i = sampler.sample(&mut st.0);
+                                let salt = st.0.next_u64();
+                                store.read(Page::new(k as u16, i), &mut |d| st.1 ^= probe(d, salt))?;
+                                std::hint::black_box(st.1);
+                                Ok(Step::Did { bytes: ps })
+                            };
+                            if name != "raw" {
+                                // Fill the cache (in: every page; out: a pool's worth), in
+                                // parallel, then (out) let the workload shape its contents.
+                                let fill = n.min(pool / ps);
+                                let cursor = AtomicU64::new(0);
+                                let fill_cfg = RunCfg { seconds: None, ops: None, ..cfg };
+                                measure(
+                                    &fill_cfg,
+                                    |_| (),
+                                    |_| {
+                                        let i = cursor.fetch_add(1, Ordering::Relaxed);
+                                        if i >= fill {
+                                            return Ok(Step::Done);
+                                        }
+                                        store.read(Page::new(k as u16, i), &mut |d| {
+                                            std::hint::black_box(prefault(d));
+                                        })?;
+                                        Ok(Step::Did { bytes: ps })
+                                    },
+                                )?;
+                                if memory == "out" {
+                                    measure(&warm, make_warm, op)?;
                                 }
-                                measure_store(store, &cfg, make, op)
-                            },
-                        );
+                            }
+                            measure_store(store, &cfg, make, op)
+                        });
                         engines.insert(name.into(), engine_value(r));
                     }
                     let mut params = json!({
@@ -144,10 +101,7 @@ pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
                     if let Distribution::Zipf(theta) = dist {
                         params["zipf_theta"] = json!(theta);
                     }
-                    runs.push(run_value(
-                        params.as_object().cloned().unwrap_or_default(),
-                        engines,
-                    ));
+                    runs.push(run_value(params.as_object().cloned().unwrap_or_default(), engines));
                 }
             }
         }

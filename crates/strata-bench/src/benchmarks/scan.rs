@@ -23,24 +23,13 @@ const MORSEL: u64 = 1 << 20;
 pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
     let o = ctx.opts;
     let pool = o.pool.unwrap_or(32 << 20);
-    let ps = o
-        .page_sizes
-        .as_ref()
-        .and_then(|v| v.first().copied())
-        .unwrap_or(64 << 10);
+    let ps = o.page_sizes.as_ref().and_then(|v| v.first().copied()).unwrap_or(64 << 10);
     let pages = (o.data.unwrap_or(4 * pool) / ps).max(1);
     let data = pages * ps;
     let morsel_pages = (MORSEL / ps).max(1);
     let morsels = pages.div_ceil(morsel_pages);
     ctx.progress(|| format!("building {} of {} pages", short_size(data), short_size(ps)));
-    let ds = DataSet::build(
-        &ctx.scratch.path().join("db"),
-        ps,
-        &[FileSpec {
-            page_size: ps,
-            pages,
-        }],
-    )?;
+    let ds = DataSet::build(&ctx.scratch.path().join("db"), ps, &[FileSpec { page_size: ps, pages }])?;
     mmap_cap_note(ctx);
 
     let mut runs = Vec::new();
@@ -50,57 +39,37 @@ pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
         let mut sums: [Vec<u64>; 2] = [Vec::new(), Vec::new()];
         for name in ENGINES {
             ctx.progress(|| format!("t{threads}: {name}"));
-            let r = with_engine(
-                name,
-                &ds,
-                pool,
-                ps as usize,
-                (morsel_pages * ps) as usize,
-                |store: &dyn PageStore| {
-                    let mut out = Vec::new();
-                    for _phase in 0..2 {
-                        let cursor = AtomicU64::new(0);
-                        let sum = AtomicU64::new(0);
-                        let limit = o
-                            .ops
-                            .map(|x| x * threads as u64)
-                            .unwrap_or(u64::MAX)
-                            .min(morsels);
-                        let cfg = RunCfg {
-                            threads,
-                            seconds: None,
-                            ops: None,
-                            sample_every: 1,
-                        };
-                        let r = measure_store(
-                            store,
-                            &cfg,
-                            |_| (),
-                            |_| {
-                                let m = cursor.fetch_add(1, Ordering::Relaxed);
-                                if m >= limit {
-                                    return Ok(Step::Done);
-                                }
-                                let first = m * morsel_pages;
-                                let end = (first + morsel_pages).min(pages);
-                                let mut s = 0u64;
-                                store.scan(0, first..end, &mut |_, d| {
-                                    s = s.wrapping_add(sum_words(d))
-                                })?;
-                                sum.fetch_add(s, Ordering::Relaxed);
-                                Ok(Step::Did {
-                                    bytes: (end - first) * ps,
-                                })
-                            },
-                        );
-                        out.push(r.map(|mut m| {
-                            m.insert("checksum".into(), sum.load(Ordering::Relaxed).into());
-                            m
-                        }));
-                    }
-                    Ok(out)
-                },
-            );
+            let r = with_engine(name, &ds, pool, ps as usize, (morsel_pages * ps) as usize, |store: &dyn PageStore| {
+                let mut out = Vec::new();
+                for _phase in 0..2 {
+                    let cursor = AtomicU64::new(0);
+                    let sum = AtomicU64::new(0);
+                    let limit = o.ops.map(|x| x * threads as u64).unwrap_or(u64::MAX).min(morsels);
+                    let cfg = RunCfg { threads, seconds: None, ops: None, sample_every: 1 };
+                    let r = measure_store(
+                        store,
+                        &cfg,
+                        |_| (),
+                        |_| {
+                            let m = cursor.fetch_add(1, Ordering::Relaxed);
+                            if m >= limit {
+                                return Ok(Step::Done);
+                            }
+                            let first = m * morsel_pages;
+                            let end = (first + morsel_pages).min(pages);
+                            let mut s = 0u64;
+                            store.scan(0, first..end, &mut |_, d| s = s.wrapping_add(sum_words(d)))?;
+                            sum.fetch_add(s, Ordering::Relaxed);
+                            Ok(Step::Did { bytes: (end - first) * ps })
+                        },
+                    );
+                    out.push(r.map(|mut m| {
+                        m.insert("checksum".into(), sum.load(Ordering::Relaxed).into());
+                        m
+                    }));
+                }
+                Ok(out)
+            });
             match r {
                 Ok(phases) => {
                     for (p, r) in phases.into_iter().enumerate() {

@@ -85,24 +85,11 @@ impl Frames {
         let len = count * frame;
         // SAFETY: an anonymous private mapping of `len > 0` bytes at an address of the
         // kernel's choosing; no existing memory is affected.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
         if p == libc::MAP_FAILED {
             return Err(std::io::Error::last_os_error());
         }
-        Ok(Frames {
-            ptr: NonNull::new(p.cast()).expect("mmap returned null"),
-            len,
-            frame,
-        })
+        Ok(Frames { ptr: NonNull::new(p.cast()).expect("mmap returned null"), len, frame })
     }
 
     /// Frame `f` as a shared slice.
@@ -170,9 +157,7 @@ pub struct Pinned<'a> {
 
 impl Drop for Pinned<'_> {
     fn drop(&mut self) {
-        self.pool.descs[self.frame]
-            .state
-            .fetch_sub(1, Ordering::Release);
+        self.pool.descs[self.frame].state.fetch_sub(1, Ordering::Release);
     }
 }
 
@@ -201,22 +186,13 @@ impl HashPool {
     /// `page_size` among `files` (file `k` of the list is [`Page::file`] `k`; files of other
     /// page sizes are not served). With `writable`, files are opened for writing and dirty
     /// frames are written back on eviction.
-    pub fn open(
-        files: &[DataFile],
-        page_size: usize,
-        pool_bytes: u64,
-        writable: bool,
-    ) -> EResult<HashPool> {
+    pub fn open(files: &[DataFile], page_size: usize, pool_bytes: u64, writable: bool) -> EResult<HashPool> {
         if page_size == 0 || page_size % 4096 != 0 {
-            return Err(EngineError(format!(
-                "hashpool page size {page_size} is not a multiple of 4 KiB"
-            )));
+            return Err(EngineError(format!("hashpool page size {page_size} is not a multiple of 4 KiB")));
         }
         let n = Self::frames_for(pool_bytes, page_size);
         if n == 0 {
-            return Err(EngineError(format!(
-                "a hashpool of {pool_bytes} bytes cannot hold one {page_size}-byte frame"
-            )));
+            return Err(EngineError(format!("a hashpool of {pool_bytes} bytes cannot hold one {page_size}-byte frame")));
         }
         if n > u32::MAX as u64 {
             return Err(EngineError("too many frames".into()));
@@ -229,35 +205,16 @@ impl HashPool {
                 pfiles.push(None);
                 continue;
             }
-            let (file, d) = open_data(&f.path, writable)
-                .map_err(|e| EngineError(format!("open {}: {e}", f.path.display())))?;
+            let (file, d) = open_data(&f.path, writable).map_err(|e| EngineError(format!("open {}: {e}", f.path.display())))?;
             direct &= d;
-            pfiles.push(Some(PoolFile {
-                file,
-                payload_offset: f.payload_offset,
-                pages: f.pages,
-            }));
+            pfiles.push(Some(PoolFile { file, payload_offset: f.payload_offset, pages: f.pages }));
         }
         let nparts = Self::partitions_for(pool_bytes / (page_size as u64 + METADATA_PER_FRAME));
         let per_part = n.div_ceil(nparts) * 2 + 8;
-        let parts: Box<[_]> = (0..nparts)
-            .map(|_| {
-                CachePadded::new(RwLock::new(Map::with_capacity_and_hasher(
-                    per_part,
-                    FxBuild::default(),
-                )))
-            })
-            .collect();
-        let descs: Box<[Desc]> = (0..n)
-            .map(|_| Desc {
-                state: AtomicU64::new(0),
-                tag: AtomicU64::new(TAG_NONE),
-                dirty: AtomicBool::new(false),
-                content: RwLock::new(()),
-            })
-            .collect();
-        let frames = Frames::new(n, page_size)
-            .map_err(|e| EngineError(format!("allocate {n} frames: {e}")))?;
+        let parts: Box<[_]> = (0..nparts).map(|_| CachePadded::new(RwLock::new(Map::with_capacity_and_hasher(per_part, FxBuild::default())))).collect();
+        let descs: Box<[Desc]> =
+            (0..n).map(|_| Desc { state: AtomicU64::new(0), tag: AtomicU64::new(TAG_NONE), dirty: AtomicBool::new(false), content: RwLock::new(()) }).collect();
+        let frames = Frames::new(n, page_size).map_err(|e| EngineError(format!("allocate {n} frames: {e}")))?;
         Ok(HashPool {
             page_size,
             files: pfiles,
@@ -297,10 +254,7 @@ impl HashPool {
 
     /// Frames pinned now.
     pub fn pinned_frames(&self) -> usize {
-        self.descs
-            .iter()
-            .filter(|d| d.state.load(Ordering::Relaxed) & REF_MASK != 0)
-            .count()
+        self.descs.iter().filter(|d| d.state.load(Ordering::Relaxed) & REF_MASK != 0).count()
     }
 
     /// Pages written back so far.
@@ -321,17 +275,9 @@ impl HashPool {
             .files
             .get(page.file as usize)
             .and_then(Option::as_ref)
-            .ok_or_else(|| {
-                EngineError(format!(
-                    "this {}-byte hashpool holds no file {}",
-                    self.page_size, page.file
-                ))
-            })?;
+            .ok_or_else(|| EngineError(format!("this {}-byte hashpool holds no file {}", self.page_size, page.file)))?;
         if page.index >= f.pages {
-            return Err(EngineError(format!(
-                "page {} of file {} is beyond its {} pages",
-                page.index, page.file, f.pages
-            )));
+            return Err(EngineError(format!("page {} of file {} is beyond its {} pages", page.index, page.file, f.pages)));
         }
         Ok(f)
     }
@@ -344,10 +290,7 @@ impl HashPool {
             if (s & USAGE_MASK) >> 32 < MAX_USAGE {
                 n += USAGE_ONE;
             }
-            match d
-                .state
-                .compare_exchange_weak(s, n, Ordering::Acquire, Ordering::Relaxed)
-            {
+            match d.state.compare_exchange_weak(s, n, Ordering::Acquire, Ordering::Relaxed) {
                 Ok(_) => return,
                 Err(x) => s = x,
             }
@@ -363,9 +306,7 @@ impl HashPool {
                 return Ok(());
             }
             if s & IO_ERROR != 0 {
-                return Err(EngineError(
-                    "hashpool: reading the page failed in another thread".into(),
-                ));
+                return Err(EngineError("hashpool: reading the page failed in another thread".into()));
             }
             spins += 1;
             if spins < 64 {
@@ -406,18 +347,12 @@ impl HashPool {
                 continue;
             }
             if s & USAGE_MASK != 0 {
-                if d.state
-                    .compare_exchange_weak(s, s - USAGE_ONE, Ordering::Relaxed, Ordering::Relaxed)
-                    .is_ok()
-                {
+                if d.state.compare_exchange_weak(s, s - USAGE_ONE, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
                     tries = n;
                 }
                 continue;
             }
-            if d.state
-                .compare_exchange(s, s + 1, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
-            {
+            if d.state.compare_exchange(s, s + 1, Ordering::Acquire, Ordering::Relaxed).is_ok() {
                 return Ok(i);
             }
         }
@@ -435,9 +370,7 @@ impl HashPool {
         // SAFETY: we hold a pin (the frame cannot be reclaimed and reloaded) and its content
         // lock shared (no writer holds a `&mut`).
         let image = unsafe { self.frames.get(f) };
-        pf.file
-            .write_all_at(image, page.index * self.page_size as u64)
-            .map_err(|e| EngineError(format!("hashpool write back: {e}")))?;
+        pf.file.write_all_at(image, page.index * self.page_size as u64).map_err(|e| EngineError(format!("hashpool write back: {e}")))?;
         d.dirty.store(false, Ordering::Release);
         self.pages_written.add(1);
         Ok(())
@@ -454,10 +387,7 @@ impl HashPool {
                 self.pin(f as usize);
                 drop(map);
                 self.hits.add(1);
-                let p = Pinned {
-                    pool: self,
-                    frame: f as usize,
-                };
+                let p = Pinned { pool: self, frame: f as usize };
                 self.wait_valid(p.frame)?;
                 return Ok(p);
             }
@@ -468,24 +398,16 @@ impl HashPool {
     fn load(&self, page: Page, key: u64, pf: &PoolFile) -> EResult<Pinned<'_>> {
         loop {
             let v = self.victim()?;
-            let victim = Pinned {
-                pool: self,
-                frame: v,
-            };
+            let victim = Pinned { pool: self, frame: v };
             let d = &self.descs[v];
             if d.dirty.load(Ordering::Acquire) {
                 self.write_back(v)?;
             }
             let old = d.tag.load(Ordering::Relaxed);
             let np = self.part_of(key);
-            let op = (old != TAG_NONE)
-                .then(|| self.part_of(old))
-                .filter(|&op| op != np);
+            let op = (old != TAG_NONE).then(|| self.part_of(old)).filter(|&op| op != np);
             // Lock order: partition index ascending.
-            let (mut new_map, mut old_map): (
-                RwLockWriteGuard<'_, Map>,
-                Option<RwLockWriteGuard<'_, Map>>,
-            ) = match op {
+            let (mut new_map, mut old_map): (RwLockWriteGuard<'_, Map>, Option<RwLockWriteGuard<'_, Map>>) = match op {
                 Some(op) if op < np => {
                     let o = self.parts[op].write();
                     (self.parts[np].write(), Some(o))
@@ -503,10 +425,7 @@ impl HashPool {
                 drop(new_map);
                 drop(victim);
                 self.hits.add(1);
-                let p = Pinned {
-                    pool: self,
-                    frame: f as usize,
-                };
+                let p = Pinned { pool: self, frame: f as usize };
                 self.wait_valid(p.frame)?;
                 return Ok(p);
             }
@@ -516,10 +435,7 @@ impl HashPool {
             if s & REF_MASK != 1 || d.dirty.load(Ordering::Acquire) {
                 continue;
             }
-            if d.state
-                .compare_exchange(s, 1 | USAGE_ONE, Ordering::AcqRel, Ordering::Relaxed)
-                .is_err()
-            {
+            if d.state.compare_exchange(s, 1 | USAGE_ONE, Ordering::AcqRel, Ordering::Relaxed).is_err() {
                 continue;
             }
             if old != TAG_NONE {
@@ -535,10 +451,7 @@ impl HashPool {
             // the table pin it and wait for VALID before touching its bytes; no other
             // reference to it exists.
             let buf = unsafe { self.frames.get_mut(v) };
-            match pf
-                .file
-                .read_exact_at(buf, page.index * self.page_size as u64)
-            {
+            match pf.file.read_exact_at(buf, page.index * self.page_size as u64) {
                 Ok(()) => {
                     self.misses.add(1);
                     self.bytes_read.add(self.page_size as u64);
@@ -552,10 +465,7 @@ impl HashPool {
                         d.tag.store(TAG_NONE, Ordering::Relaxed);
                     }
                     d.state.fetch_or(IO_ERROR, Ordering::Release);
-                    return Err(EngineError(format!(
-                        "hashpool read of page {} of file {}: {e}",
-                        page.index, page.file
-                    )));
+                    return Err(EngineError(format!("hashpool read of page {} of file {}: {e}", page.index, page.file)));
                 }
             }
         }
@@ -605,10 +515,7 @@ impl PageStore for HashPool {
     }
 
     fn read_pinned(&self, pages: &[Page], f: &mut dyn FnMut(usize, &[u8])) -> EResult<()> {
-        let pins = pages
-            .iter()
-            .map(|&p| self.fix(p))
-            .collect::<EResult<Vec<_>>>()?;
+        let pins = pages.iter().map(|&p| self.fix(p)).collect::<EResult<Vec<_>>>()?;
         for (i, (p, &page)) in pins.iter().zip(pages).enumerate() {
             self.with_frame(p, page, &mut |d| f(i, d))?;
         }
@@ -616,11 +523,7 @@ impl PageStore for HashPool {
     }
 
     fn counters(&self) -> IoCounters {
-        IoCounters {
-            hits: Some(self.hits.get()),
-            misses: Some(self.misses.get()),
-            bytes_read: self.bytes_read.get(),
-        }
+        IoCounters { hits: Some(self.hits.get()), misses: Some(self.misses.get()), bytes_read: self.bytes_read.get() }
     }
 
     fn describe(&self) -> serde_json::Map<String, serde_json::Value> {

@@ -38,12 +38,7 @@ unsafe impl Sync for MmapStore {}
 fn proc_read_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/io")
         .ok()
-        .and_then(|s| {
-            s.lines().find_map(|l| {
-                l.strip_prefix("read_bytes:")
-                    .and_then(|v| v.trim().parse().ok())
-            })
-        })
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("read_bytes:").and_then(|v| v.trim().parse().ok())))
         .unwrap_or(0)
 }
 
@@ -57,15 +52,10 @@ impl MmapStore {
     pub unsafe fn open(files: &[DataFile], drop_cache: bool) -> EResult<MmapStore> {
         let mut maps = Vec::new();
         for f in files {
-            let (file, _) = open_data(&f.path, false)
-                .map_err(|e| EngineError(format!("open {}: {e}", f.path.display())))?;
+            let (file, _) = open_data(&f.path, false).map_err(|e| EngineError(format!("open {}: {e}", f.path.display())))?;
             let len = file.metadata()?.len() as usize;
             if (len as u64) < f.bytes() {
-                return Err(EngineError(format!(
-                    "{} holds {len} bytes, {} expected",
-                    f.path.display(),
-                    f.bytes()
-                )));
+                return Err(EngineError(format!("{} holds {len} bytes, {} expected", f.path.display(), f.bytes())));
             }
             if drop_cache {
                 // SAFETY: advisory call on an open descriptor; it changes no memory of ours.
@@ -77,23 +67,10 @@ impl MmapStore {
                 libc::MAP_FAILED
             } else {
                 // SAFETY: see above.
-                unsafe {
-                    libc::mmap(
-                        std::ptr::null_mut(),
-                        len,
-                        libc::PROT_READ,
-                        libc::MAP_SHARED,
-                        file.as_raw_fd(),
-                        0,
-                    )
-                }
+                unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_SHARED, file.as_raw_fd(), 0) }
             };
             if p == libc::MAP_FAILED {
-                return Err(EngineError(format!(
-                    "mmap {}: {}",
-                    f.path.display(),
-                    std::io::Error::last_os_error()
-                )));
+                return Err(EngineError(format!("mmap {}: {}", f.path.display(), std::io::Error::last_os_error())));
             }
             maps.push(Mapping {
                 ptr: NonNull::new(p.cast()).expect("mmap returned null"),
@@ -131,25 +108,14 @@ impl MmapStore {
     }
 
     fn page_bytes(&self, page: Page) -> EResult<&[u8]> {
-        let m = self
-            .maps
-            .get(page.file as usize)
-            .ok_or_else(|| EngineError(format!("no data file {}", page.file)))?;
+        let m = self.maps.get(page.file as usize).ok_or_else(|| EngineError(format!("no data file {}", page.file)))?;
         if page.index >= m.pages {
-            return Err(EngineError(format!(
-                "page {} of file {} is beyond its {} pages",
-                page.index, page.file, m.pages
-            )));
+            return Err(EngineError(format!("page {} of file {} is beyond its {} pages", page.index, page.file, m.pages)));
         }
         let start = page.index as usize * m.page_size;
         // SAFETY: `start + page_size <= pages * page_size <= len`: inside the live mapping,
         // which is read-only and (by `open`'s contract) not modified while the store lives.
-        Ok(unsafe {
-            std::slice::from_raw_parts(
-                m.ptr.as_ptr().add(start + m.payload_offset),
-                m.page_size - m.payload_offset,
-            )
-        })
+        Ok(unsafe { std::slice::from_raw_parts(m.ptr.as_ptr().add(start + m.payload_offset), m.page_size - m.payload_offset) })
     }
 }
 
@@ -177,10 +143,7 @@ impl PageStore for MmapStore {
     }
 
     fn read_pinned(&self, pages: &[Page], f: &mut dyn FnMut(usize, &[u8])) -> EResult<()> {
-        let views = pages
-            .iter()
-            .map(|&p| self.page_bytes(p))
-            .collect::<EResult<Vec<_>>>()?;
+        let views = pages.iter().map(|&p| self.page_bytes(p)).collect::<EResult<Vec<_>>>()?;
         for (i, v) in views.into_iter().enumerate() {
             f(i, v);
         }
@@ -190,11 +153,7 @@ impl PageStore for MmapStore {
     fn counters(&self) -> IoCounters {
         // The page cache keeps no per-mapping counters; the process's storage reads are the
         // mapping's while it is the only engine running.
-        IoCounters {
-            hits: None,
-            misses: None,
-            bytes_read: proc_read_bytes(),
-        }
+        IoCounters { hits: None, misses: None, bytes_read: proc_read_bytes() }
     }
 
     fn describe(&self) -> serde_json::Map<String, serde_json::Value> {
@@ -215,8 +174,7 @@ pub struct CgroupCap {
 }
 
 fn cgroup2_root() -> Result<PathBuf, String> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo")
-        .map_err(|e| format!("read /proc/self/mountinfo: {e}"))?;
+    let info = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| format!("read /proc/self/mountinfo: {e}"))?;
     for line in info.lines() {
         let Some((pre, post)) = line.split_once(" - ") else {
             continue;
@@ -238,8 +196,7 @@ impl CgroupCap {
     /// Checks whether a cap can be made, without making one: `Err` says why not.
     pub fn probe() -> Result<(), String> {
         let root = cgroup2_root()?;
-        let controllers = std::fs::read_to_string(root.join("cgroup.controllers"))
-            .map_err(|e| format!("read {}/cgroup.controllers: {e}", root.display()))?;
+        let controllers = std::fs::read_to_string(root.join("cgroup.controllers")).map_err(|e| format!("read {}/cgroup.controllers: {e}", root.display()))?;
         if !controllers.split_whitespace().any(|c| c == "memory") {
             return Err(format!(
                 "the cgroup v2 hierarchy at {} has no memory controller (controllers: {}); the memory controller is bound elsewhere (cgroup v1?)",
@@ -247,8 +204,7 @@ impl CgroupCap {
                 controllers.trim()
             ));
         }
-        let own = std::fs::read_to_string("/proc/self/cgroup")
-            .map_err(|e| format!("read /proc/self/cgroup: {e}"))?;
+        let own = std::fs::read_to_string("/proc/self/cgroup").map_err(|e| format!("read /proc/self/cgroup: {e}"))?;
         if !own.lines().any(|l| l.starts_with("0::")) {
             return Err("this process is not in a cgroup v2 hierarchy".into());
         }
@@ -264,16 +220,9 @@ impl CgroupCap {
         Self::probe()?;
         let root = cgroup2_root()?;
         let own = std::fs::read_to_string("/proc/self/cgroup").map_err(|e| e.to_string())?;
-        let rel = own
-            .lines()
-            .find_map(|l| l.strip_prefix("0::"))
-            .unwrap_or("/")
-            .trim()
-            .trim_start_matches('/')
-            .to_owned();
+        let rel = own.lines().find_map(|l| l.strip_prefix("0::")).unwrap_or("/").trim().trim_start_matches('/').to_owned();
         let home = root.join(rel);
-        let subtree =
-            std::fs::read_to_string(root.join("cgroup.subtree_control")).unwrap_or_default();
+        let subtree = std::fs::read_to_string(root.join("cgroup.subtree_control")).unwrap_or_default();
         if !subtree.split_whitespace().any(|c| c == "memory") {
             write(&root.join("cgroup.subtree_control"), "+memory")?;
         }
@@ -286,10 +235,7 @@ impl CgroupCap {
         let cap = CgroupCap { dir, home, limit };
         write(&cap.dir.join("memory.max"), &limit.to_string())?;
         let _ = write(&cap.dir.join("memory.swap.max"), "0");
-        write(
-            &cap.dir.join("cgroup.procs"),
-            &std::process::id().to_string(),
-        )?;
+        write(&cap.dir.join("cgroup.procs"), &std::process::id().to_string())?;
         Ok(cap)
     }
 
@@ -301,10 +247,7 @@ impl CgroupCap {
 
 impl Drop for CgroupCap {
     fn drop(&mut self) {
-        let _ = write(
-            &self.home.join("cgroup.procs"),
-            &std::process::id().to_string(),
-        );
+        let _ = write(&self.home.join("cgroup.procs"), &std::process::id().to_string());
         let _ = std::fs::remove_dir(&self.dir);
     }
 }

@@ -52,35 +52,19 @@ impl RawStore {
         let mut direct = true;
         let mut out = Vec::new();
         for f in files {
-            let (file, d) = open_data(&f.path, false)
-                .map_err(|e| EngineError(format!("open {}: {e}", f.path.display())))?;
+            let (file, d) = open_data(&f.path, false).map_err(|e| EngineError(format!("open {}: {e}", f.path.display())))?;
             direct &= d;
-            out.push(RawFile {
-                file,
-                page_size: f.page_size,
-                payload_offset: f.payload_offset,
-                pages: f.pages,
-            });
+            out.push(RawFile { file, page_size: f.page_size, payload_offset: f.payload_offset, pages: f.pages });
         }
-        Ok(RawStore {
-            files: out,
-            chunk,
-            reads: Counter::default(),
-            bytes_read: Counter::default(),
-            direct,
-        })
+        Ok(RawStore { files: out, chunk, reads: Counter::default(), bytes_read: Counter::default(), direct })
     }
 
     fn file(&self, file: u16) -> EResult<&RawFile> {
-        self.files
-            .get(file as usize)
-            .ok_or_else(|| EngineError(format!("no data file {file}")))
+        self.files.get(file as usize).ok_or_else(|| EngineError(format!("no data file {file}")))
     }
 
     fn read_into(&self, f: &RawFile, first: u64, buf: &mut [u8]) -> EResult<()> {
-        f.file
-            .read_exact_at(buf, first * f.page_size as u64)
-            .map_err(|e| EngineError(format!("raw read at page {first}: {e}")))?;
+        f.file.read_exact_at(buf, first * f.page_size as u64).map_err(|e| EngineError(format!("raw read at page {first}: {e}")))?;
         self.reads.add(1);
         self.bytes_read.add(buf.len() as u64);
         Ok(())
@@ -99,10 +83,7 @@ impl PageStore for RawStore {
     fn read(&self, page: Page, f: &mut dyn FnMut(&[u8])) -> EResult<()> {
         let rf = self.file(page.file)?;
         if page.index >= rf.pages {
-            return Err(EngineError(format!(
-                "page {} of file {} is beyond its {} pages",
-                page.index, page.file, rf.pages
-            )));
+            return Err(EngineError(format!("page {} of file {} is beyond its {} pages", page.index, page.file, rf.pages)));
         }
         with_buf(rf.page_size, |buf| {
             self.read_into(rf, page.index, buf)?;
@@ -118,10 +99,7 @@ impl PageStore for RawStore {
         for p in pages {
             let rf = self.file(p.file)?;
             if p.index >= rf.pages {
-                return Err(EngineError(format!(
-                    "page {} of file {} is beyond its {} pages",
-                    p.index, p.file, rf.pages
-                )));
+                return Err(EngineError(format!("page {} of file {} is beyond its {} pages", p.index, p.file, rf.pages)));
             }
             offsets.push(total);
             total += rf.page_size;
@@ -141,10 +119,7 @@ impl PageStore for RawStore {
     fn scan(&self, file: u16, range: Range<u64>, f: &mut dyn FnMut(u64, &[u8])) -> EResult<()> {
         let rf = self.file(file)?;
         if range.end > rf.pages {
-            return Err(EngineError(format!(
-                "pages {range:?} of file {file} run past its {} pages",
-                rf.pages
-            )));
+            return Err(EngineError(format!("pages {range:?} of file {file} run past its {} pages", rf.pages)));
         }
         let per = (self.chunk / rf.page_size).max(1) as u64;
         with_buf(per as usize * rf.page_size, |buf| {
@@ -154,10 +129,7 @@ impl PageStore for RawStore {
                 let bytes = n as usize * rf.page_size;
                 self.read_into(rf, at, &mut buf[..bytes])?;
                 for k in 0..n as usize {
-                    f(
-                        at + k as u64,
-                        &buf[k * rf.page_size + rf.payload_offset..(k + 1) * rf.page_size],
-                    );
+                    f(at + k as u64, &buf[k * rf.page_size + rf.payload_offset..(k + 1) * rf.page_size]);
                 }
                 at += n;
             }
@@ -166,11 +138,7 @@ impl PageStore for RawStore {
     }
 
     fn counters(&self) -> IoCounters {
-        IoCounters {
-            hits: None,
-            misses: None,
-            bytes_read: self.bytes_read.get(),
-        }
+        IoCounters { hits: None, misses: None, bytes_read: self.bytes_read.get() }
     }
 
     fn describe(&self) -> serde_json::Map<String, serde_json::Value> {

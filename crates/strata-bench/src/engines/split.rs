@@ -19,39 +19,22 @@ pub struct StaticSplit {
 impl StaticSplit {
     /// Splits `pool_bytes` into `small_fraction` for `small_page`-byte pages and the rest
     /// for `large_page`-byte pages, over the data files of those two sizes among `files`.
-    pub fn open(
-        files: &[DataFile],
-        pool_bytes: u64,
-        small_page: usize,
-        large_page: usize,
-        small_fraction: f64,
-    ) -> EResult<StaticSplit> {
+    pub fn open(files: &[DataFile], pool_bytes: u64, small_page: usize, large_page: usize, small_fraction: f64) -> EResult<StaticSplit> {
         if small_page >= large_page {
-            return Err(EngineError(format!(
-                "static-split needs small < large pages, got {small_page} and {large_page}"
-            )));
+            return Err(EngineError(format!("static-split needs small < large pages, got {small_page} and {large_page}")));
         }
         let small_bytes = (pool_bytes as f64 * small_fraction) as u64;
         let large_bytes = pool_bytes - small_bytes;
-        let small = HashPool::open(files, small_page, small_bytes, false)
-            .map_err(|e| EngineError(format!("small-page pool: {e}")))?;
-        let large = HashPool::open(files, large_page, large_bytes, false)
-            .map_err(|e| EngineError(format!("large-page pool: {e}")))?;
-        Ok(StaticSplit {
-            small,
-            large,
-            file_sizes: files.iter().map(|f| f.page_size).collect(),
-            small_fraction,
-        })
+        let small = HashPool::open(files, small_page, small_bytes, false).map_err(|e| EngineError(format!("small-page pool: {e}")))?;
+        let large = HashPool::open(files, large_page, large_bytes, false).map_err(|e| EngineError(format!("large-page pool: {e}")))?;
+        Ok(StaticSplit { small, large, file_sizes: files.iter().map(|f| f.page_size).collect(), small_fraction })
     }
 
     fn pool(&self, file: u16) -> EResult<&HashPool> {
         match self.file_sizes.get(file as usize) {
             Some(&s) if s == self.small.frame_size() => Ok(&self.small),
             Some(&s) if s == self.large.frame_size() => Ok(&self.large),
-            Some(&s) => Err(EngineError(format!(
-                "static-split has no pool for {s}-byte pages"
-            ))),
+            Some(&s) => Err(EngineError(format!("static-split has no pool for {s}-byte pages"))),
             None => Err(EngineError(format!("no data file {file}"))),
         }
     }

@@ -23,20 +23,8 @@ impl StrataStore {
     /// Opens the data set's database with a pool of `pool_bytes` (pages plus strata's own
     /// metadata, which strata charges to the same budget).
     pub fn open(ds: &DataSet, pool_bytes: u64) -> EResult<StrataStore> {
-        let bm = BufferManager::open(
-            Config::new(&ds.db_dir)
-                .pool_size(pool_bytes)
-                .min_page(ds.min_page),
-        )?;
-        let files = ds
-            .files
-            .iter()
-            .map(|f| FileInfo {
-                class: f.class,
-                page_size: f.page_size,
-                pages: f.pages,
-            })
-            .collect();
+        let bm = BufferManager::open(Config::new(&ds.db_dir).pool_size(pool_bytes).min_page(ds.min_page))?;
+        let files = ds.files.iter().map(|f| FileInfo { class: f.class, page_size: f.page_size, pages: f.pages }).collect();
         Ok(StrataStore { bm, files })
     }
 
@@ -47,15 +35,9 @@ impl StrataStore {
 
     /// strata's id of `page`.
     pub fn pid(&self, page: Page) -> EResult<PageId> {
-        let f = self
-            .files
-            .get(page.file as usize)
-            .ok_or_else(|| EngineError(format!("no data file {}", page.file)))?;
+        let f = self.files.get(page.file as usize).ok_or_else(|| EngineError(format!("no data file {}", page.file)))?;
         if page.index >= f.pages {
-            return Err(EngineError(format!(
-                "page {} of file {} is beyond its {} pages",
-                page.index, page.file, f.pages
-            )));
+            return Err(EngineError(format!("page {} of file {} is beyond its {} pages", page.index, page.file, f.pages)));
         }
         Ok(PageId::new(f.class, false, page.index))
     }
@@ -89,11 +71,7 @@ impl PageStore for StrataStore {
 
     fn counters(&self) -> IoCounters {
         let s = self.bm.stats();
-        IoCounters {
-            hits: Some(s.hits),
-            misses: Some(s.misses),
-            bytes_read: s.bytes_read,
-        }
+        IoCounters { hits: Some(s.hits), misses: Some(s.misses), bytes_read: s.bytes_read }
     }
 
     fn describe(&self) -> serde_json::Map<String, serde_json::Value> {

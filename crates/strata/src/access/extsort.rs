@@ -746,5 +746,4 @@ mod tests {
         assert!(bm.peak_bytes() <= bm.pool_size());
         bm.check_invariants().unwrap();
     }
-
 }

@@ -32,9 +32,9 @@ use std::io::{BufRead, Read};
 use serde::{Deserialize, Serialize};
 
 use super::column::{Column, ColumnPage, ValueFormat};
+use super::extsort::{latch_budget, Merger, Plan, RunGen};
 use crate::buffer::{BufferManager, ExclusiveGuard, SharedGuard};
 use crate::error::{Error, Result};
-use super::extsort::{latch_budget, Merger, Plan, RunGen};
 
 /// Longest line of an edge list that is not a comment.
 const MAX_LINE: usize = 64 << 10;
@@ -67,7 +67,8 @@ pub struct Graph {
 impl Graph {
     /// Every page of the graph with the name of the array it belongs to.
     pub fn pages(&self) -> impl Iterator<Item = (&'static str, &ColumnPage)> + '_ {
-        let arrays: [(&'static str, &Vec<ColumnPage>); 4] = [("offsets", &self.offsets), ("neighbours", &self.neighbours), ("exists", &self.exists), ("ids", &self.ids)];
+        let arrays: [(&'static str, &Vec<ColumnPage>); 4] =
+            [("offsets", &self.offsets), ("neighbours", &self.neighbours), ("exists", &self.exists), ("ids", &self.ids)];
         arrays.into_iter().flat_map(|(name, pages)| pages.iter().map(move |p| (name, p)))
     }
 
@@ -408,15 +409,13 @@ fn parse_line(line: &[u8], lineno: u64) -> Result<Option<(u64, u64)>> {
             )));
         }
         // All ASCII digits: the only possible failure is overflow.
-        t.iter()
-            .try_fold(0u64, |v, &c| v.checked_mul(10)?.checked_add((c - b'0') as u64))
-            .ok_or_else(|| {
-                Error::InvalidInput(format!(
-                    "edge list line {lineno}: vertex id {} does not fit in 64 bits (ids are u64, at most {})",
-                    String::from_utf8_lossy(&t[..t.len().min(40)]),
-                    u64::MAX
-                ))
-            })
+        t.iter().try_fold(0u64, |v, &c| v.checked_mul(10)?.checked_add((c - b'0') as u64)).ok_or_else(|| {
+            Error::InvalidInput(format!(
+                "edge list line {lineno}: vertex id {} does not fit in 64 bits (ids are u64, at most {})",
+                String::from_utf8_lossy(&t[..t.len().min(40)]),
+                u64::MAX
+            ))
+        })
     };
     Ok(Some((id(a)?, id(b)?)))
 }
@@ -433,10 +432,8 @@ impl Lines<'_> {
     /// The next line (without its newline) and its number, or `None` at the end.
     fn next(&mut self) -> Result<Option<(u64, &[u8])>> {
         self.buf.clear();
-        let n = (&mut *self.input)
-            .take(MAX_LINE as u64 + 1)
-            .read_until(b'\n', &mut self.buf)
-            .map_err(|e| Error::io("read edge list", "<edge list input>", e))?;
+        let n =
+            (&mut *self.input).take(MAX_LINE as u64 + 1).read_until(b'\n', &mut self.buf).map_err(|e| Error::io("read edge list", "<edge list input>", e))?;
         if n == 0 {
             return Ok(None);
         }
@@ -631,17 +628,7 @@ fn build<'a>(bm: &'a BufferManager, input: &mut dyn BufRead, progress: &mut dyn 
         nbrs.push(x as u64)?;
     }
     drop(m);
-    Ok(Graph {
-        vertices,
-        edges,
-        index_space: vertices,
-        renumbered: true,
-        neighbour_format,
-        offsets,
-        neighbours: nbrs.finish(owned),
-        exists: Vec::new(),
-        ids,
-    })
+    Ok(Graph { vertices, edges, index_space: vertices, renumbered: true, neighbour_format, offsets, neighbours: nbrs.finish(owned), exists: Vec::new(), ids })
 }
 
 #[cfg(test)]
@@ -689,7 +676,13 @@ mod tests {
         assert_eq!(parse_line(b"   ", 1).unwrap(), None);
         assert_eq!(parse_line(b"3 4 # trailing", 1).unwrap(), Some((3, 4)));
         assert_eq!(parse_line(b"18446744073709551615 0", 1).unwrap(), Some((u64::MAX, 0)));
-        for (line, what) in [(&b"1"[..], "two vertex ids"), (b"1 2 3", "two vertex ids"), (b"1 x", "not a non-negative"), (b"-1 2", "not a non-negative"), (b"18446744073709551616 1", "does not fit")] {
+        for (line, what) in [
+            (&b"1"[..], "two vertex ids"),
+            (b"1 2 3", "two vertex ids"),
+            (b"1 x", "not a non-negative"),
+            (b"-1 2", "not a non-negative"),
+            (b"18446744073709551616 1", "does not fit"),
+        ] {
             let e = parse_line(line, 42).unwrap_err().to_string();
             assert!(e.contains("line 42") && e.contains(what), "{e}");
         }
@@ -698,10 +691,7 @@ mod tests {
     #[test]
     fn dense_and_renumbered_graphs_hold_the_edges_and_verify() {
         let (_d, bm) = bm(512 << 10);
-        for (text, renumbered) in [
-            ("# g\n1 2\n1 2\n2 2\n\n5 1\n2 7 # c\n", false),
-            ("1000000000000 5\n5 1000000000000\n5 5\n77 5\n", true),
-        ] {
+        for (text, renumbered) in [("# g\n1 2\n1 2\n2 2\n\n5 1\n2 7 # c\n", false), ("1000000000000 5\n5 1000000000000\n5 5\n77 5\n", true)] {
             let g = import_edges(&bm, &mut text.as_bytes(), &mut |_| {}).unwrap();
             assert_eq!(g.renumbered, renumbered);
             g.verify(&bm, "g").unwrap();

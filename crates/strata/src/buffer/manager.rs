@@ -140,9 +140,8 @@ impl BufferManager {
             }
         }
         let min_page = config.min_page.unwrap_or(super::config::DEFAULT_MIN_PAGE);
-        let classes = SizeClasses::new(min_page).ok_or_else(|| {
-            Error::InvalidConfig(format!("min_page must be a power of two between 4 KiB and 64 GiB, got {min_page}"))
-        })?;
+        let classes = SizeClasses::new(min_page)
+            .ok_or_else(|| Error::InvalidConfig(format!("min_page must be a power of two between 4 KiB and 64 GiB, got {min_page}")))?;
         // Refuse an unusable pool before writing anything: a create that fails must not
         // leave a database behind (a retry would then fail with AlreadyExists).
         check_pool(classes, config.pool_size)?;
@@ -270,11 +269,8 @@ impl BufferManager {
     /// The space of `pid` and check that its index is addressable.
     #[inline]
     fn lookup(&self, pid: PageId) -> Result<&Space> {
-        let sp = self
-            .spaces
-            .get(pid.space())
-            .and_then(|s| s.get())
-            .ok_or(Error::InvalidPageId { pid, reason: "no page of this size class was ever allocated" })?;
+        let sp =
+            self.spaces.get(pid.space()).and_then(|s| s.get()).ok_or(Error::InvalidPageId { pid, reason: "no page of this size class was ever allocated" })?;
         if !sp.addressable(pid.index()) {
             return Err(Error::InvalidPageId { pid, reason: "index beyond any allocated page" });
         }
@@ -487,9 +483,11 @@ impl BufferManager {
         let buf = unsafe { IoBufMut::from_frame(frame, size as usize) };
         let result = match sp.file.read_at(buf, sp.offset(index)) {
             Err(e) => Err(Error::io("read page", sp.path(), e)),
-            Ok(n) if (n as u64) < size => {
-                Err(Error::corruption(sp.path(), Some(pid), format!("data file truncated: page needs bytes {}..{}, read only {n}", sp.offset(index), sp.offset(index) + size)))
-            }
+            Ok(n) if (n as u64) < size => Err(Error::corruption(
+                sp.path(),
+                Some(pid),
+                format!("data file truncated: page needs bytes {}..{}, read only {n}", sp.offset(index), sp.offset(index) + size),
+            )),
             Ok(_) => {
                 // SAFETY: latched as above; reads alongside optimistic loads.
                 let image = unsafe { std::slice::from_raw_parts(frame, size as usize) };
@@ -993,7 +991,11 @@ impl BufferManager {
         }
         let n = sp.file.read_at(IoBufMut::from_slice(&mut buf.as_mut()[..size]), sp.offset(pid.index())).map_err(|e| Error::io("read page", sp.path(), e))?;
         if n < size {
-            return Err(Error::corruption(sp.path(), Some(pid), format!("data file truncated: page needs bytes {}..{}, file ends before", sp.offset(pid.index()), sp.offset(pid.index()) + size as u64)));
+            return Err(Error::corruption(
+                sp.path(),
+                Some(pid),
+                format!("data file truncated: page needs bytes {}..{}, file ends before", sp.offset(pid.index()), sp.offset(pid.index()) + size as u64),
+            ));
         }
         page::verify(&buf[..size], pid).map(|_| ()).map_err(|f| Error::corruption(sp.path(), Some(pid), f.to_string()))
     }
@@ -1011,4 +1013,3 @@ impl Drop for BufferManager {
         }
     }
 }
-

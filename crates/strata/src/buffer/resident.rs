@@ -67,9 +67,7 @@ impl ResidentSet {
         loop {
             let cur = self.slots[i].load(Ordering::Relaxed);
             debug_assert_ne!(cur, pid.raw(), "{pid} inserted twice");
-            if (cur == EMPTY || cur == TOMBSTONE)
-                && self.slots[i].compare_exchange(cur, pid.raw(), Ordering::AcqRel, Ordering::Relaxed).is_ok()
-            {
+            if (cur == EMPTY || cur == TOMBSTONE) && self.slots[i].compare_exchange(cur, pid.raw(), Ordering::AcqRel, Ordering::Relaxed).is_ok() {
                 return;
             }
             i = (i + 1) & self.mask;

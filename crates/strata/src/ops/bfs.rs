@@ -41,9 +41,8 @@ pub struct BfsResult {
 
 /// Runs a BFS from the vertex with id `source` following edges `u -> v`.
 pub fn bfs(bm: &BufferManager, graph: &Graph, source: u64, threads: usize) -> Result<BfsResult> {
-    let s = graph.index_of(bm, source)?.ok_or_else(|| {
-        Error::InvalidInput(format!("source vertex {source} does not exist in the graph (no edge mentions it)"))
-    })?;
+    let s =
+        graph.index_of(bm, source)?.ok_or_else(|| Error::InvalidInput(format!("source vertex {source} does not exist in the graph (no edge mentions it)")))?;
     match graph.neighbour_format {
         ValueFormat::U32le => run::<u32>(bm, graph, s, threads),
         _ => run::<u64>(bm, graph, s, threads),

@@ -33,8 +33,8 @@ use parking_lot::Mutex;
 use serde::Serialize;
 
 use super::spill::{
-    cache_bits, entries, for_each_raw, hash64, largest_page, payload_of, rd64, scatter, shifted, table_capacity, wr64, Partitions, Plan, Run, Stager, Table,
-    WorkPage, BATCH, CACHE_KEYS,
+    cache_bits, drain_all, entries, for_each_raw, hash64, largest_page, payload_of, rd64, scatter, shifted, table_capacity, wr64, Partitions, Plan, Run,
+    Stager, Table, WorkPage, BATCH, CACHE_KEYS,
 };
 use crate::access::{Column, TempPage, ValueFormat};
 use crate::buffer::BufferManager;
@@ -500,18 +500,7 @@ impl<'a, K: Fn(u64) -> u64 + Sync> Agg<'a, '_, K> {
         let split = ht.len() - 2 * total;
         let (tables, scratch) = ht.split_at_mut(split);
         let (lin, scat) = scratch.split_at_mut(total);
-        let mut at = 0;
-        for run in [states, raws] {
-            run.drain(|c| {
-                let end = at + c.len();
-                lin.get_mut(at..end).ok_or_else(|| Error::Inconsistent("partition holds more records than it counted".into()))?.copy_from_slice(c);
-                at = end;
-                Ok(())
-            })?;
-        }
-        if at != total {
-            return Err(Error::Inconsistent("partition holds fewer records than it counted".into()));
-        }
+        drain_all([states, raws], lin)?;
         let (lin_s, lin_r) = lin.split_at(bs);
         let (scat_s, scat_r) = scat.split_at_mut(bs);
         let bucket = |k: u64| (shifted(hash64(k), consumed) >> (64 - bits)) as usize;

@@ -26,8 +26,8 @@ use parking_lot::Mutex;
 use serde::Serialize;
 
 use super::spill::{
-    cache_bits, for_each_raw, hash64, largest_page, payload_of, rd64, scatter, shifted, table_capacity, wr64, Partitions, Plan, Run, Stager, Table, WorkPage,
-    CACHE_KEYS,
+    cache_bits, drain_all, for_each_raw, hash64, largest_page, payload_of, rd64, scatter, shifted, table_capacity, wr64, Partitions, Plan, Run, Stager, Table,
+    WorkPage, CACHE_KEYS,
 };
 use crate::access::{Column, ValueFormat};
 use crate::buffer::BufferManager;
@@ -279,18 +279,7 @@ impl<'a> Join<'a> {
         let split = ht.len() - 2 * total;
         let (tables, scratch) = ht.split_at_mut(split);
         let (lin, scat) = scratch.split_at_mut(total);
-        let mut at = 0;
-        for run in [build, probe] {
-            run.drain(|c| {
-                let end = at + c.len();
-                lin.get_mut(at..end).ok_or_else(|| Error::Inconsistent("partition holds more records than it counted".into()))?.copy_from_slice(c);
-                at = end;
-                Ok(())
-            })?;
-        }
-        if at != total {
-            return Err(Error::Inconsistent("partition holds fewer records than it counted".into()));
-        }
+        drain_all([build, probe], lin)?;
         let (lin_b, lin_p) = lin.split_at(nb);
         let (scat_b, scat_p) = scat.split_at_mut(nb);
         let bucket = |r: &[u8]| (shifted(hash64(rd_key(r, w)), consumed) >> (64 - bits)) as usize;

@@ -420,6 +420,24 @@ impl<'a> Run<'a> {
     }
 }
 
+/// Drains `runs` one after the other into `dst`, which must be exactly as long as all their
+/// records together (checked: a run holding more or fewer records than counted is reported).
+pub(crate) fn drain_all(runs: [Run<'_>; 2], dst: &mut [u8]) -> Result<()> {
+    let mut at = 0;
+    for run in runs {
+        run.drain(|c| {
+            let end = at + c.len();
+            dst.get_mut(at..end).ok_or_else(|| Error::Inconsistent("partition holds more records than it counted".into()))?.copy_from_slice(c);
+            at = end;
+            Ok(())
+        })?;
+    }
+    if at != dst.len() {
+        return Err(Error::Inconsistent("partition holds fewer records than it counted".into()));
+    }
+    Ok(())
+}
+
 impl Drop for Run<'_> {
     fn drop(&mut self) {
         for &(pid, _) in &self.pages {

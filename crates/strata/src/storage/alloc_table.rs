@@ -130,8 +130,7 @@ impl AllocTable {
     /// Serialises into checksummed blocks.
     pub fn encode(&self) -> Vec<u8> {
         let mut stream = Vec::new();
-        let used: Vec<(usize, &ClassBitmap)> =
-            self.classes.iter().enumerate().filter(|(_, b)| b.allocated > 0).collect();
+        let used: Vec<(usize, &ClassBitmap)> = self.classes.iter().enumerate().filter(|(_, b)| b.allocated > 0).collect();
         stream.extend_from_slice(&(used.len() as u32).to_le_bytes());
         for (class, bm) in used {
             let words = &bm.words[..bm.high_water().div_ceil(64) as usize];

@@ -70,10 +70,8 @@ impl Meta {
             return Err(Error::UnsupportedVersion { path: path.to_owned(), found: version, supported: FORMAT_VERSION });
         }
         let shift = u32::from_le_bytes(bytes[12..16].try_into().unwrap());
-        let classes = 1u64
-            .checked_shl(shift)
-            .and_then(SizeClasses::new)
-            .ok_or_else(|| Error::corruption(path, None, format!("invalid smallest page size 2^{shift}")))?;
+        let classes =
+            1u64.checked_shl(shift).and_then(SizeClasses::new).ok_or_else(|| Error::corruption(path, None, format!("invalid smallest page size 2^{shift}")))?;
         let created = u64::from_le_bytes(bytes[16..24].try_into().unwrap());
         Ok(Meta { version, classes, created })
     }
