@@ -42,6 +42,23 @@ pub fn parse_size(s: &str) -> Option<u64> {
     n.checked_mul(1u64 << shift)
 }
 
+
+/// The process's peak resident set size (`VmHWM` from `/proc/self/status`), if known.
+pub fn peak_rss_bytes() -> Option<u64> {
+    proc_status_kib("VmHWM:").map(|k| k * 1024)
+}
+
+/// The process's current resident set size (`VmRSS`), if known.
+pub fn current_rss_bytes() -> Option<u64> {
+    proc_status_kib("VmRSS:").map(|k| k * 1024)
+}
+
+fn proc_status_kib(key: &str) -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with(key))?;
+    line[key.len()..].trim().trim_end_matches("kB").trim().parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -60,20 +77,4 @@ mod tests {
         assert_eq!(Bytes(1536).to_string(), "1.5 KiB");
         assert_eq!(Bytes(12).to_string(), "12 B");
     }
-}
-
-/// The process's peak resident set size (`VmHWM` from `/proc/self/status`), if known.
-pub fn peak_rss_bytes() -> Option<u64> {
-    proc_status_kib("VmHWM:").map(|k| k * 1024)
-}
-
-/// The process's current resident set size (`VmRSS`), if known.
-pub fn current_rss_bytes() -> Option<u64> {
-    proc_status_kib("VmRSS:").map(|k| k * 1024)
-}
-
-fn proc_status_kib(key: &str) -> Option<u64> {
-    let s = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = s.lines().find(|l| l.starts_with(key))?;
-    line[key.len()..].trim().trim_end_matches("kB").trim().parse().ok()
 }

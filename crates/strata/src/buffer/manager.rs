@@ -376,11 +376,9 @@ impl BufferManager {
                     UNLOCKED => {
                         st.try_mark(w);
                     }
-                    MARKED => {
-                        if st.try_lock_exclusive(w) {
-                            claimed += sp.page_size();
-                            victims.push((pid, sp));
-                        }
+                    MARKED if st.try_lock_exclusive(w) => {
+                        claimed += sp.page_size();
+                        victims.push((pid, sp));
                     }
                     _ => {}
                 }

@@ -90,7 +90,7 @@ pub fn scan_gt(bm: &BufferManager, column: &Column, gt: i128, threads: usize) ->
         return worker();
     }
     std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads).map(|_| s.spawn(&worker)).collect();
+        let handles: Vec<_> = (0..threads).map(|_| s.spawn(worker)).collect();
         let mut acc = ScanResult::default();
         for h in handles {
             acc = acc.merge(h.join().expect("scan worker panicked")?);

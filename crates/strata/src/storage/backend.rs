@@ -172,6 +172,7 @@ impl Drop for AlignedBuf {
 }
 
 /// One open file.
+#[allow(clippy::len_without_is_empty)] // a file's length is fallible; nobody asks emptiness
 pub trait StorageFile: Send + Sync + fmt::Debug {
     /// Reads up to `dst.len()` bytes at `offset`; returns the number read (short only at EOF).
     fn read_at(&self, dst: IoBufMut<'_>, offset: u64) -> io::Result<usize>;
