@@ -42,7 +42,6 @@ pub fn parse_size(s: &str) -> Option<u64> {
     n.checked_mul(1u64 << shift)
 }
 
-
 /// The process's peak resident set size (`VmHWM` from `/proc/self/status`), if known.
 pub fn peak_rss_bytes() -> Option<u64> {
     proc_status_kib("VmHWM:").map(|k| k * 1024)

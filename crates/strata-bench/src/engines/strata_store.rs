@@ -69,6 +69,31 @@ impl PageStore for StrataStore {
         Ok(())
     }
 
+    /// Sequential access: prefetch windows of adjacent pages (one coalesced read each, up to
+    /// 1 MiB and a quarter of the pool), then fix them one by one — as strata's scan operator.
+    fn scan(&self, file: u16, range: std::ops::Range<u64>, f: &mut dyn FnMut(u64, &[u8])) -> EResult<()> {
+        let page = self.page_size(file) as u64;
+        let window = ((1u64 << 20).min(self.bm.pool_size() / 4) / page).max(1);
+        let mut pids = Vec::with_capacity(window as usize);
+        let mut start = range.start;
+        while start < range.end {
+            let end = (start + window).min(range.end);
+            pids.clear();
+            for index in start..end {
+                pids.push(self.pid(Page::new(file, index))?);
+            }
+            if pids.len() > 1 {
+                self.bm.prefetch(&pids);
+            }
+            for (k, &pid) in pids.iter().enumerate() {
+                let g = self.bm.fix_shared(pid)?;
+                f(start + k as u64, g.data());
+            }
+            start = end;
+        }
+        Ok(())
+    }
+
     fn counters(&self) -> IoCounters {
         let s = self.bm.stats();
         IoCounters { hits: Some(s.hits), misses: Some(s.misses), bytes_read: s.bytes_read }

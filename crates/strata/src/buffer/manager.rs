@@ -48,6 +48,8 @@ use crate::storage::{AllocTable, ClassBitmap, IoBufMut, Meta, PageId, SizeClasse
 
 /// How many slots an evictor takes from the clock per step.
 const CLOCK_BATCH: usize = 64;
+/// Largest read that prefetch coalesces adjacent pages into.
+const MAX_COALESCED_READ: u64 = 1 << 20;
 
 /// The `used` word packs two fields: the bytes counted against the cap (its low `USED_BITS`
 /// bits, see [`BufferManager::used_bytes`]) and a shrink generation (the high bits), which
@@ -300,6 +302,16 @@ impl BufferManager {
 
     /// Reserves `bytes` in the budget, evicting as needed; never lets `used` exceed the cap.
     fn reserve(&self, bytes: u64) -> Result<()> {
+        self.reserve_within(bytes, self.pin_wait)
+    }
+
+    /// Like `reserve`, but gives up at once when nothing is evictable (for prefetches,
+    /// which must never wait for pinned pages).
+    fn try_reserve(&self, bytes: u64) -> Result<()> {
+        self.reserve_within(bytes, Duration::ZERO)
+    }
+
+    fn reserve_within(&self, bytes: u64, wait: Duration) -> Result<()> {
         let start = Instant::now();
         let mut backoff = Backoff(0);
         loop {
@@ -330,7 +342,7 @@ impl BufferManager {
                 std::thread::yield_now();
                 continue;
             }
-            if start.elapsed() >= self.pin_wait {
+            if start.elapsed() >= wait {
                 let used = self.used_bytes();
                 return Err(Error::OutOfMemory {
                     requested: bytes,
@@ -500,10 +512,98 @@ impl BufferManager {
             return Err(e);
         }
         self.counters.pages_read.add(1);
+        self.counters.read_requests.add(1);
         self.counters.bytes_read.add(size);
         sp.resident_bytes.fetch_add(size, Ordering::Relaxed);
         self.resident.read().insert(pid);
         Ok(())
+    }
+
+    /// Loads those of `pids` that are not resident, coalescing runs of adjacent pages of one
+    /// class (contiguous on disk and, within a reservation bucket, in memory) into single
+    /// reads of up to `MAX_COALESCED_READ` bytes. Loaded pages are left unlatched and MARKED,
+    /// so a prefetched page that is never used is the first the clock evicts.
+    ///
+    /// Best effort: pages that are latched, free or already resident are skipped, a page that
+    /// fails verification is dropped (the fix that wants it reports the error), and when the
+    /// pool has no room the rest is skipped. Returns the number of pages loaded.
+    pub fn prefetch(&self, pids: &[PageId]) -> usize {
+        let mut loaded = 0;
+        let mut i = 0;
+        while i < pids.len() {
+            // Latch a run of adjacent, evicted, allocated pages.
+            let Ok(sp) = self.lookup(pids[i]) else {
+                i += 1;
+                continue;
+            };
+            let first = pids[i].index();
+            // A run never takes more than a quarter of the pool, so prefetching cannot push
+            // out more than that of what other threads are using.
+            let max_pages = (MAX_COALESCED_READ.min(self.pool_size() / 4) >> sp.page_shift).max(1);
+            let mut n = 0u64;
+            while i < pids.len() && n < max_pages {
+                let pid = pids[i];
+                let index = first + n;
+                if pid != sp.pid(index) || !sp.addressable(index) || !sp.frames.same_bucket(first, index) {
+                    break;
+                }
+                let st = sp.state(index);
+                let w = st.load();
+                if !st.try_lock_evicted(w) {
+                    break;
+                }
+                if !sp.bitmap.lock().is_allocated(index) {
+                    st.unlock_still_evicted();
+                    break;
+                }
+                n += 1;
+                i += 1;
+            }
+            if n == 0 {
+                i += 1;
+                continue;
+            }
+            let size = sp.page_size();
+            let unlatch = |from: u64| {
+                for k in from..n {
+                    sp.state(first + k).unlock_still_evicted();
+                }
+            };
+            if self.try_reserve(n * size).is_err() {
+                unlatch(0);
+                return loaded;
+            }
+            let frame = sp.frame(first);
+            // SAFETY: we hold the exclusive latches of pages first..first+n, which lie in one
+            // bucket, so their frames are contiguous, mapped and 4 KiB aligned; no other
+            // thread writes them; optimistic readers only load.
+            let buf = unsafe { IoBufMut::from_frame(frame, (n * size) as usize) };
+            let got = sp.file.read_at(buf, sp.offset(first)).unwrap_or(0) as u64;
+            self.counters.read_requests.add(1);
+            for k in 0..n {
+                let index = first + k;
+                let pid = sp.pid(index);
+                let ok = (k + 1) * size <= got && {
+                    // SAFETY: latched as above; reads alongside optimistic loads.
+                    let image = unsafe { std::slice::from_raw_parts(sp.frame(index), size as usize) };
+                    page::verify(image, pid).is_ok()
+                };
+                if ok {
+                    sp.resident_bytes.fetch_add(size, Ordering::Relaxed);
+                    self.resident.read().insert(pid);
+                    sp.state(index).unlock_marked();
+                    loaded += 1;
+                } else {
+                    sp.frames.discard(index, 1);
+                    self.release(size);
+                    sp.state(index).unlock_still_evicted();
+                }
+            }
+            self.counters.pages_read.add(got.min(n * size) / size);
+            self.counters.bytes_read.add(got.min(n * size));
+        }
+        self.counters.pages_prefetched.add(loaded as u64);
+        loaded
     }
 
     // ----------------------------------------------------------------- fixing
@@ -890,6 +990,8 @@ impl BufferManager {
             hits: c.hits.get(),
             misses: c.misses.get(),
             pages_read: c.pages_read.get(),
+            read_requests: c.read_requests.get(),
+            pages_prefetched: c.pages_prefetched.get(),
             bytes_read: c.bytes_read.get(),
             pages_written: c.pages_written.get(),
             bytes_written: c.bytes_written.get(),

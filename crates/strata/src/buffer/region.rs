@@ -61,6 +61,13 @@ impl Region {
         (b as usize, j - (1u64 << (b + self.c0)))
     }
 
+    /// Whether entries `a` and `b` lie in the same bucket (so entries `a..=b` are contiguous
+    /// in memory and one I/O can fill them).
+    #[inline]
+    pub(crate) fn same_bucket(&self, a: u64, b: u64) -> bool {
+        self.locate(a).0 == self.locate(b).0
+    }
+
     /// Address of entry `index`. The caller must have checked `index < limit()`.
     #[inline]
     pub(crate) fn addr(&self, index: u64) -> *mut u8 {

@@ -167,6 +167,15 @@ impl PageState {
         self.0.store(w.with_state(UNLOCKED).0, Ordering::Release);
     }
 
+    /// LOCKED -> MARKED without a payload change: a prefetched page that nobody has asked
+    /// for yet is the clock's first candidate; the first fix clears the mark.
+    #[inline]
+    pub fn unlock_marked(&self) {
+        let w = self.load();
+        debug_assert_eq!(w.state(), LOCKED);
+        self.0.store(w.with_state(MARKED).0, Ordering::Release);
+    }
+
     /// LOCKED -> SHARED(1) without a payload change (a loader that wanted a shared latch).
     #[inline]
     pub fn downgrade_to_shared(&self) {

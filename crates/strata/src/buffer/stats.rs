@@ -54,6 +54,8 @@ pub(crate) struct Counters {
     pub hits: Counter,
     pub misses: Counter,
     pub pages_read: Counter,
+    pub read_requests: Counter,
+    pub pages_prefetched: Counter,
     pub bytes_read: Counter,
     pub pages_written: Counter,
     pub bytes_written: Counter,
@@ -98,6 +100,10 @@ pub struct Stats {
     pub pages_read: u64,
     /// Bytes read from disk.
     pub bytes_read: u64,
+    /// Read requests sent to the device (adjacent pages read together count once).
+    pub read_requests: u64,
+    /// Pages loaded by [`crate::BufferManager::prefetch`].
+    pub pages_prefetched: u64,
     /// Pages written to disk.
     pub pages_written: u64,
     /// Bytes written to disk.

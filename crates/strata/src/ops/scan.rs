@@ -73,19 +73,43 @@ fn fold_page(format: ValueFormat, bytes: &[u8], n: usize, gt: i128) -> ScanResul
     }
 }
 
+/// Pages per morsel: enough adjacent pages for one coalesced read of up to 1 MiB, but all
+/// workers' morsels together at most a quarter of the pool.
+fn morsel_pages(bm: &BufferManager, column: &Column, threads: usize) -> usize {
+    let Some(first) = column.pages.first() else { return 1 };
+    let page = bm.classes().page_size(first.page_id().class());
+    let window = (bm.pool_size() / (4 * threads as u64)).clamp(page, 1 << 20);
+    (window / page).max(1) as usize
+}
+
 /// Counts and sums the values of `column` greater than `gt`, with `threads` workers.
+///
+/// Workers take morsels of adjacent pages and prefetch each morsel with one coalesced read
+/// before folding it, so small pages still reach the device as large requests.
 pub fn scan_gt(bm: &BufferManager, column: &Column, gt: i128, threads: usize) -> Result<ScanResult> {
+    let threads = threads.max(1);
     let next = AtomicUsize::new(0);
+    let morsel = morsel_pages(bm, column, threads);
     let worker = || -> Result<ScanResult> {
         let mut acc = ScanResult::default();
+        let mut pids = Vec::with_capacity(morsel);
         loop {
-            let i = next.fetch_add(1, Ordering::Relaxed);
-            let Some(page) = column.pages.get(i) else { return Ok(acc) };
-            let g = bm.fix_shared(page.page_id())?;
-            acc = acc.merge(fold_page(column.format, g.data(), page.count as usize, gt));
+            let start = next.fetch_add(morsel, Ordering::Relaxed);
+            let Some(pages) = column.pages.get(start..(start + morsel).min(column.pages.len())) else { return Ok(acc) };
+            if pages.is_empty() {
+                return Ok(acc);
+            }
+            if pages.len() > 1 {
+                pids.clear();
+                pids.extend(pages.iter().map(|p| p.page_id()));
+                bm.prefetch(&pids);
+            }
+            for page in pages {
+                let g = bm.fix_shared(page.page_id())?;
+                acc = acc.merge(fold_page(column.format, g.data(), page.count as usize, gt));
+            }
         }
     };
-    let threads = threads.max(1);
     if threads == 1 {
         return worker();
     }
