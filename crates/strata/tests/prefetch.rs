@@ -78,8 +78,8 @@ fn corrupt_or_missing_pages_are_skipped_and_reported_by_the_fix() {
     let bm = BufferManager::open(Config::new(dir.path()).pool_size(1 << 20)).unwrap();
     assert_eq!(bm.prefetch(&pids), 29, "the corrupt page and the two cut off are skipped");
     check(&bm, &pids[..5]);
-    for i in 6..30 {
-        let g = bm.fix_shared(pids[i]).unwrap();
+    for (i, &pid) in pids.iter().enumerate().take(30).skip(6) {
+        let g = bm.fix_shared(pid).unwrap();
         assert_eq!(u64::from_le_bytes(g.data()[..8].try_into().unwrap()), i as u64 * 31 + 7);
     }
     let e = bm.fix_shared(pids[5]).err().expect("corrupt page");
