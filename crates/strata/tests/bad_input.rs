@@ -929,18 +929,23 @@ fn disk_full_while_writing_the_allocation_table_keeps_the_previous_state() {
 }
 
 #[test]
-fn failed_fsync_is_io_and_a_retry_succeeds() {
+fn failed_fsync_is_io_and_later_checkpoints_refuse_until_reopen() {
     let tmp = tempfile::tempdir().unwrap();
     let db = db_dir(&tmp);
     let (fb, faults) = faulty();
     let bm = BufferManager::create(Config::new(&db).min_page(MIN_PAGE).pool_size(1 << 20).backend(fb)).unwrap();
-    let pids: Vec<PageId> = (0..5u64)
-        .map(|i| {
-            let mut g = bm.alloc(PAYLOAD).unwrap();
-            fill(&mut g, i);
-            g.pid()
-        })
-        .collect();
+    let alloc = |range: std::ops::Range<u64>| -> Vec<PageId> {
+        range
+            .map(|i| {
+                let mut g = bm.alloc(PAYLOAD).unwrap();
+                fill(&mut g, i);
+                g.pid()
+            })
+            .collect()
+    };
+    let durable = alloc(0..5);
+    bm.checkpoint().unwrap();
+    let _later = alloc(5..10);
     faults.fail_sync.store(true, Ordering::Relaxed);
     match bm.checkpoint() {
         Err(Error::Io { op, path, source }) => {
@@ -951,10 +956,14 @@ fn failed_fsync_is_io_and_a_retry_succeeds() {
         r => panic!("expected Io, got {r:?}"),
     }
     faults.fail_sync.store(false, Ordering::Relaxed);
-    bm.close().unwrap();
+    // A retry must not claim durability: Linux reports a failed writeback only once.
+    let e = bm.checkpoint().unwrap_err();
+    assert!(e.to_string().contains("earlier fsync"), "{e}");
+    assert!(bm.close().is_err());
+    // Reopened, the database is in its last durable state: the first checkpoint's pages.
     let bm = open_small(&db);
-    assert_eq!(bm.allocated_pages(), pids);
-    for (i, &p) in pids.iter().enumerate() {
+    assert_eq!(bm.allocated_pages(), durable);
+    for (i, &p) in durable.iter().enumerate() {
         check_page(&bm, p, i as u64);
     }
 }

@@ -81,6 +81,8 @@ pub struct BufferManager {
     pin_wait: Duration,
     counters: Counters,
     closed: std::sync::atomic::AtomicBool,
+    /// Set by a failed fsync: later checkpoints fail instead of claiming durability.
+    sync_failed: Mutex<Option<PathBuf>>,
 }
 
 // Guards are tied to the manager by lifetime; the manager itself is shared between threads.
@@ -202,6 +204,7 @@ impl BufferManager {
             // half-built manager must not checkpoint, which would replace the allocation
             // table on disk with the partial (possibly empty) one in memory.
             closed: true.into(),
+            sync_failed: Mutex::new(None),
         };
         debug_assert_eq!(rs_bytes, bm.resident.read().memory_bytes());
         bm.charge_metadata(rs_bytes)?;
@@ -925,10 +928,23 @@ impl BufferManager {
                 backoff.snooze();
             }
         }
+        // After a failed fsync the kernel may have dropped the error state of pages written
+        // before it (Linux reports it once), so nothing written since the last good sync is
+        // known to be durable: refuse to report success again until the database is reopened.
+        if let Some(path) = self.sync_failed.lock().clone() {
+            return Err(Error::io(
+                "fsync",
+                path,
+                std::io::Error::other("an earlier fsync of this file failed; durability is unknown until the database is reopened and checked"),
+            ));
+        }
         let mut table = AllocTable::new(self.classes.count());
         for class in 0..self.classes.count() {
             if let Some(sp) = self.spaces[class * 2].get() {
-                sp.file.sync().map_err(|e| Error::io("fsync", sp.path(), e))?;
+                if let Err(e) = sp.file.sync() {
+                    *self.sync_failed.lock() = Some(sp.path());
+                    return Err(Error::io("fsync", sp.path(), e));
+                }
                 table.classes[class] = sp.bitmap.lock().clone();
             }
         }
