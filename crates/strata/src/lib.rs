@@ -22,6 +22,8 @@ pub mod error;
 pub mod ops;
 pub mod storage;
 pub(crate) mod sync;
+#[cfg(test)]
+pub(crate) mod testutil;
 pub mod util;
 
 pub use buffer::{BufferManager, Config, ExclusiveGuard, OptimisticGuard, SharedGuard, Stats};

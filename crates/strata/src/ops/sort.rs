@@ -131,25 +131,8 @@ fn sort_impl<T: Record>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Config;
 
-    fn bm(pool: u64, min_page: u64) -> (tempfile::TempDir, BufferManager) {
-        let dir = tempfile::tempdir().unwrap();
-        let bm = BufferManager::create(Config::new(dir.path().join("db")).min_page(min_page).pool_size(pool)).unwrap();
-        (dir, bm)
-    }
-
-    fn rng(seed: &mut u64) -> u64 {
-        *seed = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = *seed;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn temp_pages(bm: &BufferManager) -> u64 {
-        bm.stats().classes.iter().map(|c| c.temp_pages).sum()
-    }
+    use crate::testutil::{bm, rng, temp_pages};
 
     #[test]
     fn column_sort_matches_a_reference_for_every_format() {
