@@ -714,7 +714,7 @@ mod tests {
         let empty = import_edges(&bm, &mut &b"# nothing\n"[..], &mut |_| {}).unwrap();
         assert_eq!((empty.vertices, empty.edges, empty.index_space), (0, 0, 0));
         empty.verify(&bm, "e").unwrap();
-        assert_eq!(bm.stats().classes.iter().map(|c| c.temp_pages).sum::<u64>(), 0);
+        assert_eq!(crate::testutil::temp_pages(&bm), 0);
     }
 
     #[test]
@@ -729,7 +729,7 @@ mod tests {
         let e = import_edges(&bm, &mut text.as_bytes(), &mut |_| {}).unwrap_err().to_string();
         assert!(e.contains("line 50001"), "{e}");
         assert_eq!(bm.allocated_pages().len(), before);
-        assert_eq!(bm.stats().classes.iter().map(|c| c.temp_pages).sum::<u64>(), 0);
+        assert_eq!(crate::testutil::temp_pages(&bm), 0);
         bm.check_invariants().unwrap();
     }
 }

@@ -209,7 +209,7 @@ mod tests {
             assert_eq!(k, 30_000 + r as u64);
         }
         assert_eq!(bm.stats().resident_bytes, 0, "every temporary page was freed");
-        assert_eq!(bm.stats().classes.iter().map(|c| c.temp_pages).sum::<u64>(), 0);
+        assert_eq!(crate::testutil::temp_pages(&bm), 0);
         let mut run = TempRun::new(&bm, 8, 4000);
         run.push_u64(1).unwrap();
         drop(run);

@@ -314,7 +314,7 @@ mod tests {
             let e = bfs(&bm, &g, u64::MAX - 1, 1).unwrap_err().to_string();
             assert!(e.contains("does not exist"), "{e}");
         }
-        assert_eq!(bm.stats().classes.iter().map(|c| c.temp_pages).sum::<u64>(), 0);
+        assert_eq!(crate::testutil::temp_pages(&bm), 0);
         bm.check_invariants().unwrap();
     }
 }

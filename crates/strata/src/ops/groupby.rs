@@ -868,7 +868,7 @@ mod tests {
                 let _ = stats;
                 assert!(bm.peak_bytes() <= pool);
             }
-            assert_eq!(bm.stats().classes.iter().map(|c| c.temp_pages).sum::<u64>(), 0, "temporary pages freed");
+            assert_eq!(crate::testutil::temp_pages(&bm), 0, "temporary pages freed");
             bm.check_invariants().unwrap();
         }
     }
@@ -947,7 +947,7 @@ mod tests {
         for g in &sink.0 {
             assert_eq!(Some(g), want.get(&g.key));
         }
-        assert_eq!(bm.stats().classes.iter().map(|c| c.temp_pages).sum::<u64>(), 0);
+        assert_eq!(crate::testutil::temp_pages(&bm), 0);
     }
 
     #[test]

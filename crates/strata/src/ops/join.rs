@@ -513,7 +513,7 @@ mod tests {
                 assert_eq!(stats.in_memory, !spills, "{stats:?}");
                 assert!(bm.peak_bytes() <= pool);
             }
-            assert_eq!(bm.stats().classes.iter().map(|c| c.temp_pages).sum::<u64>(), 0, "temporary pages freed");
+            assert_eq!(crate::testutil::temp_pages(&bm), 0, "temporary pages freed");
             bm.check_invariants().unwrap();
         }
     }
@@ -547,7 +547,7 @@ mod tests {
         join.join_pair_in_cache(a, b, 0, 1, 1, &mut ht, &mut acc).unwrap();
         assert!(join.partitions.load(Ordering::Relaxed) > 0, "the overflowing buckets were partitioned");
         assert_eq!(acc, reference(ValueFormat::U64le, &av, ValueFormat::U64le, &bv));
-        assert_eq!(bm.stats().classes.iter().map(|c| c.temp_pages).sum::<u64>(), 0);
+        assert_eq!(crate::testutil::temp_pages(&bm), 0);
     }
 
     #[test]

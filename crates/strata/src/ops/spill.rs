@@ -651,7 +651,7 @@ mod tests {
             .unwrap();
         }
         assert_eq!((count, sum), (n, n * (n - 1) / 2));
-        assert_eq!(bm.stats().classes.iter().map(|c| c.temp_pages).sum::<u64>(), 0, "all freed");
+        assert_eq!(crate::testutil::temp_pages(&bm), 0, "all freed");
         assert!(bm.peak_bytes() <= 256 << 10);
         bm.check_invariants().unwrap();
     }
