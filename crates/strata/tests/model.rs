@@ -77,6 +77,9 @@ impl StorageFile for NoSyncFile {
     fn len(&self) -> io::Result<u64> {
         self.0.len()
     }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)
+    }
     fn is_direct(&self) -> bool {
         self.0.is_direct()
     }
@@ -108,6 +111,9 @@ impl StorageBackend for NoSync {
     }
     fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
         self.0.list_dir(path)
+    }
+    fn sync_dir(&self, _path: &Path) -> io::Result<()> {
+        Ok(())
     }
 }
 

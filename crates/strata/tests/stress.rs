@@ -120,6 +120,9 @@ impl StorageFile for NoSyncFile {
     fn len(&self) -> std::io::Result<u64> {
         self.0.len()
     }
+    fn set_len(&self, len: u64) -> std::io::Result<()> {
+        self.0.set_len(len)
+    }
     fn is_direct(&self) -> bool {
         self.0.is_direct()
     }
@@ -151,6 +154,9 @@ impl StorageBackend for NoSync {
     }
     fn list_dir(&self, path: &std::path::Path) -> std::io::Result<Vec<String>> {
         self.0.list_dir(path)
+    }
+    fn sync_dir(&self, _path: &std::path::Path) -> std::io::Result<()> {
+        Ok(())
     }
 }
 

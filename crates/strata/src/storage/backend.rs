@@ -182,6 +182,8 @@ pub trait StorageFile: Send + Sync + fmt::Debug {
     fn sync(&self) -> io::Result<()>;
     /// Current length in bytes.
     fn len(&self) -> io::Result<u64>;
+    /// Cuts (or extends with zeros) the file to `len` bytes; durable after the next `sync`.
+    fn set_len(&self, len: u64) -> io::Result<()>;
     /// Whether the file bypasses the OS page cache.
     fn is_direct(&self) -> bool;
     /// The path it was opened with (for error messages).
@@ -205,6 +207,8 @@ pub trait StorageBackend: Send + Sync + fmt::Debug {
     fn create_dir_all(&self, path: &Path) -> io::Result<()>;
     /// Lists the names in a directory.
     fn list_dir(&self, path: &Path) -> io::Result<Vec<String>>;
+    /// Makes the directory's entries (files created or removed in it) durable.
+    fn sync_dir(&self, path: &Path) -> io::Result<()>;
 }
 
 /// The real filesystem, with `O_DIRECT` for page data.
@@ -261,6 +265,10 @@ impl StorageFile for PosixFile {
 
     fn len(&self) -> io::Result<u64> {
         Ok(self.file.metadata()?.len())
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.file.set_len(len)
     }
 
     fn is_direct(&self) -> bool {
@@ -327,6 +335,10 @@ impl StorageBackend for FileBackend {
         }
         names.sort();
         Ok(names)
+    }
+
+    fn sync_dir(&self, path: &Path) -> io::Result<()> {
+        File::open(path)?.sync_all()
     }
 }
 
@@ -398,6 +410,9 @@ impl StorageFile for FaultyFile {
     fn len(&self) -> io::Result<u64> {
         self.inner.len()
     }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.inner.set_len(len)
+    }
     fn is_direct(&self) -> bool {
         self.inner.is_direct()
     }
@@ -429,6 +444,12 @@ impl StorageBackend for FaultyBackend {
     }
     fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
         self.inner.list_dir(path)
+    }
+    fn sync_dir(&self, path: &Path) -> io::Result<()> {
+        if self.faults.fail_sync.load(Ordering::Relaxed) {
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
+        self.inner.sync_dir(path)
     }
 }
 
