@@ -10,11 +10,13 @@ use crate::access::{Catalog, Column, Graph, ValueFormat};
 use crate::buffer::{BufferManager, Config};
 use crate::error::{Error, Result};
 use crate::storage::AlignedBuf;
+use crate::txn::{LockTable, Transaction};
 
 /// A database: pages managed by a [`BufferManager`], named columns in a [`Catalog`].
 pub struct Database {
     bm: BufferManager,
     catalog: Mutex<Catalog>,
+    locks: LockTable,
 }
 
 /// What [`Database::check`] found.
@@ -38,14 +40,24 @@ impl Database {
         // The catalog must exist before the meta file makes the directory a database.
         let bm = BufferManager::create_with(config, |be, dir| Catalog::default().store(be, dir))?;
         debug_assert!(backend.exists(&Catalog::path(&dir)));
-        Ok(Database { bm, catalog: Mutex::new(Catalog::default()) })
+        Ok(Database { bm, catalog: Mutex::new(Catalog::default()), locks: LockTable::default() })
     }
 
     /// Opens an existing database.
     pub fn open(config: Config) -> Result<Database> {
         let bm = BufferManager::open(config)?;
         let catalog = Catalog::load(bm.backend().as_ref(), bm.dir())?;
-        Ok(Database { bm, catalog: Mutex::new(catalog) })
+        Ok(Database { bm, catalog: Mutex::new(catalog), locks: LockTable::default() })
+    }
+
+    /// Begins a transaction (see [`crate::txn`]).
+    pub fn begin(&self) -> Transaction<'_> {
+        Transaction::begin(&self.bm, &self.locks)
+    }
+
+    /// The lock table of this database's transactions.
+    pub fn locks(&self) -> &LockTable {
+        &self.locks
     }
 
     /// The buffer manager.

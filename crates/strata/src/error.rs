@@ -71,6 +71,20 @@ pub enum Error {
     #[error("invalid input: {0}")]
     InvalidInput(String),
 
+    /// An earlier write or fsync of the write-ahead log failed; no change is accepted until
+    /// the database is reopened (which recovers it to its last durable state).
+    #[error("the write-ahead log failed earlier ({0}); no further changes are accepted: reopen the database to recover")]
+    LogFailed(String),
+
+    /// A transaction waited too long for a page another transaction holds; it should abort
+    /// and retry.
+    #[error("lock wait on page {pid} timed out after {waited_ms} ms (held by another transaction): abort and retry")]
+    LockTimeout { pid: PageId, waited_ms: u64 },
+
+    /// The transaction can no longer be used (it failed or was already ended).
+    #[error("transaction {txid} is no longer active: {reason}")]
+    TransactionEnded { txid: u64, reason: &'static str },
+
     /// The structure is internally inconsistent (found by `check`).
     #[error("inconsistent database: {0}")]
     Inconsistent(String),

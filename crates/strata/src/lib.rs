@@ -7,6 +7,8 @@
 //! * [`buffer`]: one virtual-memory reservation per size class (page id → address by
 //!   arithmetic), a 64-bit state word per page (optimistic / shared / exclusive latching),
 //!   one hard memory budget over all classes with clock eviction, and temporary pages.
+//! * [`txn`]: transactions (page locks, commit, rollback) over the buffer manager's logged
+//!   page operations; crash recovery itself runs when the buffer manager opens.
 //! * [`access`]: access methods built on pages (columns and their catalog).
 //! * [`ops`]: operators over access methods (scan).
 //! * [`db`]: the database façade that ties a buffer manager and a catalog together.
@@ -22,12 +24,14 @@ pub mod error;
 pub mod ops;
 pub mod storage;
 pub(crate) mod sync;
+pub mod txn;
 #[cfg(test)]
 pub(crate) mod testutil;
 pub mod util;
 
 pub use buffer::{BufferManager, Config, ExclusiveGuard, OptimisticGuard, SharedGuard, Stats};
 pub use db::Database;
+pub use txn::Transaction;
 
 pub use error::{Error, Result};
 pub use storage::{PageId, PAGE_HEADER_SIZE};

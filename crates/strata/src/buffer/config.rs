@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::storage::wal::WalOptions;
 use crate::storage::{FileBackend, StorageBackend};
 
 /// Default smallest page: 64 KiB (use 4 KiB on small devices).
@@ -19,6 +20,7 @@ pub struct Config {
     pub(crate) min_page: Option<u64>,
     pub(crate) backend: Arc<dyn StorageBackend>,
     pub(crate) pin_wait: Duration,
+    pub(crate) wal: WalOptions,
 }
 
 impl Config {
@@ -30,6 +32,7 @@ impl Config {
             min_page: None,
             backend: Arc::new(FileBackend::default()),
             pin_wait: Duration::from_secs(1),
+            wal: WalOptions::default(),
         }
     }
 
@@ -55,6 +58,19 @@ impl Config {
     /// [`crate::Error::OutOfMemory`].
     pub fn pin_wait(mut self, wait: Duration) -> Config {
         self.pin_wait = wait;
+        self
+    }
+
+    /// Size at which the write-ahead log starts a new segment file (default 16 MiB; log
+    /// truncation after a checkpoint removes whole segments).
+    pub fn wal_segment_size(mut self, bytes: u64) -> Config {
+        self.wal.segment_size = bytes;
+        self
+    }
+
+    /// Whether concurrent commits share one log fsync (default on; off only to measure it).
+    pub fn group_commit(mut self, on: bool) -> Config {
+        self.wal.group_commit = on;
         self
     }
 

@@ -227,13 +227,45 @@ impl<'a> ExclusiveGuard<'a> {
     /// Releases the exclusive latch but keeps a shared one (the version is bumped).
     pub fn downgrade(self) -> SharedGuard<'a> {
         let me = std::mem::ManuallyDrop::new(self);
+        me.note_dirty();
         me.sp.state(me.index).downgrade_modified();
         SharedGuard { sp: me.sp, index: me.index, frame: me.frame, _not_send: PhantomData }
     }
 }
 
+impl ExclusiveGuard<'_> {
+    /// Enters a page that is about to become dirty into the dirty-page table.
+    #[inline]
+    fn note_dirty(&self) {
+        if !self.sp.temp && !self.sp.state(self.index).load().dirty() {
+            self.bm.note_dirty(self.pid(), None);
+        }
+    }
+
+    /// Releases the latch without marking the page changed (recovery found nothing to do).
+    pub(crate) fn release_unchanged(self) {
+        let me = std::mem::ManuallyDrop::new(self);
+        me.sp.state(me.index).unlock_exclusive_unchanged(false);
+    }
+
+    /// The LSN of the last logged change of the page.
+    pub(crate) fn page_lsn(&self) -> u64 {
+        super::manager::frame_lsn(self.frame)
+    }
+
+    /// Records a logged change: the page's LSN becomes `lsn`, and the dirty-page table
+    /// learns that the log holds changes of it from `lsn` on (if it was clean).
+    pub(crate) fn set_page_lsn(&mut self, lsn: u64) {
+        if !self.sp.state(self.index).load().dirty() {
+            self.bm.note_dirty(self.pid(), Some(lsn));
+        }
+        super::manager::set_frame_lsn(self.frame, lsn);
+    }
+}
+
 impl Drop for ExclusiveGuard<'_> {
     fn drop(&mut self) {
+        self.note_dirty();
         self.sp.state(self.index).unlock_exclusive_modified();
     }
 }

@@ -26,6 +26,7 @@
 //! resident-set `RwLock` is taken for writing only by `set_pool_size` (which holds no
 //! latch).
 
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -44,6 +45,8 @@ use crate::storage::backend::{atomic_word, OpenMode};
 use crate::storage::layout::{class_file, temp_file};
 use crate::storage::meta::FORMAT_VERSION;
 use crate::storage::page::{self, checksum, header_words};
+use crate::storage::doublewrite::DoubleWrite;
+use crate::storage::wal::{CheckpointInfo, Wal, FIRST_LSN};
 use crate::storage::{AllocTable, ClassBitmap, IoBufMut, Meta, PageId, SizeClasses, StorageBackend, PAGE_HEADER_SIZE};
 
 /// How many slots an evictor takes from the clock per step.
@@ -83,6 +86,23 @@ pub struct BufferManager {
     closed: std::sync::atomic::AtomicBool,
     /// Set by a failed fsync: later checkpoints fail instead of claiming durability.
     sync_failed: Mutex<Option<PathBuf>>,
+    /// The write-ahead log.
+    pub(crate) wal: Wal,
+    /// The double-write area, and the lock that serialises its batches (held from writing a
+    /// batch until its pages are durable at home, so the area is never reused too early).
+    dw: DoubleWrite,
+    dw_lock: Mutex<()>,
+    /// Per persistent class: the allocation bitmap as last stored on disk (a superset while
+    /// a checkpoint replaces it). A page allocated there has a durable copy that an in-place
+    /// write could tear, so such writes go through the double-write area. Plain writes hold
+    /// the read lock until they are issued.
+    durable: RwLock<Vec<ClassBitmap>>,
+    /// Dirty page table: every dirty persistent page, with the LSN from which the log may
+    /// hold changes not yet on its disk copy. Checkpoints flush these (not the whole pool).
+    pub(crate) dirty: Mutex<HashMap<PageId, u64>>,
+    /// Active transactions: id -> LSN at which they began (log truncation must keep it).
+    pub(crate) active: Mutex<BTreeMap<u64, u64>>,
+    pub(crate) next_txid: AtomicU64,
 }
 
 // Guards are tied to the manager by lifetime; the manager itself is shared between threads.
@@ -90,6 +110,27 @@ const _: () = {
     const fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<BufferManager>();
 };
+
+/// The LSN in the header of the page image in `frame` (bytes 16..24, little-endian). The
+/// caller holds a latch on the page (or reads optimistically and validates).
+pub(crate) fn frame_lsn(frame: *mut u8) -> u64 {
+    // SAFETY: frames are 4 KiB aligned and at least 4 KiB long, so bytes 16..24 are an
+    // aligned word inside the frame; the load is atomic.
+    let w = unsafe { atomic_word(frame.add(16)) }.load(Ordering::Relaxed);
+    // The header is stored as its little-endian byte image.
+    #[allow(clippy::host_endian_bytes)]
+    let bytes = w.to_ne_bytes();
+    u64::from_le_bytes(bytes)
+}
+
+/// Stores `lsn` into the header of the page image in `frame`; the caller holds the page's
+/// exclusive latch.
+pub(crate) fn set_frame_lsn(frame: *mut u8, lsn: u64) {
+    #[allow(clippy::host_endian_bytes)]
+    let w = u64::from_ne_bytes(lsn.to_le_bytes());
+    // SAFETY: as in `frame_lsn`; the store is atomic (optimistic readers may load it).
+    unsafe { atomic_word(frame.add(16)) }.store(w, Ordering::Relaxed);
+}
 
 struct Backoff(u32);
 
@@ -186,6 +227,10 @@ impl BufferManager {
         let pool = config.pool_size;
         let rs_bytes = check_pool(classes, pool)?;
         let resident = ResidentSet::try_with_capacity(pool / classes.min_page()).ok_or_else(|| resident_set_too_big(pool, rs_bytes))?;
+        let dw = DoubleWrite::open(be.as_ref(), &dir)?;
+        let checkpoint = CheckpointInfo::load(be.as_ref(), &dir)?;
+        let durable = table.classes.clone();
+        let wal = Wal::open(be.clone(), &dir, checkpoint.map_or(FIRST_LSN, |c| c.start_lsn), config.wal)?;
         let bm = BufferManager {
             dir,
             backend: be,
@@ -205,6 +250,13 @@ impl BufferManager {
             // table on disk with the partial (possibly empty) one in memory.
             closed: true.into(),
             sync_failed: Mutex::new(None),
+            wal,
+            dw,
+            dw_lock: Mutex::new(()),
+            durable: RwLock::new(durable),
+            dirty: Mutex::new(HashMap::new()),
+            active: Mutex::new(BTreeMap::new()),
+            next_txid: AtomicU64::new(checkpoint.map_or(1, |c| c.next_txid)),
         };
         debug_assert_eq!(rs_bytes, bm.resident.read().memory_bytes());
         bm.charge_metadata(rs_bytes)?;
@@ -215,8 +267,43 @@ impl BufferManager {
                 bm.ensure_addressable(sp, hw - 1)?;
             }
         }
+        // Finish the last double-write batch before anything reads a page, then recover
+        // from the log; only then may a checkpoint (or the drop) write anything.
+        bm.restore_double_writes()?;
+        let report = super::recovery::recover(&bm, checkpoint.map_or(FIRST_LSN, |c| c.start_lsn))?;
+        if report.records > 0 {
+            bm.checkpoint()?;
+        }
         bm.closed.store(false, Ordering::Relaxed);
         Ok(bm)
+    }
+
+    /// Copies every intact image of the last double-write batch home whose home copy is torn
+    /// or older, and makes them durable.
+    fn restore_double_writes(&self) -> Result<()> {
+        let mut touched = Vec::new();
+        for saved in self.dw.saved()? {
+            let pid = saved.pid;
+            if pid.is_temp() || pid.class() as usize >= self.classes.count() || saved.image.len() as u64 != self.classes.page_size(pid.class()) {
+                continue;
+            }
+            let sp = self.space_or_create(pid.class(), false, None)?;
+            let mut home = crate::storage::AlignedBuf::zeroed(saved.image.len());
+            let off = sp.offset(pid.index());
+            let n = sp.file.read_at(home.io(), off).map_err(|e| Error::io("read page", sp.path(), e))?;
+            let stale = n < home.len() || page::verify(&home, pid).map_or(true, |lsn| lsn < saved.lsn);
+            if stale {
+                sp.file.write_at(&saved.image, off).map_err(|e| Error::io("write page", sp.path(), e))?;
+                if !touched.contains(&pid.class()) {
+                    touched.push(pid.class());
+                }
+            }
+        }
+        for class in touched {
+            let sp = self.space_or_create(class, false, None)?;
+            sp.file.sync().map_err(|e| Error::io("fsync", sp.path(), e))?;
+        }
+        Ok(())
     }
 
     /// The database directory.
@@ -405,21 +492,18 @@ impl BufferManager {
             return Ok(0);
         }
         let mut first_error = None;
-        // Write back dirty victims; a victim that cannot be written stays resident.
-        victims.retain(|&(pid, sp)| {
-            let st = sp.state(pid.index());
-            if !st.load().dirty() {
-                return true;
-            }
-            match self.write_page(sp, pid.index()) {
-                Ok(()) => true,
-                Err(e) => {
-                    st.unlock_exclusive_unchanged(false);
-                    first_error.get_or_insert(e);
-                    false
+        // Write back the dirty victims as one batch; if it fails they stay resident.
+        let dirty: Vec<(PageId, &Space)> = victims.iter().copied().filter(|&(pid, sp)| sp.state(pid.index()).load().dirty()).collect();
+        if !dirty.is_empty() {
+            if let Err(e) = self.write_back(&dirty) {
+                for &(pid, sp) in &dirty {
+                    sp.state(pid.index()).unlock_exclusive_unchanged(false);
                 }
+                let failed: std::collections::HashSet<PageId> = dirty.iter().map(|d| d.0).collect();
+                victims.retain(|v| !failed.contains(&v.0));
+                first_error = Some(e);
             }
-        });
+        }
         victims.sort_by_key(|&(pid, _)| pid);
         let rs = self.resident.read();
         let mut freed = 0;
@@ -450,16 +534,16 @@ impl BufferManager {
         }
     }
 
-    /// Seals (header + checksum) and writes page `index` of `sp`; the caller holds its
-    /// exclusive latch. Clears nothing: the caller decides the state afterwards.
-    fn write_page(&self, sp: &Space, index: u64) -> Result<()> {
+    /// Seals page `index` of `sp` (header with its LSN, then the checksum) in its frame and
+    /// returns its LSN; the caller holds its exclusive latch.
+    fn seal(&self, sp: &Space, index: u64) -> u64 {
         let frame = sp.frame(index);
         let size = sp.page_size() as usize;
-        let pid = sp.pid(index);
+        let lsn = frame_lsn(frame);
         // SAFETY: the caller holds the exclusive latch, so no thread writes the frame; the
         // only concurrent accesses are optimistic atomic loads (reads alongside reads).
         let payload = unsafe { std::slice::from_raw_parts(frame.add(PAGE_HEADER_SIZE), size - PAGE_HEADER_SIZE) };
-        let words = header_words(pid, 0, |head| checksum(head, payload));
+        let words = header_words(sp.pid(index), lsn, |head| checksum(head, payload));
         for (k, w) in words.iter().enumerate() {
             // Header words are stored as their little-endian byte image.
             #[allow(clippy::host_endian_bytes)]
@@ -468,17 +552,93 @@ impl BufferManager {
             // inside the frame; the store is atomic (optimistic readers may load it).
             unsafe { atomic_word(frame.add(8 * k)) }.store(native, Ordering::Relaxed);
         }
-        // SAFETY: as for `payload`: exclusive latch held, concurrent accesses only load.
-        let image = unsafe { std::slice::from_raw_parts(frame, size) };
-        sp.file.write_at(image, sp.offset(index)).map_err(|e| Error::io("write page", sp.path(), e))?;
-        self.counters.pages_written.add(1);
-        self.counters.bytes_written.add(size as u64);
+        lsn
+    }
+
+    /// Seals and writes back `pages`, whose exclusive latches the caller holds; clears
+    /// nothing (the caller decides their states afterwards) except their dirty-table entries.
+    ///
+    /// The log is made durable up to the newest page LSN first (write-ahead rule). Pages whose
+    /// durable copy an in-place write could tear (logged pages, and pages allocated in the
+    /// stored allocation table) go through the double-write area: batch written and fsynced
+    /// there, then written home and fsynced, under `dw_lock`. On error nothing is cleaned.
+    fn write_back(&self, pages: &[(PageId, &Space)]) -> Result<()> {
+        let mut max_lsn = 0;
+        for &(pid, sp) in pages {
+            max_lsn = max_lsn.max(self.seal(sp, pid.index()));
+        }
+        if max_lsn > 0 {
+            self.wal.flush(max_lsn)?;
+        }
+        let image = |pid: PageId, sp: &Space| -> &[u8] {
+            // SAFETY: exclusive latch held by the caller (see `seal`); the frame is mapped for
+            // the page size and only loaded from by others.
+            unsafe { std::slice::from_raw_parts(sp.frame(pid.index()), sp.page_size() as usize) }
+        };
+        let write_home = |pid: PageId, sp: &Space| -> Result<()> {
+            sp.file.write_at(image(pid, sp), sp.offset(pid.index())).map_err(|e| Error::io("write page", sp.path(), e))?;
+            self.counters.pages_written.add(1);
+            self.counters.bytes_written.add(sp.page_size());
+            Ok(())
+        };
+        let durable = self.durable.read();
+        let guarded = |pid: PageId, sp: &Space| {
+            !sp.temp && (frame_lsn(sp.frame(pid.index())) > 0 || durable.get(sp.class as usize).is_some_and(|b| b.is_allocated(pid.index())))
+        };
+        let mut torn_risk: Vec<(PageId, &Space)> = Vec::new();
+        for &(pid, sp) in pages {
+            if guarded(pid, sp) {
+                torn_risk.push((pid, sp));
+            } else {
+                write_home(pid, sp)?;
+            }
+        }
+        drop(durable);
+        if !torn_risk.is_empty() {
+            let _batch = self.dw_lock.lock();
+            let images: Vec<(PageId, &[u8])> = torn_risk.iter().map(|&(pid, sp)| (pid, image(pid, sp))).collect();
+            self.dw.write(&images)?;
+            let mut files: Vec<&Space> = Vec::new();
+            for &(pid, sp) in &torn_risk {
+                write_home(pid, sp)?;
+                if !files.iter().any(|f| std::ptr::eq(*f, sp)) {
+                    files.push(sp);
+                }
+            }
+            for sp in files {
+                if let Err(e) = sp.file.sync() {
+                    *self.sync_failed.lock() = Some(sp.path());
+                    return Err(Error::io("fsync", sp.path(), e));
+                }
+            }
+        }
+        let mut dpt = self.dirty.lock();
+        for &(pid, _) in pages {
+            dpt.remove(&pid);
+        }
         Ok(())
+    }
+
+    /// Records that persistent page `pid` became dirty: the log may hold changes not on its
+    /// disk copy from `lsn` on (`None`: from the current end of the log, for unlogged writes).
+    pub(crate) fn note_dirty(&self, pid: PageId, lsn: Option<u64>) {
+        if pid.is_temp() {
+            return;
+        }
+        let lsn = lsn.unwrap_or_else(|| self.wal.end());
+        self.dirty.lock().entry(pid).or_insert(lsn);
     }
 
     /// Loads page `index` of `sp` into its frame. The caller holds the latch taken by
     /// `EVICTED -> LOCKED`; on error the page is left EVICTED and unlatched.
     fn load(&self, sp: &Space, index: u64) -> Result<()> {
+        self.load_checked(sp, index, false).map(|_| ())
+    }
+
+    /// [`load`](Self::load); with `tolerate_damage`, a page that fails verification (never
+    /// written, torn) is not an error but loaded as zeros, and `false` is returned (recovery
+    /// rebuilds such pages from the log).
+    fn load_checked(&self, sp: &Space, index: u64, tolerate_damage: bool) -> Result<bool> {
         let pid = sp.pid(index);
         let st = sp.state(index);
         if !sp.bitmap.lock().is_allocated(index) {
@@ -508,18 +668,53 @@ impl BufferManager {
             }
         };
         self.counters.misses.add(1);
-        if let Err(e) = result {
-            sp.frames.discard(index, 1);
-            self.release(size);
-            st.unlock_still_evicted();
-            return Err(e);
-        }
+        let intact = match result {
+            Err(Error::Corruption { .. }) if tolerate_damage => {
+                // A fresh mapping reads as zeros.
+                sp.frames.discard(index, 1);
+                false
+            }
+            Err(e) => {
+                sp.frames.discard(index, 1);
+                self.release(size);
+                st.unlock_still_evicted();
+                return Err(e);
+            }
+            Ok(()) => true,
+        };
         self.counters.pages_read.add(1);
         self.counters.read_requests.add(1);
         self.counters.bytes_read.add(size);
         sp.resident_bytes.fetch_add(size, Ordering::Relaxed);
         self.resident.read().insert(pid);
-        Ok(())
+        Ok(intact)
+    }
+
+    /// For recovery: latches allocated page `pid` exclusively, loading it if needed; a copy
+    /// that fails verification is loaded as zeros and reported as `false`.
+    pub(crate) fn fix_for_recovery(&self, pid: PageId) -> Result<(ExclusiveGuard<'_>, bool)> {
+        let sp = self.lookup(pid)?;
+        let index = pid.index();
+        let st = sp.state(index);
+        let mut backoff = Backoff(0);
+        let intact = loop {
+            let w = st.load();
+            match w.state() {
+                UNLOCKED | MARKED if st.try_lock_exclusive(w) => break true,
+                EVICTED if st.try_lock_evicted(w) => break self.load_checked(sp, index, true)?,
+                _ => backoff.snooze(),
+            }
+        };
+        Ok((ExclusiveGuard { bm: self, sp, index, frame: sp.frame(index), _not_send: Default::default() }, intact))
+    }
+
+    /// For recovery and rollback: marks `pid` allocated (creating its space and making it
+    /// addressable as needed). Returns false if it already was.
+    pub(crate) fn set_allocated(&self, pid: PageId) -> Result<bool> {
+        let sp = self.space_or_create(pid.class(), pid.is_temp(), None)?;
+        let mut bm = sp.bitmap.lock();
+        self.ensure_addressable(sp, pid.index())?;
+        Ok(bm.set_allocated(pid.index()))
     }
 
     /// Loads those of `pids` that are not resident, coalescing runs of adjacent pages of one
@@ -729,6 +924,18 @@ impl BufferManager {
     }
 
     fn alloc_in(&self, bytes: usize, temp: bool) -> Result<ExclusiveGuard<'_>> {
+        self.alloc_with(bytes, temp, None).map(|(g, _)| g)
+    }
+
+    /// Allocates a persistent page and logs it: `log` is called with the new id while the
+    /// class's bitmap is locked (so a checkpoint's copy of the bitmap never holds an
+    /// allocation whose record is not in the log) and returns the record's LSN, which
+    /// becomes the page's LSN. Nothing is allocated if `log` fails.
+    pub(crate) fn alloc_logged(&self, bytes: usize, log: &dyn Fn(PageId) -> Result<u64>) -> Result<(ExclusiveGuard<'_>, u64)> {
+        self.alloc_with(bytes, false, Some(log))
+    }
+
+    fn alloc_with(&self, bytes: usize, temp: bool, log: Option<&dyn Fn(PageId) -> Result<u64>>) -> Result<(ExclusiveGuard<'_>, u64)> {
         let class = (bytes as u64)
             .checked_add(PAGE_HEADER_SIZE as u64)
             .and_then(|total| self.classes.class_for(total))
@@ -739,43 +946,54 @@ impl BufferManager {
             return Err(Error::PoolTooSmall { needed: size + self.metadata.load(Ordering::Relaxed), pool });
         }
         let sp = self.space_or_create(class, temp, None)?;
-        let index = {
+        // Memory first: once the allocation is logged, it must not fail any more.
+        self.reserve(size)?;
+        let (index, lsn) = {
             let mut bm = sp.bitmap.lock();
             let index = bm.alloc();
-            if index > PageId::MAX_INDEX {
+            let fail = |bm: &mut ClassBitmap, e: Error| {
                 bm.free(index);
-                return Err(Error::InvalidInput("size class is out of page ids".into()));
+                self.release(size);
+                Err(e)
+            };
+            if index > PageId::MAX_INDEX {
+                return fail(&mut bm, Error::InvalidInput("size class is out of page ids".into()));
             }
             if let Err(e) = self.ensure_addressable(sp, index) {
-                bm.free(index);
-                return Err(e);
+                return fail(&mut bm, e);
             }
-            index
+            let lsn = match log.map(|f| f(sp.pid(index))) {
+                None => 0,
+                Some(Ok(lsn)) => lsn,
+                Some(Err(e)) => return fail(&mut bm, e),
+            };
+            (index, lsn)
         };
         let st = sp.state(index);
         let mut backoff = Backoff(0);
-        loop {
+        let mut g = loop {
             let w = st.load();
             if w.state() == EVICTED && st.try_lock_evicted(w) {
-                if let Err(e) = self.reserve(size) {
-                    st.unlock_still_evicted();
-                    sp.bitmap.lock().free(index);
-                    return Err(e);
-                }
                 // An EVICTED frame is unbacked, hence zero: nothing to clear.
                 sp.resident_bytes.fetch_add(size, Ordering::Relaxed);
                 self.resident.read().insert(sp.pid(index));
-                break;
+                break ExclusiveGuard { bm: self, sp, index, frame: sp.frame(index), _not_send: Default::default() };
             }
             if matches!(w.state(), UNLOCKED | MARKED) && st.try_lock_exclusive(w) {
-                // A stray fix (of an id not yet handed out) loaded the slot's old bytes.
+                // A stray fix (of an id not yet handed out) loaded the slot's old bytes; the
+                // page is resident and counted already.
+                self.release(size);
                 let mut g = ExclusiveGuard { bm: self, sp, index, frame: sp.frame(index), _not_send: Default::default() };
                 g.zero();
-                return Ok(g);
+                set_frame_lsn(g.frame, 0);
+                break g;
             }
             backoff.snooze();
+        };
+        if lsn > 0 {
+            g.set_page_lsn(lsn);
         }
-        Ok(ExclusiveGuard { bm: self, sp, index, frame: sp.frame(index), _not_send: Default::default() })
+        Ok((g, lsn))
     }
 
     /// Frees `pid`. Waits for other latches on it to be released; the caller must not hold
@@ -813,6 +1031,7 @@ impl BufferManager {
             return Err(Error::InvalidPageId { pid, reason: "double free: page is not allocated" });
         }
         drop(bm);
+        self.dirty.lock().remove(&pid);
         if resident {
             sp.frames.discard(index, 1);
             sp.resident_bytes.fetch_sub(sp.page_size(), Ordering::Relaxed);
@@ -895,38 +1114,47 @@ impl BufferManager {
 
     // ----------------------------------------------------------------- flush
 
-    /// Writes every dirty persistent page, fsyncs the data files, and persists the
-    /// allocation table (atomically). Temporary pages are not written. The calling thread
-    /// must not hold page latches (flush waits for them).
+    /// Writes every dirty persistent page, fsyncs the data files, persists the allocation
+    /// table (atomically) and the log's checkpoint record, and deletes the log segments that
+    /// recovery no longer needs. Temporary pages are not written.
+    ///
+    /// Only the pages in the dirty table are visited (not the whole pool). Transactions may
+    /// run meanwhile: pages they dirty after the checkpoint began stay in the dirty table and
+    /// keep the log from being truncated past their first change. The calling thread must not
+    /// hold page latches (a checkpoint waits for them).
     pub fn checkpoint(&self) -> Result<()> {
-        let mut dirty = Vec::new();
-        self.resident.read().for_each(|pid| {
-            if !pid.is_temp() {
-                dirty.push(pid);
-            }
-        });
+        let began = self.wal.end();
+        // Every allocation in the table stored below must have its log record on disk.
+        self.wal.flush_all()?;
+        let mut dirty: Vec<PageId> = self.dirty.lock().iter().filter(|(_, &lsn)| lsn <= began).map(|(&p, _)| p).collect();
         dirty.sort();
-        for pid in dirty {
-            let Ok(sp) = self.lookup(pid) else { continue };
-            let st = sp.state(pid.index());
-            let mut backoff = Backoff(0);
-            loop {
-                let w = st.load();
-                if w.state() == EVICTED || !w.dirty() {
-                    break;
-                }
-                if st.try_lock_exclusive(w) {
-                    if !st.load().dirty() {
-                        st.unlock_exclusive_unchanged(false);
+        for batch in dirty.chunks(CLOCK_BATCH) {
+            let mut latched: Vec<(PageId, &Space)> = Vec::new();
+            for &pid in batch {
+                let Ok(sp) = self.lookup(pid) else { continue };
+                let st = sp.state(pid.index());
+                let mut backoff = Backoff(0);
+                loop {
+                    let w = st.load();
+                    if w.state() == EVICTED || !w.dirty() {
                         break;
                     }
-                    let r = self.write_page(sp, pid.index());
-                    st.unlock_exclusive_unchanged(r.is_ok());
-                    r?;
-                    break;
+                    if st.try_lock_exclusive(w) {
+                        if st.load().dirty() {
+                            latched.push((pid, sp));
+                        } else {
+                            st.unlock_exclusive_unchanged(false);
+                        }
+                        break;
+                    }
+                    backoff.snooze();
                 }
-                backoff.snooze();
             }
+            let r = if latched.is_empty() { Ok(()) } else { self.write_back(&latched) };
+            for &(pid, sp) in &latched {
+                sp.state(pid.index()).unlock_exclusive_unchanged(r.is_ok());
+            }
+            r?;
         }
         // After a failed fsync the kernel may have dropped the error state of pages written
         // before it (Linux reports it once), so nothing written since the last good sync is
@@ -938,17 +1166,41 @@ impl BufferManager {
                 std::io::Error::other("an earlier fsync of this file failed; durability is unknown until the database is reopened and checked"),
             ));
         }
+        {
+            // Every page write so far is made durable, so the double-write area is no longer
+            // needed; no batch may be between its double write and its home fsync meanwhile.
+            let _batch = self.dw_lock.lock();
+            for class in 0..self.classes.count() {
+                if let Some(sp) = self.spaces[class * 2].get() {
+                    if let Err(e) = sp.file.sync() {
+                        *self.sync_failed.lock() = Some(sp.path());
+                        return Err(Error::io("fsync", sp.path(), e));
+                    }
+                }
+            }
+            self.dw.clear()?;
+        }
         let mut table = AllocTable::new(self.classes.count());
         for class in 0..self.classes.count() {
             if let Some(sp) = self.spaces[class * 2].get() {
-                if let Err(e) = sp.file.sync() {
-                    *self.sync_failed.lock() = Some(sp.path());
-                    return Err(Error::io("fsync", sp.path(), e));
-                }
                 table.classes[class] = sp.bitmap.lock().clone();
             }
         }
-        table.store(self.backend.as_ref(), &self.dir)
+        // While the table is replaced, a slot allocated in either version counts as durable.
+        {
+            let mut durable = self.durable.write();
+            durable.resize(self.classes.count(), ClassBitmap::default());
+            for (d, t) in durable.iter_mut().zip(&table.classes) {
+                d.union_with(t);
+            }
+        }
+        table.store(self.backend.as_ref(), &self.dir)?;
+        *self.durable.write() = table.classes;
+        let oldest_dirty = self.dirty.lock().values().copied().min().unwrap_or(u64::MAX);
+        let oldest_tx = self.active.lock().values().copied().min().unwrap_or(u64::MAX);
+        let start_lsn = began.min(oldest_dirty).min(oldest_tx);
+        CheckpointInfo { start_lsn, next_txid: self.next_txid.load(Ordering::Relaxed) }.store(self.backend.as_ref(), &self.dir)?;
+        self.wal.truncate_before(start_lsn)
     }
 
     /// Checkpoints and removes the temporary files. Dropping the manager without `close`

@@ -2,8 +2,10 @@
 //! latches, one memory budget with clock eviction, guards and temporary pages.
 
 mod config;
+mod logged;
 mod guard;
 mod manager;
+mod recovery;
 mod region;
 mod resident;
 mod space;

@@ -6,6 +6,7 @@ pub mod join;
 pub mod scan;
 pub mod sort;
 pub(crate) mod spill;
+pub mod torture;
 
 pub use bfs::{bfs, BfsResult};
 pub use groupby::{aggregate, distinct, groupby_mod, Aggregates, DistinctResult, Group, GroupSink, GroupbyModResult, SpillStats};

@@ -57,6 +57,31 @@ impl ClassBitmap {
         true
     }
 
+    /// Marks `index` allocated; returns false if it already was.
+    pub fn set_allocated(&mut self, index: u64) -> bool {
+        if self.is_allocated(index) {
+            return false;
+        }
+        let w = (index / 64) as usize;
+        if w >= self.words.len() {
+            self.words.resize(w + 1, 0);
+        }
+        self.words[w] |= 1 << (index % 64);
+        self.allocated += 1;
+        true
+    }
+
+    /// Adds every page allocated in `other`.
+    pub fn union_with(&mut self, other: &ClassBitmap) {
+        for (i, &w) in other.words.iter().enumerate() {
+            if i >= self.words.len() {
+                self.words.push(0);
+            }
+            self.allocated += (w & !self.words[i]).count_ones() as u64;
+            self.words[i] |= w;
+        }
+    }
+
     /// Whether `index` is allocated.
     pub fn is_allocated(&self, index: u64) -> bool {
         let w = (index / 64) as usize;

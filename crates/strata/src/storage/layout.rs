@@ -29,7 +29,7 @@ impl PageId {
     pub const MAX_INDEX: u64 = INDEX_MASK;
 
     /// Packs a page id. `class < 64`, `index <= MAX_INDEX`.
-    pub fn new(class: u8, temp: bool, index: u64) -> PageId {
+    pub const fn new(class: u8, temp: bool, index: u64) -> PageId {
         debug_assert!((class as usize) < MAX_CLASSES && index <= INDEX_MASK);
         PageId(((class as u64) << CLASS_SHIFT) | if temp { TEMP_BIT } else { 0 } | (index & INDEX_MASK))
     }

@@ -6,15 +6,21 @@
 //! * [`page`]: the on-disk page header (CRC-32C, page id, LSN) and its verification.
 //! * [`meta`]: the database's meta file, written atomically.
 //! * [`alloc_table`]: the per-class allocation bitmaps and their checksummed file.
+//! * [`wal`]: the write-ahead log (records, segments, group commit, end-of-log detection).
+//! * [`doublewrite`]: the double-write area that makes in-place page writes tear-proof.
 
 pub mod alloc_table;
 pub mod backend;
 pub mod layout;
 pub mod meta;
 pub mod page;
+pub mod wal;
+pub mod doublewrite;
+pub mod sim;
 
 pub use alloc_table::{AllocTable, ClassBitmap};
 pub use backend::{AlignedBuf, FaultyBackend, FileBackend, IoBufMut, StorageBackend, StorageFile};
 pub use layout::{PageId, SizeClasses, MAX_CLASSES};
 pub use meta::Meta;
 pub use page::PAGE_HEADER_SIZE;
+pub use sim::{Capture, CrashMode, SimBackend};

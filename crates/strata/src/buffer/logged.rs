@@ -1,0 +1,105 @@
+//! Logged page operations: the buffer manager's half of transactions.
+//!
+//! Transactions (in [`crate::txn`]) decide *what* to change and hold their page locks; this
+//! module makes each change follow the write-ahead protocol: a change of a latched page is
+//! appended to the log (byte range, before- and after-image) before it is applied, and the
+//! page's LSN is set to the record's, so write-back flushes the log first. Undo applies a
+//! record's inverse and logs it as a compensation record (ARIES CLR), both for a rollback
+//! and for recovery's losers, so a crash in the middle of either never undoes twice.
+//!
+//! The manager also keeps the table of active transactions (id -> LSN at which each
+//! began), which bounds how far a checkpoint may truncate the log.
+
+use std::borrow::Cow;
+use std::sync::atomic::Ordering;
+
+use super::guard::ExclusiveGuard;
+use super::manager::BufferManager;
+use crate::error::{Error, Result};
+use crate::storage::wal::{Body, Compensation, Record};
+use crate::storage::PageId;
+
+impl BufferManager {
+    /// Registers a new transaction and returns its id.
+    pub(crate) fn tx_begin(&self) -> u64 {
+        let txid = self.next_txid.fetch_add(1, Ordering::Relaxed);
+        let mut active = self.active.lock();
+        // Taken under the table's lock, so a checkpoint that sees the table sees a start no
+        // later than any record this transaction will write.
+        active.insert(txid, self.wal.end());
+        txid
+    }
+
+    /// Forgets a transaction that committed or rolled back.
+    pub(crate) fn tx_end(&self, txid: u64) {
+        self.active.lock().remove(&txid);
+    }
+
+    /// Logs and applies the change of payload bytes `at..at + src.len()` of the latched page
+    /// to `src`, as part of transaction `txid` whose previous record is `prev_lsn`. Returns
+    /// the record (for the transaction's undo list).
+    pub(crate) fn log_write(&self, g: &mut ExclusiveGuard<'_>, txid: u64, prev_lsn: u64, at: usize, src: &[u8]) -> Result<Record> {
+        let pid = g.pid();
+        if pid.is_temp() {
+            return Err(Error::InvalidInput(format!("page {pid} is temporary; temporary pages are not logged")));
+        }
+        if at.checked_add(src.len()).is_none_or(|end| end > g.len()) {
+            return Err(Error::InvalidInput(format!("write of {} bytes at {at} lies outside the {}-byte payload of page {pid}", src.len(), g.len())));
+        }
+        let before = g.data()[at..at + src.len()].to_vec();
+        let body = Body::Update { pid, offset: at as u32, before: Cow::Borrowed(&before), after: Cow::Borrowed(src) };
+        let lsn = self.wal.append(txid, prev_lsn, &body)?;
+        g.write(at, src);
+        g.set_page_lsn(lsn);
+        let before = Cow::Owned(before);
+        Ok(Record { lsn, txid, prev_lsn, body: Body::Update { pid, offset: at as u32, before, after: Cow::Owned(src.to_vec()) } })
+    }
+
+    /// Logs a transaction's allocation of a page whose payload holds `bytes`; returns it
+    /// zeroed and latched, with the record.
+    pub(crate) fn log_alloc(&self, bytes: usize, txid: u64, prev_lsn: u64) -> Result<(ExclusiveGuard<'_>, Record)> {
+        let (g, lsn) = self.alloc_logged(bytes, &|pid| self.wal.append(txid, prev_lsn, &Body::Alloc { pid }))?;
+        let pid = g.pid();
+        Ok((g, Record { lsn, txid, prev_lsn, body: Body::Alloc { pid } }))
+    }
+
+    /// Undoes one record of a transaction (rollback or recovery): logs the compensation,
+    /// whose `undo_next` is the record's predecessor, then applies it. `prev_lsn` is the
+    /// transaction's latest record. Returns the compensation record's LSN.
+    pub(crate) fn undo(&self, rec: &Record, prev_lsn: u64) -> Result<u64> {
+        let clr = |action: Compensation<'_>| self.wal.append(rec.txid, prev_lsn, &Body::Clr { undo_next: rec.prev_lsn, action });
+        match &rec.body {
+            Body::Update { pid, offset, before, .. } => {
+                let lsn = clr(Compensation::Write { pid: *pid, offset: *offset, bytes: Cow::Borrowed(before) })?;
+                if self.is_allocated(*pid) {
+                    let mut g = self.fix_exclusive(*pid)?;
+                    g.write(*offset as usize, before);
+                    g.set_page_lsn(lsn);
+                }
+                Ok(lsn)
+            }
+            Body::Alloc { pid } => {
+                let lsn = clr(Compensation::Free { pid: *pid })?;
+                self.free_if_allocated(*pid)?;
+                Ok(lsn)
+            }
+            Body::Free { pid } => {
+                let lsn = clr(Compensation::Reclaim { pid: *pid })?;
+                self.set_allocated(*pid)?;
+                Ok(lsn)
+            }
+            other => Err(Error::Inconsistent(format!("log record {other:?} at {} cannot be undone", rec.lsn))),
+        }
+    }
+
+    /// Frees `pid` unless it is free already (redo and undo must be idempotent).
+    pub(crate) fn free_if_allocated(&self, pid: PageId) -> Result<()> {
+        if !self.is_allocated(pid) {
+            return Ok(());
+        }
+        match self.free(pid) {
+            Err(Error::InvalidPageId { .. }) => Ok(()),
+            r => r,
+        }
+    }
+}

@@ -1,0 +1,238 @@
+//! Transactions: atomic, durable changes of any number of pages of any sizes.
+//!
+//! ```no_run
+//! # fn demo(db: &strata::Database) -> strata::Result<()> {
+//! let mut tx = db.begin();
+//! let page = tx.alloc(100)?;               // logged allocation, locked by `tx`
+//! tx.write(page, 0, &42u64.to_le_bytes())?;
+//! tx.commit()?;                             // durable when this returns
+//! # Ok(()) }
+//! ```
+//!
+//! * **Isolation.** Every page a transaction reads or writes is locked (exclusively) until it
+//!   ends ([`lock`]); a lock wait that times out returns [`Error::LockTimeout`] and the
+//!   caller should abort and retry.
+//! * **Atomicity.** Every change is logged before it is applied (byte range, before and
+//!   after image); a rollback applies the before-images in reverse, logging compensation
+//!   records. Pages may be evicted (written) before commit (steal): the log is flushed up to
+//!   a page's LSN before the page is written.
+//! * **Durability.** `commit` appends a commit record and waits until the log is durable up
+//!   to it, sharing the fsync with concurrent committers (group commit). Pages are not
+//!   written at commit (no-force); checkpoints and eviction write them later.
+//! * **Frees** take effect at commit (after the commit is durable), so a page freed by a
+//!   transaction that rolls back was never reused.
+//!
+//! Dropping an active transaction rolls it back. A failed rollback (the disk is failing)
+//! leaves its pages locked until the database is reopened, which recovers them.
+
+pub mod lock;
+
+use std::time::Duration;
+
+use crate::buffer::BufferManager;
+use crate::error::{Error, Result};
+use crate::storage::wal::{Body, Record};
+use crate::storage::PageId;
+pub use lock::LockTable;
+
+/// Default time a transaction waits for a page lock before giving up.
+pub const DEFAULT_LOCK_WAIT: Duration = Duration::from_secs(2);
+
+/// One transaction. Not `Send`-restricted, but used by one thread at a time.
+pub struct Transaction<'a> {
+    bm: &'a BufferManager,
+    locks: &'a LockTable,
+    txid: u64,
+    last_lsn: u64,
+    undo: Vec<Record>,
+    held: Vec<PageId>,
+    frees: Vec<PageId>,
+    active: bool,
+    lock_wait: Duration,
+}
+
+impl<'a> Transaction<'a> {
+    /// Begins a transaction on `bm`, isolated by `locks` (one table per database).
+    pub fn begin(bm: &'a BufferManager, locks: &'a LockTable) -> Transaction<'a> {
+        let txid = bm.tx_begin();
+        Transaction { bm, locks, txid, last_lsn: 0, undo: Vec::new(), held: Vec::new(), frees: Vec::new(), active: true, lock_wait: DEFAULT_LOCK_WAIT }
+    }
+
+    /// Sets how long lock waits last before [`Error::LockTimeout`].
+    pub fn set_lock_wait(&mut self, wait: Duration) {
+        self.lock_wait = wait;
+    }
+
+    /// The transaction's id.
+    pub fn id(&self) -> u64 {
+        self.txid
+    }
+
+    fn check_active(&self) -> Result<()> {
+        if self.active {
+            Ok(())
+        } else {
+            Err(Error::TransactionEnded { txid: self.txid, reason: "it failed earlier and was rolled back" })
+        }
+    }
+
+    /// Locks `pid` until the transaction ends.
+    pub fn lock(&mut self, pid: PageId) -> Result<()> {
+        self.check_active()?;
+        if pid.is_temp() {
+            return Err(Error::InvalidPageId { pid, reason: "temporary pages are private and not transactional" });
+        }
+        if self.locks.acquire(pid, self.txid, self.lock_wait)? {
+            self.held.push(pid);
+        }
+        Ok(())
+    }
+
+    /// Reads payload bytes `at..at + dst.len()` of `pid` (locking it).
+    pub fn read(&mut self, pid: PageId, at: usize, dst: &mut [u8]) -> Result<()> {
+        self.lock(pid)?;
+        let g = self.bm.fix_shared(pid)?;
+        let src = at.checked_add(dst.len()).and_then(|end| g.data().get(at..end)).ok_or_else(|| {
+            Error::InvalidInput(format!("read of {} bytes at {at} lies outside the {}-byte payload of page {pid}", dst.len(), g.len()))
+        })?;
+        dst.copy_from_slice(src);
+        Ok(())
+    }
+
+    /// Reads the little-endian u64 at payload offset `at` of `pid`.
+    pub fn read_u64(&mut self, pid: PageId, at: usize) -> Result<u64> {
+        let mut b = [0u8; 8];
+        self.read(pid, at, &mut b)?;
+        Ok(u64::from_le_bytes(b))
+    }
+
+    /// Changes payload bytes `at..at + src.len()` of `pid` to `src` (locking it). If this
+    /// fails the transaction is rolled back and must not be used further.
+    pub fn write(&mut self, pid: PageId, at: usize, src: &[u8]) -> Result<()> {
+        self.lock(pid)?;
+        let r = self.bm.fix_exclusive(pid).and_then(|mut g| self.bm.log_write(&mut g, self.txid, self.last_lsn, at, src));
+        match r {
+            Ok(rec) => {
+                self.last_lsn = rec.lsn;
+                self.undo.push(rec);
+                Ok(())
+            }
+            Err(e @ (Error::InvalidInput(_) | Error::InvalidPageId { .. })) => Err(e),
+            Err(e) => Err(self.fail(e)),
+        }
+    }
+
+    /// Writes a little-endian u64 at payload offset `at` of `pid`.
+    pub fn write_u64(&mut self, pid: PageId, at: usize, v: u64) -> Result<()> {
+        self.write(pid, at, &v.to_le_bytes())
+    }
+
+    /// Allocates a zeroed persistent page whose payload holds at least `bytes` (locked by
+    /// this transaction; freed again if it rolls back).
+    pub fn alloc(&mut self, bytes: usize) -> Result<PageId> {
+        self.check_active()?;
+        let (g, rec) = match self.bm.log_alloc(bytes, self.txid, self.last_lsn) {
+            Ok(x) => x,
+            Err(e @ (Error::InvalidInput(_) | Error::PoolTooSmall { .. })) => return Err(e),
+            Err(e) => return Err(self.fail(e)),
+        };
+        let pid = g.pid();
+        // Nobody else knows the id yet, so the lock is free.
+        let got = self.locks.acquire(pid, self.txid, self.lock_wait);
+        drop(g);
+        debug_assert!(matches!(got, Ok(true)));
+        self.held.push(pid);
+        self.last_lsn = rec.lsn;
+        self.undo.push(rec);
+        Ok(pid)
+    }
+
+    /// Frees `pid` when the transaction commits (locking it now).
+    pub fn free(&mut self, pid: PageId) -> Result<()> {
+        self.lock(pid)?;
+        if !self.bm.is_allocated(pid) || self.frees.contains(&pid) {
+            return Err(Error::InvalidPageId { pid, reason: "page is not allocated (or already freed by this transaction)" });
+        }
+        self.frees.push(pid);
+        Ok(())
+    }
+
+    /// Commits: returns once the transaction is durable. On error the outcome is not
+    /// acknowledged: the transaction is rolled back in memory if possible (and recovery rolls
+    /// it back on the next open if its commit record did not reach the disk).
+    pub fn commit(mut self) -> Result<()> {
+        self.check_active()?;
+        let r = self.commit_inner();
+        if let Err(e) = r {
+            return Err(self.fail(e));
+        }
+        let frees = std::mem::take(&mut self.frees);
+        self.finish();
+        // The commit is durable: the pages can go (their records are in the log, so recovery
+        // redoes the frees if the bitmap was not stored yet).
+        let mut first_error = None;
+        for pid in frees {
+            if let Err(e) = self.bm.free_if_allocated(pid) {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    fn commit_inner(&mut self) -> Result<()> {
+        for i in 0..self.frees.len() {
+            self.last_lsn = self.bm.wal.append(self.txid, self.last_lsn, &Body::Free { pid: self.frees[i] })?;
+        }
+        let lsn = self.bm.wal.append(self.txid, self.last_lsn, &Body::Commit)?;
+        self.last_lsn = lsn;
+        self.bm.wal.flush(lsn)
+    }
+
+    /// Rolls back every change of the transaction.
+    pub fn abort(mut self) -> Result<()> {
+        self.check_active()?;
+        self.rollback()
+    }
+
+    fn rollback(&mut self) -> Result<()> {
+        while let Some(rec) = self.undo.pop() {
+            match self.bm.undo(&rec, self.last_lsn) {
+                Ok(lsn) => self.last_lsn = lsn,
+                Err(e) => {
+                    // Keep the locks: the pages hold changes nobody may see or overwrite
+                    // until recovery rolls them back on the next open.
+                    self.active = false;
+                    self.held.clear();
+                    self.undo.clear();
+                    return Err(e);
+                }
+            }
+        }
+        let r = if self.last_lsn != 0 { self.bm.wal.append(self.txid, self.last_lsn, &Body::Abort).map(|_| ()) } else { Ok(()) };
+        self.finish();
+        r
+    }
+
+    /// Rolls back after an error and returns the error.
+    fn fail(&mut self, e: Error) -> Error {
+        let _ = self.rollback();
+        self.active = false;
+        e
+    }
+
+    fn finish(&mut self) {
+        self.active = false;
+        self.bm.tx_end(self.txid);
+        self.locks.release(self.txid, &self.held);
+        self.held.clear();
+        self.undo.clear();
+    }
+}
+
+impl Drop for Transaction<'_> {
+    fn drop(&mut self) {
+        if self.active {
+            let _ = self.rollback();
+        }
+    }
+}
