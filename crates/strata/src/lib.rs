@@ -24,9 +24,9 @@ pub mod error;
 pub mod ops;
 pub mod storage;
 pub(crate) mod sync;
-pub mod txn;
 #[cfg(test)]
 pub(crate) mod testutil;
+pub mod txn;
 pub mod util;
 
 pub use buffer::{BufferManager, Config, ExclusiveGuard, OptimisticGuard, SharedGuard, Stats};

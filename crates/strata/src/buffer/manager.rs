@@ -42,10 +42,10 @@ use super::state::{EVICTED, LOCKED, MARKED, UNLOCKED};
 use super::stats::{ClassStats, Counters, Stats};
 use crate::error::{Error, Result};
 use crate::storage::backend::{atomic_word, OpenMode};
+use crate::storage::doublewrite::DoubleWrite;
 use crate::storage::layout::{class_file, temp_file};
 use crate::storage::meta::FORMAT_VERSION;
 use crate::storage::page::{self, checksum, header_words};
-use crate::storage::doublewrite::DoubleWrite;
 use crate::storage::wal::{CheckpointInfo, Wal, FIRST_LSN};
 use crate::storage::{AllocTable, ClassBitmap, IoBufMut, Meta, PageId, SizeClasses, StorageBackend, PAGE_HEADER_SIZE};
 

@@ -2,8 +2,8 @@
 //! latches, one memory budget with clock eviction, guards and temporary pages.
 
 mod config;
-mod logged;
 mod guard;
+mod logged;
 mod manager;
 mod recovery;
 mod region;

@@ -76,7 +76,11 @@ pub(crate) fn recover(bm: &BufferManager, start: u64) -> Result<Report> {
         let mut next = last;
         while next != 0 {
             if next < start {
-                return Err(Error::corruption(bm.dir().join("wal"), None, format!("transaction {txid} has a log record at {next}, before the checkpoint start {start}")));
+                return Err(Error::corruption(
+                    bm.dir().join("wal"),
+                    None,
+                    format!("transaction {txid} has a log record at {next}, before the checkpoint start {start}"),
+                ));
             }
             let rec = reader.record_at(next)?;
             next = match &rec.body {

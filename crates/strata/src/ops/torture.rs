@@ -257,7 +257,8 @@ pub fn verify(bm: &BufferManager, locks: &LockTable) -> Result<Verdict> {
     }
     let mut last = 0;
     let mut scratch = 0;
-    let mut referenced: std::collections::HashSet<PageId> = [ROOT].into_iter().chain(bank.account_pages.iter().copied()).chain(bank.slots.iter().copied()).collect();
+    let mut referenced: std::collections::HashSet<PageId> =
+        [ROOT].into_iter().chain(bank.account_pages.iter().copied()).chain(bank.slots.iter().copied()).collect();
     for &slot in &bank.slots {
         last = last.max(tx.read_u64(slot, 0)?);
         let pid = PageId::from_raw(tx.read_u64(slot, 8)?);

@@ -11,7 +11,7 @@
 //!
 //! File `doublewrite.pages`: a header of whole 4 KiB blocks (little-endian): magic `SDW1`,
 //! CRC-32C of the rest of the header, entry count u32, header length u32, then per entry the
-//! page id u64 and the page's offset in this file u64; the page images follow, 4 KiB aligned,
+//! page id u64, the page's offset in this file u64 and its length u64; the page images follow, 4 KiB aligned,
 //! each sealed with its own checksum and id. A torn header means the batch never reached
 //! home locations; a torn image fails its checksum and is skipped.
 
@@ -26,7 +26,7 @@ use crate::storage::{page, PageId};
 pub const DOUBLEWRITE_FILE: &str = "doublewrite.pages";
 const MAGIC: &[u8; 4] = b"SDW1";
 const FIXED: usize = 16;
-const ENTRY: usize = 16;
+const ENTRY: usize = 24;
 
 /// The double-write area of one database.
 #[derive(Debug)]
@@ -69,6 +69,7 @@ impl DoubleWrite {
             let e = FIXED + ENTRY * i;
             h[e..e + 8].copy_from_slice(&pid.raw().to_le_bytes());
             h[e + 8..e + 16].copy_from_slice(&off.to_le_bytes());
+            h[e + 16..e + 24].copy_from_slice(&(image.len() as u64).to_le_bytes());
             off += image.len() as u64;
         }
         let crc = crc32c::crc32c(&h[8..hlen]);
@@ -115,11 +116,11 @@ impl DoubleWrite {
             let e = FIXED + ENTRY * i;
             let pid = PageId::from_raw(u64::from_le_bytes(header[e..e + 8].try_into().unwrap()));
             let off = u64::from_le_bytes(header[e + 8..e + 16].try_into().unwrap());
-            let next = if i + 1 < count { u64::from_le_bytes(header[e + 24..e + 32].try_into().unwrap()) } else { len };
-            let size = next.saturating_sub(off) as usize;
-            if size == 0 || size % DIRECT_IO_ALIGN != 0 || off + size as u64 > len {
+            let size = u64::from_le_bytes(header[e + 16..e + 24].try_into().unwrap());
+            if size == 0 || size % DIRECT_IO_ALIGN as u64 != 0 || off.checked_add(size).map_or(true, |end| end > len) {
                 continue;
             }
+            let size = size as usize;
             let mut image = AlignedBuf::zeroed(size);
             if self.file.read_at(image.io(), off).map_err(io)? < size {
                 continue;
@@ -179,5 +180,21 @@ mod tests {
         assert!(dw.saved().unwrap().is_empty());
         dw.clear().unwrap();
         assert!(dw.saved().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_small_batch_after_a_big_one_reads_back_exactly() {
+        let dir = tempfile::tempdir().unwrap();
+        let dw = DoubleWrite::open(&FileBackend::default(), dir.path()).unwrap();
+        let big: Vec<(PageId, AlignedBuf)> = (0..8).map(|i| (PageId::new(2, false, i), sealed(PageId::new(2, false, i), 5, 1, 16384))).collect();
+        dw.write(&big.iter().map(|(p, b)| (*p, &b[..])).collect::<Vec<_>>()).unwrap();
+        // The file keeps the old batch's tail; the last entry must still be read at its size.
+        let small = [
+            (PageId::new(0, false, 3), sealed(PageId::new(0, false, 3), 9, 2, 4096)),
+            (PageId::new(1, false, 1), sealed(PageId::new(1, false, 1), 9, 3, 8192)),
+        ];
+        dw.write(&small.iter().map(|(p, b)| (*p, &b[..])).collect::<Vec<_>>()).unwrap();
+        let saved = dw.saved().unwrap();
+        assert_eq!(saved.iter().map(|s| (s.pid, s.image.len())).collect::<Vec<_>>(), vec![(small[0].0, 4096), (small[1].0, 8192)]);
     }
 }

@@ -11,12 +11,12 @@
 
 pub mod alloc_table;
 pub mod backend;
+pub mod doublewrite;
 pub mod layout;
 pub mod meta;
 pub mod page;
-pub mod wal;
-pub mod doublewrite;
 pub mod sim;
+pub mod wal;
 
 pub use alloc_table::{AllocTable, ClassBitmap};
 pub use backend::{AlignedBuf, FaultyBackend, FileBackend, IoBufMut, StorageBackend, StorageFile};

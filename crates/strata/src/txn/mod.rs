@@ -69,11 +69,12 @@ impl<'a> Transaction<'a> {
     }
 
     fn check_active(&self) -> Result<()> {
-        if self.active {
-            Ok(())
-        } else {
-            Err(Error::TransactionEnded { txid: self.txid, reason: "it failed earlier and was rolled back" })
+        if !self.active {
+            return Err(Error::TransactionEnded { txid: self.txid, reason: "it failed earlier and was rolled back" });
         }
+        // A failed log refuses all work; say so at once rather than after a lock wait on a
+        // page that a transaction that could not roll back still holds.
+        self.bm.wal.check_failed()
     }
 
     /// Locks `pid` until the transaction ends.
@@ -92,9 +93,10 @@ impl<'a> Transaction<'a> {
     pub fn read(&mut self, pid: PageId, at: usize, dst: &mut [u8]) -> Result<()> {
         self.lock(pid)?;
         let g = self.bm.fix_shared(pid)?;
-        let src = at.checked_add(dst.len()).and_then(|end| g.data().get(at..end)).ok_or_else(|| {
-            Error::InvalidInput(format!("read of {} bytes at {at} lies outside the {}-byte payload of page {pid}", dst.len(), g.len()))
-        })?;
+        let src = at
+            .checked_add(dst.len())
+            .and_then(|end| g.data().get(at..end))
+            .ok_or_else(|| Error::InvalidInput(format!("read of {} bytes at {at} lies outside the {}-byte payload of page {pid}", dst.len(), g.len())))?;
         dst.copy_from_slice(src);
         Ok(())
     }
@@ -180,6 +182,10 @@ impl<'a> Transaction<'a> {
     }
 
     fn commit_inner(&mut self) -> Result<()> {
+        if self.last_lsn == 0 && self.frees.is_empty() {
+            // Read-only: nothing to make durable.
+            return Ok(());
+        }
         for i in 0..self.frees.len() {
             self.last_lsn = self.bm.wal.append(self.txid, self.last_lsn, &Body::Free { pid: self.frees[i] })?;
         }

@@ -231,7 +231,8 @@ impl Wal {
         WalStats { records: self.records.load(Ordering::Relaxed), bytes: self.bytes.load(Ordering::Relaxed), flushes: self.flushes.load(Ordering::Relaxed) }
     }
 
-    fn check_failed(&self) -> Result<()> {
+    /// Fails with [`Error::LogFailed`] if an earlier write or fsync of the log failed.
+    pub fn check_failed(&self) -> Result<()> {
         match &*self.failed.lock() {
             Some(reason) => Err(Error::LogFailed(reason.clone())),
             None => Ok(()),
@@ -501,7 +502,9 @@ fn check_torn(backend: &dyn StorageBackend, dir: &Path, later: &[u64], bad: u64,
         Some(durable) => Err(Error::corruption(
             dir,
             None,
-            format!("log record at {bad} is damaged, but the log had been made durable up to {durable}: committed changes would be lost; restore from a backup"),
+            format!(
+                "log record at {bad} is damaged, but the log had been made durable up to {durable}: committed changes would be lost; restore from a backup"
+            ),
         )),
         None => Ok(bad),
     }

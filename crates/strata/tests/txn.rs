@@ -1,0 +1,199 @@
+//! Transactions through the public API: commit, rollback, allocation and free, steal under a
+//! pool far smaller than the working set, concurrent transfers, durability across reopen,
+//! recovery of uncommitted work, and a disk that fills up during commit.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use strata::ops::torture::{self, Bank, Outcome, Rng};
+use strata::storage::{FaultyBackend, FileBackend, PageId};
+use strata::{Config, Database, Error};
+
+fn config(dir: &std::path::Path, pool: u64) -> Config {
+    Config::new(dir).pool_size(pool).min_page(4096)
+}
+
+#[test]
+fn commit_is_durable_and_abort_leaves_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("db");
+    let db = Database::create(config(&dir, 1 << 20)).unwrap();
+    let mut tx = db.begin();
+    let a = tx.alloc(100).unwrap();
+    let b = tx.alloc(50_000).unwrap();
+    assert_ne!(a.class(), b.class(), "two size classes in one transaction");
+    tx.write_u64(a, 0, 11).unwrap();
+    tx.write(b, 40_000, b"hello").unwrap();
+    tx.commit().unwrap();
+
+    let mut tx = db.begin();
+    tx.write_u64(a, 0, 99).unwrap();
+    let c = tx.alloc(10).unwrap();
+    tx.free(b).unwrap();
+    tx.abort().unwrap();
+    assert!(!db.buffer().is_allocated(c), "rolled-back allocation is freed");
+    assert!(db.buffer().is_allocated(b), "rolled-back free never happened");
+    let mut tx = db.begin();
+    assert_eq!(tx.read_u64(a, 0).unwrap(), 11);
+    tx.commit().unwrap();
+
+    // Dropping without close: no checkpoint beyond what Drop does; the log carries it anyway.
+    drop(db);
+    let db = Database::open(config(&dir, 1 << 20)).unwrap();
+    let mut tx = db.begin();
+    assert_eq!(tx.read_u64(a, 0).unwrap(), 11);
+    let mut buf = [0u8; 5];
+    tx.read(b, 40_000, &mut buf).unwrap();
+    assert_eq!(&buf, b"hello");
+    tx.free(b).unwrap();
+    tx.commit().unwrap();
+    assert!(!db.buffer().is_allocated(b));
+    db.close().unwrap();
+    let db = Database::open(config(&dir, 1 << 20)).unwrap();
+    assert!(!db.buffer().is_allocated(b), "committed free survives reopen");
+    assert_eq!(db.buffer().allocated_pages(), vec![a]);
+}
+
+/// Simulates a crash: the process dies with dirty pages in memory and uncommitted changes,
+/// by leaking the database (no checkpoint, no rollback, nothing written at "death").
+fn crash(db: Database) {
+    std::mem::forget(db);
+}
+
+#[test]
+fn recovery_redoes_committed_and_undoes_uncommitted_work() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("db");
+    // 96 KiB of pool for 40 pages of 4..64 KiB: most changes are evicted (stolen) before
+    // commit, so recovery has to undo changes that reached the data files.
+    let db = Database::create(config(&dir, 160 << 10)).unwrap();
+    let mut pages = Vec::new();
+    let mut tx = db.begin();
+    for i in 0..40u64 {
+        let pid = tx.alloc(4000 << (i % 5)).unwrap();
+        tx.write_u64(pid, 0, i).unwrap();
+        pages.push(pid);
+    }
+    tx.commit().unwrap();
+    db.checkpoint().unwrap();
+    let mut tx = db.begin();
+    for (i, &pid) in pages.iter().enumerate() {
+        tx.write_u64(pid, 8, 1000 + i as u64).unwrap();
+    }
+    tx.commit().unwrap();
+    // A loser that touches every page and allocates some, while a small pool steals them.
+    let mut loser = db.begin();
+    for &pid in &pages {
+        loser.write_u64(pid, 0, 0xdead).unwrap();
+        loser.write_u64(pid, 8, 0xbeef).unwrap();
+    }
+    let extra = loser.alloc(30_000).unwrap();
+    loser.write_u64(extra, 0, 7).unwrap();
+    loser.free(pages[3]).unwrap();
+    assert!(db.buffer().stats().pages_written > 0, "the pool is small enough to steal");
+    std::mem::forget(loser);
+    crash(db);
+
+    for round in 0..2 {
+        let db = Database::open(config(&dir, 160 << 10)).unwrap();
+        let mut tx = db.begin();
+        for (i, &pid) in pages.iter().enumerate() {
+            assert_eq!(tx.read_u64(pid, 0).unwrap(), i as u64, "round {round} page {pid}");
+            assert_eq!(tx.read_u64(pid, 8).unwrap(), 1000 + i as u64, "round {round} page {pid}");
+        }
+        tx.commit().unwrap();
+        assert!(!db.buffer().is_allocated(extra), "the loser's allocation is undone");
+        assert_eq!(db.buffer().allocated_pages().len(), 40);
+        db.buffer().check_invariants().unwrap();
+        crash(db);
+    }
+}
+
+#[test]
+fn concurrent_transfers_conserve_money_across_reopen() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("db");
+    let threads = 4;
+    let db = Database::create(config(&dir, 512 << 10)).unwrap();
+    let bank = Bank::setup(db.buffer(), db.locks(), 600, 1000, threads).unwrap();
+    let seq = AtomicU64::new(0);
+    let committed = AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for t in 0..threads as usize {
+            let (db, bank, seq, committed) = (&db, &bank, &seq, &committed);
+            s.spawn(move || {
+                let mut rng = Rng(t as u64 * 7919 + 1);
+                for _ in 0..150 {
+                    match torture::transfer(db.buffer(), db.locks(), bank, t, &mut rng, seq, Duration::from_millis(200)).unwrap() {
+                        Outcome::Committed(_) => {
+                            committed.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Outcome::Aborted | Outcome::Conflict => {}
+                    }
+                }
+            });
+        }
+    });
+    let v = torture::verify(db.buffer(), db.locks()).unwrap();
+    assert!(v.ok, "{v:?}");
+    assert_eq!(v.last_committed, seq.load(Ordering::Relaxed));
+    assert!(db.locks().is_empty(), "every transaction released its locks");
+    let last = v.last_committed;
+    crash(db);
+    let db = Database::open(config(&dir, 512 << 10)).unwrap();
+    let v = torture::verify(db.buffer(), db.locks()).unwrap();
+    assert!(v.ok, "{v:?}");
+    assert_eq!(v.last_committed, last, "every acknowledged commit survived the crash");
+    db.close().unwrap();
+}
+
+#[test]
+fn disk_full_during_commit_fails_cleanly_and_the_database_reopens() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("db");
+    let faulty = Arc::new(FaultyBackend::new(Arc::new(FileBackend::default())));
+    let db = Database::create(config(&dir, 1 << 20).backend(faulty.clone())).unwrap();
+    let mut tx = db.begin();
+    let a = tx.alloc(100).unwrap();
+    tx.write_u64(a, 0, 1).unwrap();
+    tx.commit().unwrap();
+    let mut tx = db.begin();
+    tx.write_u64(a, 0, 2).unwrap();
+    faulty.faults.write_errno.store(libc::ENOSPC as u64, Ordering::Relaxed);
+    let err = tx.commit().unwrap_err();
+    assert!(matches!(err, Error::DiskFull { .. }), "{err}");
+    // The log refuses further work instead of risking a commit after a lost write.
+    let mut tx = db.begin();
+    let err = tx.write_u64(a, 0, 3).unwrap_err();
+    assert!(matches!(err, Error::LogFailed(_)), "{err}");
+    drop(tx);
+    faulty.faults.write_errno.store(0, Ordering::Relaxed);
+    assert!(db.close().is_err(), "close cannot claim durability after the failure");
+    let db = Database::open(config(&dir, 1 << 20)).unwrap();
+    let mut tx = db.begin();
+    assert_eq!(tx.read_u64(a, 0).unwrap(), 1, "the failed commit left no trace");
+    tx.write_u64(a, 0, 4).unwrap();
+    tx.commit().unwrap();
+    db.close().unwrap();
+}
+
+#[test]
+fn lock_conflicts_time_out_and_bad_requests_are_errors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = Database::create(config(&tmp.path().join("db"), 1 << 20)).unwrap();
+    let mut t1 = db.begin();
+    let p = t1.alloc(8).unwrap();
+    t1.commit().unwrap();
+    let mut t1 = db.begin();
+    t1.write_u64(p, 0, 5).unwrap();
+    let mut t2 = db.begin();
+    t2.set_lock_wait(Duration::from_millis(30));
+    assert!(matches!(t2.read_u64(p, 0), Err(Error::LockTimeout { .. })));
+    drop(t2);
+    assert!(matches!(t1.write(p, 5000, b"x"), Err(Error::InvalidInput(_))), "write past the payload");
+    assert!(matches!(t1.write_u64(PageId::new(9, false, 9), 0, 1), Err(Error::InvalidPageId { .. })));
+    t1.commit().unwrap();
+    let mut t3 = db.begin();
+    assert_eq!(t3.read_u64(p, 0).unwrap(), 5);
+}
