@@ -21,6 +21,7 @@ pub struct Config {
     pub(crate) backend: Arc<dyn StorageBackend>,
     pub(crate) pin_wait: Duration,
     pub(crate) wal: WalOptions,
+    pub(crate) remote: Option<Arc<dyn super::tier::RemoteTier>>,
 }
 
 impl Config {
@@ -33,6 +34,7 @@ impl Config {
             backend: Arc::new(FileBackend::default()),
             pin_wait: Duration::from_secs(1),
             wal: WalOptions::default(),
+            remote: None,
         }
     }
 
@@ -71,6 +73,13 @@ impl Config {
     /// Whether concurrent commits share one log fsync (default on; off only to measure it).
     pub fn group_commit(mut self, on: bool) -> Config {
         self.wal.group_commit = on;
+        self
+    }
+
+    /// A second memory tier for clean pages evicted from the pool (see
+    /// [`super::tier`]); misses try it before the disk.
+    pub fn remote_tier(mut self, tier: Arc<dyn super::tier::RemoteTier>) -> Config {
+        self.remote = Some(tier);
         self
     }
 

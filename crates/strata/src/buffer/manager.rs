@@ -103,6 +103,10 @@ pub struct BufferManager {
     /// Active transactions: id -> LSN at which they began (log truncation must keep it).
     pub(crate) active: Mutex<BTreeMap<u64, u64>>,
     pub(crate) next_txid: AtomicU64,
+    /// The second memory tier, and the checksum of the image each page has there (the
+    /// image of its current disk version; see [`super::tier`]).
+    remote: Option<std::sync::Arc<dyn super::tier::RemoteTier>>,
+    remote_versions: Mutex<HashMap<PageId, u32>>,
 }
 
 // Guards are tied to the manager by lifetime; the manager itself is shared between threads.
@@ -257,6 +261,8 @@ impl BufferManager {
             dirty: Mutex::new(HashMap::new()),
             active: Mutex::new(BTreeMap::new()),
             next_txid: AtomicU64::new(checkpoint.map_or(1, |c| c.next_txid)),
+            remote: config.remote.clone(),
+            remote_versions: Mutex::new(HashMap::new()),
         };
         debug_assert_eq!(rs_bytes, bm.resident.read().memory_bytes());
         bm.charge_metadata(rs_bytes)?;
@@ -504,6 +510,7 @@ impl BufferManager {
                 first_error = Some(e);
             }
         }
+        self.offer_to_remote(&victims);
         victims.sort_by_key(|&(pid, _)| pid);
         let rs = self.resident.read();
         let mut freed = 0;
@@ -531,6 +538,69 @@ impl BufferManager {
         match first_error {
             Some(e) if freed == 0 => Err(e),
             _ => Ok(freed),
+        }
+    }
+
+    /// Offers the clean persistent victims (latched, about to be dropped) to the remote tier.
+    fn offer_to_remote(&self, victims: &[(PageId, &Space)]) {
+        let Some(tier) = &self.remote else { return };
+        let image = |pid: PageId, sp: &Space| -> &[u8] {
+            // SAFETY: the evictor holds the victim's exclusive latch; the page is clean, so
+            // its frame holds exactly its sealed disk image; others only load from it.
+            unsafe { std::slice::from_raw_parts(sp.frame(pid.index()), sp.page_size() as usize) }
+        };
+        let persistent = victims.iter().filter(|(pid, _)| !pid.is_temp());
+        {
+            let mut versions = self.remote_versions.lock();
+            for &(pid, sp) in persistent.clone() {
+                let img = image(pid, sp);
+                versions.insert(pid, u32::from_le_bytes(img[0..4].try_into().unwrap()));
+            }
+        }
+        for &(pid, sp) in persistent {
+            tier.put(pid, image(pid, sp));
+            self.counters.remote_puts.add(1);
+        }
+    }
+
+    /// The page's disk copy is about to change or the page is freed: the remote tier's
+    /// image of it must never be used again.
+    fn forget_remote(&self, pid: PageId) {
+        if let Some(tier) = &self.remote {
+            if self.remote_versions.lock().remove(&pid).is_some() {
+                tier.remove(pid);
+            }
+        }
+    }
+
+    /// Tries to fill the frame of `pid` (latched by the caller, `size` bytes) from the remote
+    /// tier; true if it holds a verified image of the page's current version.
+    fn load_from_remote(&self, sp: &Space, index: u64) -> bool {
+        let Some(tier) = &self.remote else { return false };
+        let pid = sp.pid(index);
+        let Some(crc) = self.remote_versions.lock().get(&pid).copied() else { return false };
+        let size = sp.page_size() as usize;
+        match tier.get(pid, size) {
+            Ok(Some(bytes)) if bytes.len() == size && bytes[0..4] == crc.to_le_bytes() && page::verify(&bytes, pid).is_ok() => {
+                // SAFETY: the caller holds the page's exclusive latch (no other writer); the
+                // frame is mapped, aligned and `size` bytes long; optimistic readers only load.
+                let mut buf = unsafe { IoBufMut::from_frame(sp.frame(index), size) };
+                buf.copy_from(0, &bytes);
+                self.counters.remote_hits.add(1);
+                true
+            }
+            Ok(Some(_)) => {
+                self.counters.remote_rejected.add(1);
+                false
+            }
+            Ok(None) => {
+                self.counters.remote_misses.add(1);
+                false
+            }
+            Err(_) => {
+                self.counters.remote_errors.add(1);
+                false
+            }
         }
     }
 
@@ -566,6 +636,7 @@ impl BufferManager {
         let mut max_lsn = 0;
         for &(pid, sp) in pages {
             max_lsn = max_lsn.max(self.seal(sp, pid.index()));
+            self.forget_remote(pid);
         }
         if max_lsn > 0 {
             self.wal.flush(max_lsn)?;
@@ -649,6 +720,12 @@ impl BufferManager {
         if let Err(e) = self.reserve(size) {
             st.unlock_still_evicted();
             return Err(e);
+        }
+        if self.load_from_remote(sp, index) {
+            self.counters.misses.add(1);
+            sp.resident_bytes.fetch_add(size, Ordering::Relaxed);
+            self.resident.read().insert(pid);
+            return Ok(true);
         }
         let frame = sp.frame(index);
         // SAFETY: we hold the page's exclusive latch (no other writer); the frame is mapped,
@@ -1032,6 +1109,7 @@ impl BufferManager {
         }
         drop(bm);
         self.dirty.lock().remove(&pid);
+        self.forget_remote(pid);
         if resident {
             sp.frames.discard(index, 1);
             sp.resident_bytes.fetch_sub(sp.page_size(), Ordering::Relaxed);
@@ -1264,6 +1342,14 @@ impl BufferManager {
             pages_written: c.pages_written.get(),
             bytes_written: c.bytes_written.get(),
             evictions: c.evictions.get(),
+            remote: self.remote.as_ref().map(|t| super::tier::RemoteStats {
+                hits: c.remote_hits.get(),
+                misses: c.remote_misses.get(),
+                rejected: c.remote_rejected.get(),
+                errors: c.remote_errors.get(),
+                puts: c.remote_puts.get(),
+                ..t.stats()
+            }),
             reserved_bytes: reserved,
             direct_io: direct,
             classes,

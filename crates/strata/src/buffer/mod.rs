@@ -11,8 +11,10 @@ mod resident;
 mod space;
 pub mod state;
 mod stats;
+pub mod tier;
 
 pub use config::{Config, DEFAULT_MIN_PAGE, DEFAULT_POOL};
 pub use guard::{ExclusiveGuard, OptimisticGuard, Restart, SharedGuard};
 pub use manager::BufferManager;
 pub use stats::{ClassStats, Stats};
+pub use tier::{RemoteStats, RemoteTier};

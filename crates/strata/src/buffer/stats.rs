@@ -60,6 +60,11 @@ pub(crate) struct Counters {
     pub pages_written: Counter,
     pub bytes_written: Counter,
     pub evictions: Counter,
+    pub remote_hits: Counter,
+    pub remote_misses: Counter,
+    pub remote_rejected: Counter,
+    pub remote_errors: Counter,
+    pub remote_puts: Counter,
 }
 
 /// Resident and allocated figures of one size class.
@@ -116,4 +121,7 @@ pub struct Stats {
     pub direct_io: bool,
     /// Per size class (only classes in use).
     pub classes: Vec<ClassStats>,
+    /// The second memory tier, if one is configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote: Option<super::tier::RemoteStats>,
 }
