@@ -6,6 +6,7 @@ mod cmd;
 mod gen;
 mod graph_cmd;
 mod progress;
+mod torture_cmd;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -108,6 +109,12 @@ enum Command {
         #[arg(long, default_value_t = 8_000_000)]
         count: u64,
     },
+    /// Crash-consistency torture: concurrent bank transfers to kill at any moment, and the
+    /// check of what survived.
+    Torture {
+        #[command(subcommand)]
+        what: torture_cmd::TortureCmd,
+    },
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -143,6 +150,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench_cmd::bench(args),
         Command::Gen { what } => gen::run(what),
         Command::Demo { dir, pool, count } => cmd::demo(&dir, pool, count),
+        Command::Torture { what } => torture_cmd::run(what),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -27,7 +27,9 @@ const POOL: u64 = 136 << 10;
 const ACCOUNTS: u64 = 200;
 
 fn config(be: SimBackend) -> Config {
-    Config::new("/db").pool_size(POOL).min_page(4096).wal_segment_size(64 << 10).backend(Arc::new(be))
+    // Small log segments and automatic checkpoints every 16 KiB of log: crash points inside
+    // checkpoints and log truncation are part of every run.
+    Config::new("/db").pool_size(POOL).min_page(4096).wal_segment_size(64 << 10).checkpoint_every(16 << 10).backend(Arc::new(be))
 }
 
 fn env(name: &str, default: u64) -> u64 {

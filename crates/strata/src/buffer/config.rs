@@ -9,6 +9,8 @@ use crate::storage::{FileBackend, StorageBackend};
 
 /// Default smallest page: 64 KiB (use 4 KiB on small devices).
 pub const DEFAULT_MIN_PAGE: u64 = 64 << 10;
+/// Default log volume after which a commit triggers a checkpoint: 64 MiB.
+pub const DEFAULT_CHECKPOINT_EVERY: u64 = 64 << 20;
 /// Default pool: 256 MiB.
 pub const DEFAULT_POOL: u64 = 256 << 20;
 
@@ -21,6 +23,7 @@ pub struct Config {
     pub(crate) backend: Arc<dyn StorageBackend>,
     pub(crate) pin_wait: Duration,
     pub(crate) wal: WalOptions,
+    pub(crate) checkpoint_every: u64,
     pub(crate) remote: Option<Arc<dyn super::tier::RemoteTier>>,
 }
 
@@ -34,6 +37,7 @@ impl Config {
             backend: Arc::new(FileBackend::default()),
             pin_wait: Duration::from_secs(1),
             wal: WalOptions::default(),
+            checkpoint_every: DEFAULT_CHECKPOINT_EVERY,
             remote: None,
         }
     }
@@ -67,6 +71,13 @@ impl Config {
     /// truncation after a checkpoint removes whole segments).
     pub fn wal_segment_size(mut self, bytes: u64) -> Config {
         self.wal.segment_size = bytes;
+        self
+    }
+
+    /// Log bytes after which a committing transaction runs a checkpoint (bounding recovery
+    /// time and log size); `u64::MAX` turns automatic checkpoints off.
+    pub fn checkpoint_every(mut self, log_bytes: u64) -> Config {
+        self.checkpoint_every = log_bytes;
         self
     }
 

@@ -107,6 +107,11 @@ pub struct BufferManager {
     /// image of its current disk version; see [`super::tier`]).
     remote: Option<std::sync::Arc<dyn super::tier::RemoteTier>>,
     remote_versions: Mutex<HashMap<PageId, u32>>,
+    /// One checkpoint at a time; the log position where the last one began, and how much log
+    /// may accumulate before a commit triggers the next.
+    checkpoint_lock: Mutex<()>,
+    last_checkpoint: AtomicU64,
+    checkpoint_every: u64,
 }
 
 // Guards are tied to the manager by lifetime; the manager itself is shared between threads.
@@ -263,7 +268,11 @@ impl BufferManager {
             next_txid: AtomicU64::new(checkpoint.map_or(1, |c| c.next_txid)),
             remote: config.remote.clone(),
             remote_versions: Mutex::new(HashMap::new()),
+            checkpoint_lock: Mutex::new(()),
+            last_checkpoint: AtomicU64::new(0),
+            checkpoint_every: config.checkpoint_every,
         };
+        bm.last_checkpoint.store(bm.wal.end(), Ordering::Relaxed);
         debug_assert_eq!(rs_bytes, bm.resident.read().memory_bytes());
         bm.charge_metadata(rs_bytes)?;
         for (class, bitmap) in table.classes.into_iter().enumerate() {
@@ -638,7 +647,7 @@ impl BufferManager {
             max_lsn = max_lsn.max(self.seal(sp, pid.index()));
             self.forget_remote(pid);
         }
-        if max_lsn > 0 {
+        if max_lsn > 0 && max_lsn >= self.wal.flushed() {
             self.wal.flush(max_lsn)?;
         }
         let image = |pid: PageId, sp: &Space| -> &[u8] {
@@ -1201,7 +1210,25 @@ impl BufferManager {
     /// keep the log from being truncated past their first change. The calling thread must not
     /// hold page latches (a checkpoint waits for them).
     pub fn checkpoint(&self) -> Result<()> {
+        let _one = self.checkpoint_lock.lock();
+        self.checkpoint_locked()
+    }
+
+    /// Runs a checkpoint if more than the configured volume of log accumulated since the last
+    /// one began and no other checkpoint is running (called after commits).
+    pub(crate) fn maybe_checkpoint(&self) -> Result<()> {
+        if self.wal.end().saturating_sub(self.last_checkpoint.load(Ordering::Relaxed)) < self.checkpoint_every {
+            return Ok(());
+        }
+        match self.checkpoint_lock.try_lock() {
+            Some(_one) => self.checkpoint_locked(),
+            None => Ok(()),
+        }
+    }
+
+    fn checkpoint_locked(&self) -> Result<()> {
         let began = self.wal.end();
+        self.last_checkpoint.store(began, Ordering::Relaxed);
         // Every allocation in the table stored below must have its log record on disk.
         self.wal.flush_all()?;
         let mut dirty: Vec<PageId> = self.dirty.lock().iter().filter(|(_, &lsn)| lsn <= began).map(|(&p, _)| p).collect();

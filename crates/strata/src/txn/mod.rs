@@ -178,7 +178,14 @@ impl<'a> Transaction<'a> {
                 first_error.get_or_insert(e);
             }
         }
-        first_error.map_or(Ok(()), Err)
+        if let Some(e) = first_error {
+            return Err(e);
+        }
+        // Bound recovery time and log size. The commit is durable whatever happens here; a
+        // checkpoint that fails (disk full) leaves the log longer, and the next explicit
+        // checkpoint or close reports the error.
+        let _ = self.bm.maybe_checkpoint();
+        Ok(())
     }
 
     fn commit_inner(&mut self) -> Result<()> {
