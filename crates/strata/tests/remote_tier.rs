@@ -12,6 +12,7 @@ use strata::{BufferManager, Config, PageId};
 #[derive(Debug, Default)]
 struct MemTier {
     objects: Mutex<HashMap<PageId, Vec<u8>>>,
+    meta: Mutex<HashMap<String, Vec<u8>>>,
     down: AtomicBool,
 }
 
@@ -29,6 +30,13 @@ impl RemoteTier for MemTier {
     }
     fn remove(&self, pid: PageId) {
         self.objects.lock().remove(&pid);
+    }
+    fn put_meta(&self, name: &str, bytes: &[u8]) -> Result<(), String> {
+        self.meta.lock().insert(name.to_owned(), bytes.to_vec());
+        Ok(())
+    }
+    fn get_meta(&self, name: &str) -> Result<Option<Vec<u8>>, String> {
+        Ok(self.meta.lock().get(name).cloned())
     }
 }
 
@@ -109,4 +117,40 @@ fn victims_come_back_from_the_tier_and_bad_objects_never_do() {
     let hits = remote(&bm).hits;
     let _ = read_all(&bm, &live[..10]);
     assert_eq!(remote(&bm).hits, hits);
+}
+
+#[test]
+fn warm_restart_loads_the_hot_set_from_the_tier_only_if_nothing_changed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("db");
+    let tier = Arc::new(MemTier::default());
+    let config = || Config::new(&dir).pool_size(1 << 20).remote_tier(tier.clone()).warm_restart(true);
+    let bm = BufferManager::create(config()).unwrap();
+    let pids = pages(&bm, 40);
+    let expected: Vec<(u64, u64)> = (0..40).map(|i| (i, !i)).collect();
+    assert_eq!(read_all(&bm, &pids[30..]), expected[30..]);
+    bm.close().unwrap();
+    assert!(tier.meta.lock().contains_key(strata::buffer::hotset::SNAPSHOT));
+
+    // Warm: the pool is filled from the tier at open, before any fix.
+    let bm = BufferManager::open(config()).unwrap();
+    let warm = remote(&bm).hits;
+    assert!(warm >= 8, "the hot set came from the tier ({warm} pages)");
+    let misses = bm.stats().misses;
+    assert_eq!(read_all(&bm, &pids[30..]), expected[30..]);
+    assert!(bm.stats().misses - misses < 10, "the last pages read before close are resident after the warm open");
+    // A change made durable after the snapshot makes it stale.
+    bm.fix_exclusive(pids[35]).unwrap().write_u64(0, 4242);
+    bm.checkpoint().unwrap();
+    drop(bm); // Drop checkpoints but does not save a new snapshot.
+    let tampered_old = tier.meta.lock().clone();
+    let bm = BufferManager::open(config()).unwrap();
+    assert_eq!(remote(&bm).hits, 0, "a snapshot older than the last checkpoint is ignored");
+    assert_eq!(bm.read_optimistic(pids[35], |g| Ok(g.read_u64(0))).unwrap(), 4242);
+    bm.close().unwrap();
+    // A snapshot of another database (or a damaged one) is ignored too.
+    *tier.meta.lock() = tampered_old;
+    let bm = BufferManager::open(config()).unwrap();
+    assert_eq!(remote(&bm).hits, 0);
+    assert_eq!(bm.read_optimistic(pids[35], |g| Ok(g.read_u64(0))).unwrap(), 4242);
 }

@@ -24,6 +24,7 @@ pub struct Config {
     pub(crate) pin_wait: Duration,
     pub(crate) wal: WalOptions,
     pub(crate) checkpoint_every: u64,
+    pub(crate) warm_restart: bool,
     pub(crate) remote: Option<Arc<dyn super::tier::RemoteTier>>,
 }
 
@@ -38,6 +39,7 @@ impl Config {
             pin_wait: Duration::from_secs(1),
             wal: WalOptions::default(),
             checkpoint_every: DEFAULT_CHECKPOINT_EVERY,
+            warm_restart: false,
             remote: None,
         }
     }
@@ -91,6 +93,14 @@ impl Config {
     /// [`super::tier`]); misses try it before the disk.
     pub fn remote_tier(mut self, tier: Arc<dyn super::tier::RemoteTier>) -> Config {
         self.remote = Some(tier);
+        self
+    }
+
+    /// Two-tier fast restart (needs a remote tier): `close` stores the resident pages and a
+    /// snapshot of their ids in the remote tier, and `open` warms the pool from there when
+    /// the database has not changed since (see [`super::hotset`]).
+    pub fn warm_restart(mut self, on: bool) -> Config {
+        self.warm_restart = on;
         self
     }
 

@@ -73,16 +73,16 @@ pub struct BufferManager {
     dir: PathBuf,
     backend: std::sync::Arc<dyn StorageBackend>,
     classes: SizeClasses,
-    spaces: Box<[OnceLock<Space>]>,
+    pub(super) spaces: Box<[OnceLock<Space>]>,
     space_init: Mutex<()>,
     pool: AtomicU64,
     used: AtomicU64,
     metadata: AtomicU64,
     peak: AtomicU64,
-    resident: RwLock<ResidentSet>,
+    pub(super) resident: RwLock<ResidentSet>,
     evictors: AtomicU64,
     pin_wait: Duration,
-    counters: Counters,
+    pub(super) counters: Counters,
     closed: std::sync::atomic::AtomicBool,
     /// Set by a failed fsync: later checkpoints fail instead of claiming durability.
     sync_failed: Mutex<Option<PathBuf>>,
@@ -105,8 +105,11 @@ pub struct BufferManager {
     pub(crate) next_txid: AtomicU64,
     /// The second memory tier, and the checksum of the image each page has there (the
     /// image of its current disk version; see [`super::tier`]).
-    remote: Option<std::sync::Arc<dyn super::tier::RemoteTier>>,
-    remote_versions: Mutex<HashMap<PageId, u32>>,
+    pub(super) remote: Option<std::sync::Arc<dyn super::tier::RemoteTier>>,
+    pub(super) remote_versions: Mutex<HashMap<PageId, u32>>,
+    /// The nonce of the last checkpoint (see [`CheckpointInfo::nonce`]); 0 before the first.
+    pub(super) nonce: AtomicU64,
+    warm_restart: bool,
     /// One checkpoint at a time; the log position where the last one began, and how much log
     /// may accumulate before a commit triggers the next.
     checkpoint_lock: Mutex<()>,
@@ -139,6 +142,15 @@ pub(crate) fn set_frame_lsn(frame: *mut u8, lsn: u64) {
     let w = u64::from_ne_bytes(lsn.to_le_bytes());
     // SAFETY: as in `frame_lsn`; the store is atomic (optimistic readers may load it).
     unsafe { atomic_word(frame.add(16)) }.store(w, Ordering::Relaxed);
+}
+
+/// 64 random bits (std's per-process random hash keys, mixed with the time).
+fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    h.write_u32(std::process::id());
+    h.finish()
 }
 
 struct Backoff(u32);
@@ -271,6 +283,8 @@ impl BufferManager {
             checkpoint_lock: Mutex::new(()),
             last_checkpoint: AtomicU64::new(0),
             checkpoint_every: config.checkpoint_every,
+            nonce: AtomicU64::new(checkpoint.map_or(0, |c| c.nonce)),
+            warm_restart: config.warm_restart,
         };
         bm.last_checkpoint.store(bm.wal.end(), Ordering::Relaxed);
         debug_assert_eq!(rs_bytes, bm.resident.read().memory_bytes());
@@ -290,6 +304,10 @@ impl BufferManager {
             bm.checkpoint()?;
         }
         bm.closed.store(false, Ordering::Relaxed);
+        if bm.warm_restart && bm.remote.is_some() {
+            // Best effort: a missing, stale or unreadable snapshot only means a cold start.
+            let _ = bm.warm_from_remote();
+        }
         Ok(bm)
     }
 
@@ -375,7 +393,7 @@ impl BufferManager {
 
     /// The space of `pid` and check that its index is addressable.
     #[inline]
-    fn lookup(&self, pid: PageId) -> Result<&Space> {
+    pub(super) fn lookup(&self, pid: PageId) -> Result<&Space> {
         let sp =
             self.spaces.get(pid.space()).and_then(|s| s.get()).ok_or(Error::InvalidPageId { pid, reason: "no page of this size class was ever allocated" })?;
         if !sp.addressable(pid.index()) {
@@ -1304,14 +1322,19 @@ impl BufferManager {
         let oldest_dirty = self.dirty.lock().values().copied().min().unwrap_or(u64::MAX);
         let oldest_tx = self.active.lock().values().copied().min().unwrap_or(u64::MAX);
         let start_lsn = began.min(oldest_dirty).min(oldest_tx);
-        CheckpointInfo { start_lsn, next_txid: self.next_txid.load(Ordering::Relaxed) }.store(self.backend.as_ref(), &self.dir)?;
+        let nonce = random_u64();
+        CheckpointInfo { start_lsn, next_txid: self.next_txid.load(Ordering::Relaxed), nonce }.store(self.backend.as_ref(), &self.dir)?;
+        self.nonce.store(nonce, Ordering::Relaxed);
         self.wal.truncate_before(start_lsn)
     }
 
     /// Checkpoints and removes the temporary files. Dropping the manager without `close`
     /// also checkpoints, but ignores errors.
     pub fn close(self) -> Result<()> {
-        let r = self.checkpoint();
+        let mut r = self.checkpoint();
+        if r.is_ok() && self.warm_restart && self.remote.is_some() {
+            r = self.save_hot_set().map(|_| ());
+        }
         self.closed.store(true, Ordering::Relaxed);
         let tmp = self.dir.join("tmp");
         for class in 0..self.classes.count() {

@@ -3,6 +3,7 @@
 
 mod config;
 mod guard;
+pub mod hotset;
 mod logged;
 mod manager;
 mod recovery;

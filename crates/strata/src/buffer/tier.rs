@@ -32,6 +32,19 @@ pub trait RemoteTier: Send + Sync + fmt::Debug {
     fn get(&self, pid: PageId, len: usize) -> Result<Option<Vec<u8>>, String>;
     /// Drops the stored image of `pid` (best effort, must not wait for the network).
     fn remove(&self, pid: PageId);
+    /// Stores a small named blob of this database (the hot-set snapshot) and returns once it
+    /// is stored. Default: unsupported.
+    fn put_meta(&self, _name: &str, _bytes: &[u8]) -> Result<(), String> {
+        Err("this remote tier cannot store snapshots".into())
+    }
+    /// The blob stored under `name`, if any. Default: none.
+    fn get_meta(&self, _name: &str) -> Result<Option<Vec<u8>>, String> {
+        Ok(None)
+    }
+    /// Returns once every queued `put` is stored (or dropped). Default: nothing queued.
+    fn sync(&self) -> Result<(), String> {
+        Ok(())
+    }
     /// The tier's own counters (bytes sent, queue drops, ...), for `stats`.
     fn stats(&self) -> RemoteStats {
         RemoteStats::default()

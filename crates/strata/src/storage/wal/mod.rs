@@ -129,6 +129,10 @@ pub struct CheckpointInfo {
     pub start_lsn: u64,
     /// Transaction ids below this were used.
     pub next_txid: u64,
+    /// Random for every checkpoint: any change that became durable since a checkpoint went
+    /// through a later one, so an equal nonce means the same, unchanged database (what a
+    /// remote hot-set snapshot is stamped with).
+    pub nonce: u64,
 }
 
 impl CheckpointInfo {
@@ -143,20 +147,20 @@ impl CheckpointInfo {
             return Ok(None);
         }
         let b = backend.read_file(&path).map_err(|e| Error::io("read", &path, e))?;
-        if b.len() != 24 || &b[0..4] != CHECKPOINT_MAGIC || crc32c::crc32c(&b[..20]).to_le_bytes() != b[20..24] {
+        if b.len() != 32 || &b[0..4] != CHECKPOINT_MAGIC || crc32c::crc32c(&b[..28]).to_le_bytes() != b[28..32] {
             return Err(Error::corruption(path, None, "log checkpoint record is damaged"));
         }
-        let start_lsn = u64::from_le_bytes(b[4..12].try_into().unwrap());
-        let next_txid = u64::from_le_bytes(b[12..20].try_into().unwrap());
-        Ok(Some(CheckpointInfo { start_lsn, next_txid }))
+        let word = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
+        Ok(Some(CheckpointInfo { start_lsn: word(4), next_txid: word(12), nonce: word(20) }))
     }
 
     /// Stores it atomically.
     pub fn store(&self, backend: &dyn StorageBackend, dir: &Path) -> Result<()> {
-        let mut b = Vec::with_capacity(24);
+        let mut b = Vec::with_capacity(32);
         b.extend_from_slice(CHECKPOINT_MAGIC);
         b.extend_from_slice(&self.start_lsn.to_le_bytes());
         b.extend_from_slice(&self.next_txid.to_le_bytes());
+        b.extend_from_slice(&self.nonce.to_le_bytes());
         let crc = crc32c::crc32c(&b);
         b.extend_from_slice(&crc.to_le_bytes());
         let path = Self::path(dir);
@@ -638,7 +642,7 @@ mod tests {
         let be = FileBackend::default();
         be.create_dir_all(&dir.path().join(WAL_DIR)).unwrap();
         assert_eq!(CheckpointInfo::load(&be, dir.path()).unwrap(), None);
-        let cp = CheckpointInfo { start_lsn: 777, next_txid: 12 };
+        let cp = CheckpointInfo { start_lsn: 777, next_txid: 12, nonce: 3 };
         cp.store(&be, dir.path()).unwrap();
         assert_eq!(CheckpointInfo::load(&be, dir.path()).unwrap(), Some(cp));
         let p = CheckpointInfo::path(dir.path());
