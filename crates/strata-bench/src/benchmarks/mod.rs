@@ -3,6 +3,7 @@
 //! alike), and returns one JSON object:
 //! `{"bench", "machine", "runs": [{"params", "engines", "ratios"}], "notes"}`.
 
+mod durability;
 mod fix;
 mod mixed_size;
 mod random_read;
@@ -17,7 +18,7 @@ use crate::engines::{CgroupCap, HashPool, MmapStore, RawStore, StrataStore};
 use crate::{EResult, EngineError, PageStore};
 
 /// The benchmark names.
-pub const BENCHMARKS: &[&str] = &["fix", "random-read", "scan", "mixed-size"];
+pub const BENCHMARKS: &[&str] = &["fix", "random-read", "scan", "mixed-size", "commit", "recovery"];
 
 /// Options shared by the benchmarks; `None` means the benchmark's default (sized to finish in
 /// under a minute on a 2-core machine).
@@ -97,6 +98,8 @@ pub fn run(name: &str, opts: &Options) -> Result<Value, String> {
         "random-read" => random_read::run(&mut ctx),
         "scan" => scan::run(&mut ctx),
         "mixed-size" => mixed_size::run(&mut ctx),
+        "commit" => durability::run_commit(&mut ctx),
+        "recovery" => durability::run_recovery(&mut ctx),
         _ => unreachable!(),
     }
     .map_err(|e| format!("{name}: {e}"))?;

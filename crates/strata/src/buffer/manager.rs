@@ -455,7 +455,10 @@ impl BufferManager {
             if bytes + meta > limit {
                 return Err(Error::PoolTooSmall { needed: bytes + meta, pool: limit });
             }
-            let freed = self.evict(used + bytes - limit)?;
+            // Evict at least 1/64 of the pool at a time: dirty victims are written (and their
+            // double write fsynced) as one batch, so one page per miss would cost two fsyncs
+            // per page.
+            let freed = self.evict((used + bytes - limit).max(limit / 64))?;
             if freed > 0 {
                 backoff = Backoff(0);
                 continue;

@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 pub use record::{Body, Compensation, Record};
 
@@ -97,6 +97,11 @@ pub struct Wal {
     /// Every record below this LSN is durable.
     flushed: AtomicU64,
     writer: Mutex<Writer>,
+    /// Whether a flush is in progress; committers whose records it covers wait on
+    /// `flush_done` (not on `writer`, which the flusher holds through its fsync: waiting there
+    /// would make every waiter start an fsync of its own after the one that covered it).
+    flushing: Mutex<bool>,
+    flush_done: Condvar,
     segments: Mutex<BTreeSet<u64>>,
     failed: Mutex<Option<String>>,
     records: AtomicU64,
@@ -212,6 +217,8 @@ impl Wal {
             tail: Mutex::new(Tail { next: end, segment, buf: Vec::new(), buf_start: end, new_segments: Vec::new() }),
             flushed: AtomicU64::new(end),
             writer: Mutex::new(Writer { segment, file }),
+            flushing: Mutex::new(false),
+            flush_done: Condvar::new(),
             segments: Mutex::new(segments),
             failed: Mutex::new(None),
             records: AtomicU64::new(0),
@@ -279,11 +286,29 @@ impl Wal {
         if self.group_commit && lsn < self.flushed() {
             return Ok(());
         }
-        let mut w = self.writer.lock();
-        self.check_failed()?;
-        if self.group_commit && lsn < self.flushed() {
-            return Ok(());
+        {
+            let mut flushing = self.flushing.lock();
+            loop {
+                if self.group_commit && lsn < self.flushed() {
+                    return Ok(());
+                }
+                self.check_failed()?;
+                if !*flushing {
+                    *flushing = true;
+                    break;
+                }
+                self.flush_done.wait(&mut flushing);
+            }
         }
+        let r = self.flush_as_leader(lsn);
+        *self.flushing.lock() = false;
+        self.flush_done.notify_all();
+        r
+    }
+
+    /// Writes and fsyncs the whole tail; the caller is the only flusher.
+    fn flush_as_leader(&self, lsn: u64) -> Result<()> {
+        let mut w = self.writer.lock();
         let (start, buf, new_segments) = {
             let mut t = self.tail.lock();
             if lsn >= t.next {
