@@ -60,6 +60,9 @@ struct QueryOutput {
     threads: usize,
     /// The whole process's peak resident set size (VmHWM), for checking the memory cap.
     peak_rss_bytes: Option<u64>,
+    /// The remote tier's counters, with `--remote`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    remote: Option<strata::buffer::RemoteStats>,
 }
 
 fn print_json<T: Serialize>(v: &T) -> Result<(), Error> {
@@ -238,11 +241,11 @@ fn run_query(db: &Database, op: &QueryOp, threads: usize) -> Result<Outcome, Err
     }
 }
 
-pub fn query(dir: &Path, pool: u64, threads: usize, json: bool, op: QueryOp) -> Result<(), Error> {
+pub fn query(dir: &Path, pool: u64, threads: usize, json: bool, remote: &crate::remote_args::RemoteArgs, op: QueryOp) -> Result<(), Error> {
     if threads == 0 {
         return Err(Error::InvalidInput("--threads must be at least 1".into()));
     }
-    let db = Database::open(Config::new(dir).pool_size(pool))?;
+    let db = Database::open(remote.apply(Config::new(dir).pool_size(pool))?)?;
     warn_if_buffered(&db, json);
     let start = Instant::now();
     let outcome = run_query(&db, &op, threads)?;
@@ -259,6 +262,7 @@ pub fn query(dir: &Path, pool: u64, threads: usize, json: bool, op: QueryOp) -> 
             bytes_written: st.bytes_written,
             threads,
             peak_rss_bytes: strata::util::peak_rss_bytes(),
+            remote: st.remote,
         })?;
     } else {
         println!(
@@ -269,6 +273,9 @@ pub fn query(dir: &Path, pool: u64, threads: usize, json: bool, op: QueryOp) -> 
             Bytes(pool),
             Bytes(st.bytes_read)
         );
+        if let Some(r) = st.remote {
+            println!("remote tier: {r}");
+        }
     }
     db.close()
 }

@@ -6,6 +6,7 @@ mod cmd;
 mod gen;
 mod graph_cmd;
 mod progress;
+mod remote_args;
 mod torture_cmd;
 
 use std::path::PathBuf;
@@ -86,6 +87,8 @@ enum Command {
         threads: usize,
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        remote: remote_args::RemoteArgs,
         #[command(subcommand)]
         op: cmd::QueryOp,
     },
@@ -146,7 +149,7 @@ fn main() -> ExitCode {
         Command::ImportEdges { dir, graph, from, pool, json } => graph_cmd::import_edges(&dir, &graph, &from, pool, json),
         Command::Check { dir, pool, json } => cmd::check(&dir, pool, json),
         Command::Stats { dir, json } => cmd::stats(&dir, json),
-        Command::Query { dir, pool, threads, json, op } => cmd::query(&dir, pool, threads, json, op),
+        Command::Query { dir, pool, threads, json, remote, op } => cmd::query(&dir, pool, threads, json, &remote, op),
         Command::Bench(args) => bench_cmd::bench(args),
         Command::Gen { what } => gen::run(what),
         Command::Demo { dir, pool, count } => cmd::demo(&dir, pool, count),
