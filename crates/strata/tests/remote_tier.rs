@@ -154,3 +154,20 @@ fn warm_restart_loads_the_hot_set_from_the_tier_only_if_nothing_changed() {
     assert_eq!(remote(&bm).hits, 0);
     assert_eq!(bm.read_optimistic(pids[35], |g| Ok(g.read_u64(0))).unwrap(), 4242);
 }
+
+#[test]
+fn prefetch_takes_pages_from_the_tier_too() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tier = Arc::new(MemTier::default());
+    let bm = BufferManager::create(Config::new(tmp.path().join("db")).pool_size(1 << 20).remote_tier(tier.clone())).unwrap();
+    let pids = pages(&bm, 40);
+    let expected: Vec<(u64, u64)> = (0..40).map(|i| (i, !i)).collect();
+    assert_eq!(read_all(&bm, &pids), expected);
+    let (hits, read) = (remote(&bm).hits, bm.stats().pages_read);
+    let loaded = bm.prefetch(&pids[..4]);
+    assert!(loaded > 0);
+    assert!(remote(&bm).hits > hits, "prefetched pages came from the tier");
+    assert_eq!(bm.stats().pages_read, read, "and not from the disk");
+    assert_eq!(read_all(&bm, &pids[..4]), expected[..4]);
+    bm.check_invariants().unwrap();
+}

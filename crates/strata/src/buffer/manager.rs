@@ -861,8 +861,33 @@ impl BufferManager {
                     st.unlock_still_evicted();
                     break;
                 }
+                if self.remote.is_some() && self.remote_versions.lock().contains_key(&pid) {
+                    // The remote tier has it: load it from there on its own (a disk run
+                    // ends before it).
+                    if n > 0 {
+                        st.unlock_still_evicted();
+                        break;
+                    }
+                    if self.try_reserve(sp.page_size()).is_err() {
+                        st.unlock_still_evicted();
+                        return loaded;
+                    }
+                    if self.load_from_remote(sp, index) {
+                        sp.resident_bytes.fetch_add(sp.page_size(), Ordering::Relaxed);
+                        self.resident.read().insert(pid);
+                        st.unlock_marked();
+                        loaded += 1;
+                        i += 1;
+                        n = u64::MAX;
+                        break;
+                    }
+                    self.release(sp.page_size());
+                }
                 n += 1;
                 i += 1;
+            }
+            if n == u64::MAX {
+                continue;
             }
             if n == 0 {
                 i += 1;
