@@ -22,6 +22,10 @@
 //! * **Frees** take effect at commit (after the commit is durable), so a page freed by a
 //!   transaction that rolls back was never reused.
 //!
+//! Writes through [`crate::ExclusiveGuard`] outside transactions (bulk import) are not
+//! logged: they become durable at the next checkpoint, as before. Do not mix both on one page
+//! between two checkpoints: recovery replays only the logged changes.
+//!
 //! Dropping an active transaction rolls it back. A failed rollback (the disk is failing)
 //! leaves its pages locked until the database is reopened, which recovers them.
 
