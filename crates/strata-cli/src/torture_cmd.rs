@@ -126,7 +126,16 @@ fn run_bank(dir: &Path, config: Config, accounts: u64, threads: usize, seed: u64
         Some(s) if s.is_finite() && s >= 0.0 => Some(Duration::from_secs_f64(s)),
         Some(s) => return Err(Error::InvalidInput(format!("--seconds must be a non-negative number, got {s}"))),
     };
-    let db = if absent_or_empty(dir)? { Database::create(config.min_page(4096))? } else { Database::open(config)? };
+    let db = if absent_or_empty(dir)? {
+        Database::create(config.min_page(4096))?
+    } else {
+        match Database::open(config.clone()) {
+            // A run killed in the middle of creating the database: create it again (refused
+            // unless DIR holds only what an interrupted create leaves).
+            Err(Error::NotADatabase { .. }) => Database::create(config.min_page(4096))?,
+            r => r?,
+        }
+    };
     let (bm, locks) = (db.buffer(), db.locks());
     let bank = Bank::setup(bm, locks, accounts, INITIAL_BALANCE, threads as u64)?;
     let verdict = torture::verify(bm, locks)?;

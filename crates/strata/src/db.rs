@@ -38,7 +38,7 @@ impl Database {
         let backend = config.backend.clone();
         let dir = config.dir.clone();
         // The catalog must exist before the meta file makes the directory a database.
-        let bm = BufferManager::create_with(config, |be, dir| Catalog::default().store(be, dir))?;
+        let bm = BufferManager::create_with(config, &[crate::access::catalog::CATALOG_FILE], |be, dir| Catalog::default().store(be, dir))?;
         debug_assert!(backend.exists(&Catalog::path(&dir)));
         Ok(Database { bm, catalog: Mutex::new(Catalog::default()), locks: LockTable::default() })
     }

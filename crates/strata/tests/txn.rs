@@ -253,3 +253,23 @@ fn corrupt_record_in_the_middle_of_the_log_is_a_typed_error() {
     assert_eq!(std::fs::read(&seg).unwrap(), bytes);
     assert!(matches!(Database::open(config(&dir, 1 << 20)), Err(Error::Corruption { .. })));
 }
+
+#[test]
+fn a_create_interrupted_before_the_meta_file_can_be_repeated() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("db");
+    // What a create killed just before writing strata.meta leaves behind.
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("alloc.table"), b"partial").unwrap();
+    std::fs::write(dir.join("catalog.json.tmp-write"), b"partial").unwrap();
+    assert!(matches!(Database::open(config(&dir, 1 << 20)), Err(Error::NotADatabase { .. })));
+    let db = Database::create(config(&dir, 1 << 20)).unwrap();
+    db.close().unwrap();
+    Database::open(config(&dir, 1 << 20)).unwrap().close().unwrap();
+    // Anyone else's file still makes it refuse.
+    let other = tmp.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("alloc.table"), b"x").unwrap();
+    std::fs::write(other.join("notes.txt"), b"mine").unwrap();
+    assert!(matches!(Database::create(config(&other, 1 << 20)), Err(Error::AlreadyExists { .. })));
+}

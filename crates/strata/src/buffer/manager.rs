@@ -49,6 +49,9 @@ use crate::storage::page::{self, checksum, header_words};
 use crate::storage::wal::{CheckpointInfo, Wal, FIRST_LSN};
 use crate::storage::{AllocTable, ClassBitmap, IoBufMut, Meta, PageId, SizeClasses, StorageBackend, PAGE_HEADER_SIZE};
 
+/// What a create writes before the meta file (and their temporary names, `NAME.*`).
+const CREATE_FILES: &[&str] = &["alloc.table"];
+
 /// How many slots an evictor takes from the clock per step.
 const CLOCK_BATCH: usize = 64;
 /// Largest read that prefetch coalesces adjacent pages into.
@@ -190,18 +193,25 @@ fn resident_set_too_big(pool: u64, rs_bytes: u64) -> Error {
 impl BufferManager {
     /// Creates a new database in `config.dir` (which must not exist or be empty).
     pub fn create(config: Config) -> Result<BufferManager> {
-        Self::create_with(config, |_, _| Ok(()))
+        Self::create_with(config, &[], |_, _| Ok(()))
     }
 
     /// Like [`create`](Self::create), running `init` on the new directory before the meta
     /// file is written (higher layers create their own files there, so that a directory
     /// with a meta file always has them).
-    pub fn create_with(config: Config, init: impl FnOnce(&dyn StorageBackend, &Path) -> Result<()>) -> Result<BufferManager> {
+    /// `init_files` names the files `init` writes: a directory holding only those and the
+    /// manager's own (a create interrupted before the meta file) may be created again.
+    pub fn create_with(config: Config, init_files: &[&str], init: impl FnOnce(&dyn StorageBackend, &Path) -> Result<()>) -> Result<BufferManager> {
         let be = &config.backend;
         let dir = &config.dir;
         if be.exists(dir) {
             let entries = be.list_dir(dir).map_err(|e| Error::io("list", dir, e))?;
-            if !entries.is_empty() {
+            // A create that was interrupted before it wrote the meta file (which goes last)
+            // left only files of its own: that is no database, and creating again replaces
+            // them. Anything else is refused.
+            let ours = |e: &String| CREATE_FILES.iter().chain(init_files).any(|f| e == f || e.starts_with(&format!("{f}.")));
+            let interrupted_create = entries.iter().all(ours);
+            if !entries.is_empty() && !interrupted_create {
                 return Err(Error::AlreadyExists { path: dir.clone() });
             }
         }
