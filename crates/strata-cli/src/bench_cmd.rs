@@ -9,7 +9,7 @@ use strata::Error;
 /// Arguments of `strata bench`.
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// Benchmark: fix, random-read, scan or mixed-size.
+    /// Benchmark: fix, random-read, scan, mixed-size, commit, recovery or remote.
     pub name: String,
     /// Print one JSON object instead of a table.
     #[arg(long)]
@@ -35,9 +35,14 @@ pub struct BenchArgs {
     /// Directory for the data files (a scratch directory is made in it and removed after).
     #[arg(long)]
     pub dir: Option<PathBuf>,
-    /// Page sizes, comma-separated (fix, scan: one; random-read: several; mixed-size: small,large).
+    /// Page sizes, comma-separated (fix, scan, commit, recovery, remote: one; random-read: several; mixed-size: small,large).
     #[arg(long = "page-size", value_delimiter = ',', value_parser = crate::parse_size)]
     pub page_size: Option<Vec<u64>>,
+    /// remote: the Valkey/Redis server of the remote tier (redis://[USER:PASSWORD@]HOST:PORT,
+    /// unix:///PATH or redis+cluster://...; default: a private valkey-server or redis-server
+    /// started on a unix socket and stopped afterwards).
+    #[arg(long)]
+    pub remote: Option<String>,
 }
 
 /// Runs a benchmark and prints its report (JSON or a table), optionally plotting it.
@@ -56,6 +61,7 @@ pub fn bench(a: BenchArgs) -> Result<(), Error> {
         dir: a.dir,
         page_sizes: a.page_size,
         progress: !a.json,
+        remote: a.remote,
     };
     let report = strata_bench::run(&a.name, &opts).map_err(Error::InvalidInput)?;
     if let Some(path) = &a.plot {

@@ -38,22 +38,9 @@ pub enum GenCmd {
     },
 }
 
-/// SplitMix64: small, fast, and good enough for benchmark data.
-pub struct SplitMix(pub u64);
-
-impl SplitMix {
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in [0, bound) (bound > 0), by multiply-shift.
-    pub fn below(&mut self, bound: u64) -> u64 {
-        ((self.next_u64() as u128 * bound as u128) >> 64) as u64
-    }
-}
+/// SplitMix64 (the library's): small, fast, and good enough for benchmark data; `below` is
+/// multiply-shift, which fixes the values `gen ints` writes for a seed.
+pub use strata::util::SplitMix64 as SplitMix;
 
 pub fn run(cmd: GenCmd) -> Result<(), Error> {
     match cmd {

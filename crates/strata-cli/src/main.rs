@@ -97,8 +97,9 @@ enum Command {
         #[command(subcommand)]
         what: gen::GenCmd,
     },
-    /// Benchmark strata against baselines (hashpool, static-split, mmap, raw) in one run:
-    /// fix, random-read, scan or mixed-size.
+    /// Benchmark strata against baselines measured in the same run: fix, random-read, scan,
+    /// mixed-size (hashpool, static-split, mmap, raw), commit and recovery (durability
+    /// settings), remote (with and without the Valkey/Redis tier).
     Bench(bench_cmd::BenchArgs),
     /// Build a small database several times larger than a small pool and run every query.
     Demo {

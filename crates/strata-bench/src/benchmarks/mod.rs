@@ -7,6 +7,7 @@ mod durability;
 mod fix;
 mod mixed_size;
 mod random_read;
+mod remote;
 mod scan;
 
 use std::path::PathBuf;
@@ -18,7 +19,7 @@ use crate::engines::{CgroupCap, HashPool, MmapStore, RawStore, StrataStore};
 use crate::{EResult, EngineError, PageStore};
 
 /// The benchmark names.
-pub const BENCHMARKS: &[&str] = &["fix", "random-read", "scan", "mixed-size", "commit", "recovery"];
+pub const BENCHMARKS: &[&str] = &["fix", "random-read", "scan", "mixed-size", "commit", "recovery", "remote"];
 
 /// Options shared by the benchmarks; `None` means the benchmark's default (sized to finish in
 /// under a minute on a 2-core machine).
@@ -42,6 +43,9 @@ pub struct Options {
     pub page_sizes: Option<Vec<u64>>,
     /// Print progress lines on stderr.
     pub progress: bool,
+    /// `remote`: URL of the Valkey/Redis server for the remote tier (default: a private
+    /// server started and stopped by the benchmark).
+    pub remote: Option<String>,
 }
 
 impl Options {
@@ -100,6 +104,7 @@ pub fn run(name: &str, opts: &Options) -> Result<Value, String> {
         "mixed-size" => mixed_size::run(&mut ctx),
         "commit" => durability::run_commit(&mut ctx),
         "recovery" => durability::run_recovery(&mut ctx),
+        "remote" => remote::run(&mut ctx),
         _ => unreachable!(),
     }
     .map_err(|e| format!("{name}: {e}"))?;

@@ -90,6 +90,11 @@ impl BufferManager {
         Ok(count)
     }
 
+    /// What the warm restart at open did (`None`: none was configured, or the tier failed).
+    pub fn warm_report(&self) -> Option<WarmReport> {
+        *self.warm_report.lock()
+    }
+
     /// Loads the hot set saved by the last `close`, if the database is unchanged since.
     pub fn warm_from_remote(&self) -> Result<WarmReport> {
         let start = Instant::now();

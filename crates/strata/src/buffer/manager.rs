@@ -113,6 +113,8 @@ pub struct BufferManager {
     /// The nonce of the last checkpoint (see [`CheckpointInfo::nonce`]); 0 before the first.
     pub(super) nonce: AtomicU64,
     warm_restart: bool,
+    /// What the warm restart at open did.
+    pub(super) warm_report: Mutex<Option<super::hotset::WarmReport>>,
     /// One checkpoint at a time; the log position where the last one began, and how much log
     /// may accumulate before a commit triggers the next.
     checkpoint_lock: Mutex<()>,
@@ -295,6 +297,7 @@ impl BufferManager {
             checkpoint_every: config.checkpoint_every,
             nonce: AtomicU64::new(checkpoint.map_or(0, |c| c.nonce)),
             warm_restart: config.warm_restart,
+            warm_report: Mutex::new(None),
         };
         bm.last_checkpoint.store(bm.wal.end(), Ordering::Relaxed);
         debug_assert_eq!(rs_bytes, bm.resident.read().memory_bytes());
@@ -316,7 +319,8 @@ impl BufferManager {
         bm.closed.store(false, Ordering::Relaxed);
         if bm.warm_restart && bm.remote.is_some() {
             // Best effort: a missing, stale or unreadable snapshot only means a cold start.
-            let _ = bm.warm_from_remote();
+            let report = bm.warm_from_remote().ok();
+            *bm.warm_report.lock() = report;
         }
         Ok(bm)
     }
@@ -589,15 +593,19 @@ impl BufferManager {
             // its frame holds exactly its sealed disk image; others only load from it.
             unsafe { std::slice::from_raw_parts(sp.frame(pid.index()), sp.page_size() as usize) }
         };
-        let persistent = victims.iter().filter(|(pid, _)| !pid.is_temp());
+        let mut offer = Vec::new();
         {
             let mut versions = self.remote_versions.lock();
-            for &(pid, sp) in persistent.clone() {
-                let img = image(pid, sp);
-                versions.insert(pid, u32::from_le_bytes(img[0..4].try_into().unwrap()));
+            for &(pid, sp) in victims.iter().filter(|(pid, _)| !pid.is_temp()) {
+                let crc = u32::from_le_bytes(image(pid, sp)[0..4].try_into().unwrap());
+                // The tier holds this very image already (the page came from there, or was
+                // offered before and has not changed): do not send it again.
+                if versions.insert(pid, crc) != Some(crc) {
+                    offer.push((pid, sp));
+                }
             }
         }
-        for &(pid, sp) in persistent {
+        for (pid, sp) in offer {
             tier.put(pid, image(pid, sp));
             self.counters.remote_puts.add(1);
         }
@@ -630,11 +638,14 @@ impl BufferManager {
                 true
             }
             Ok(Some(_)) => {
+                // Forget it, so that the next eviction offers the page again.
                 self.counters.remote_rejected.add(1);
+                self.forget_remote(pid);
                 false
             }
             Ok(None) => {
                 self.counters.remote_misses.add(1);
+                self.remote_versions.lock().remove(&pid);
                 false
             }
             Err(_) => {

@@ -69,6 +69,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::util::SplitMix64;
 use parking_lot::Mutex;
 
 use super::backend::{IoBufMut, OpenMode, StorageBackend, StorageFile};
@@ -184,24 +185,6 @@ fn apply_op(buf: &mut Vec<u8>, op: &PendingOp) {
     }
 }
 
-/// splitmix64: a tiny deterministic PRNG, enough for choosing which writes survive.
-#[derive(Clone, Debug)]
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn coin(&mut self) -> bool {
-        self.next() >> 63 == 1
-    }
-}
-
 #[derive(Debug)]
 struct Arm {
     every: u64,
@@ -282,7 +265,7 @@ impl State {
         let Some(arm) = &self.arm else { return };
         let mut new = Vec::with_capacity(arm.modes.len());
         for (i, &mode) in arm.modes.iter().enumerate() {
-            let seed = SplitMix64(arm.seed ^ self.sync_points.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ ((i as u64) << 1) ^ u64::from(after)).next();
+            let seed = SplitMix64(arm.seed ^ self.sync_points.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ ((i as u64) << 1) ^ u64::from(after)).next_u64();
             let image = SimBackend::from_state(self.image(seed, mode));
             new.push(Capture { label: self.label, sync_point: self.sync_points, image, mode, after });
         }
