@@ -147,6 +147,14 @@ impl Pipe {
             _ => unreachable!("pipeline and connection are made from the same endpoint"),
         }
     }
+    /// Runs the pipeline and returns one reply per command.
+    fn replies(&self, conn: &mut Conn) -> RedisResult<Vec<Value>> {
+        match (self, conn) {
+            (Pipe::Single(p), Conn::Single(c)) => p.query::<Vec<Value>>(c),
+            (Pipe::Cluster(p), Conn::Cluster(c)) => p.query::<Vec<Value>>(c),
+            _ => unreachable!("pipeline and connection are made from the same endpoint"),
+        }
+    }
 }
 
 enum Client {
@@ -326,19 +334,24 @@ impl Shared {
     /// Runs a lookup command: on a pooled connection if there is one (once more on a fresh
     /// one if the pooled one was closed by the server), else on a fresh one.
     fn lookup(&self, cmd: &Cmd) -> Result<Value, String> {
+        self.lookup_with(|conn| conn.query(cmd))
+    }
+
+    /// [`lookup`](Self::lookup) for any request (a pipeline of lookups).
+    fn lookup_with<T>(&self, run: impl Fn(&mut Conn) -> RedisResult<T>) -> Result<T, String> {
         let pooled = lock(&self.pool).pop();
         let (mut conn, was_pooled) = match pooled {
             Some(c) => (c, true),
             None => (self.fresh()?, false),
         };
-        let mut result = conn.query(cmd);
+        let mut result = run(&mut conn);
         if was_pooled {
             if let Err(e) = &result {
                 if dropped(e) {
                     lock(&self.pool).clear();
                     conn = self.fresh()?;
                     add(&self.counters.reconnects, 1);
-                    result = conn.query(cmd);
+                    result = run(&mut conn);
                 }
             }
         }
@@ -624,6 +637,47 @@ impl RedisTier {
         }
     }
 
+    /// The lookup of one page: GET, or MGET of its chunks.
+    fn lookup_cmd(&self, pid: PageId, len: usize) -> Cmd {
+        let n = chunk_count(len);
+        let mut cmd = redis::cmd(if n == 1 { "GET" } else { "MGET" });
+        for chunk in 0..n {
+            cmd.arg(object_key(&self.shared.config.prefix, pid, chunk));
+        }
+        cmd
+    }
+
+    /// The page image in a lookup's reply. Any missing chunk makes the page missing
+    /// (`Ok(None)`). Chunks of an unexpected length are returned concatenated as they are:
+    /// the core then rejects the image (and counts it as rejected, which makes damage visible
+    /// instead of passing for a miss).
+    fn image(&self, reply: Value, len: usize) -> Result<Option<Vec<u8>>, String> {
+        let shared = &self.shared;
+        let n = chunk_count(len);
+        let fail = |msg: String| {
+            add(&shared.counters.get_errors, 1);
+            Err(msg)
+        };
+        let image = match reply {
+            Value::Nil => return Ok(None),
+            Value::BulkString(b) if n == 1 => b,
+            Value::Array(parts) if n > 1 && parts.len() == n => {
+                let mut out = Vec::with_capacity(len);
+                for part in parts {
+                    match part {
+                        Value::Nil => return Ok(None),
+                        Value::BulkString(b) => out.extend_from_slice(&b),
+                        other => return fail(format!("{}: unexpected reply to MGET: {}", shared.url, describe(&other))),
+                    }
+                }
+                out
+            }
+            other => return fail(format!("{}: unexpected reply to a lookup: {}", shared.url, describe(&other))),
+        };
+        add(&shared.counters.bytes_received, image.len() as u64);
+        Ok(Some(image))
+    }
+
     /// Waits until everything queued before this call has been written (or dropped), at most
     /// `timeout`; false if that did not happen in time. For tests, benchmarks and shutdown.
     pub fn flush(&self, timeout: Duration) -> bool {
@@ -665,42 +719,35 @@ impl RemoteTier for RedisTier {
         }
     }
 
-    /// Any missing chunk makes the page missing (`Ok(None)`). Chunks of an unexpected length
-    /// are returned concatenated as they are: the core then rejects the image (and counts it
-    /// as rejected, which makes damage visible instead of passing for a miss).
+    /// See [`RedisTier::image`] for what a reply becomes.
     fn get(&self, pid: PageId, len: usize) -> Result<Option<Vec<u8>>, String> {
-        let shared = &self.shared;
-        let n = chunk_count(len);
-        let mut cmd = redis::cmd(if n == 1 { "GET" } else { "MGET" });
-        for chunk in 0..n {
-            cmd.arg(object_key(&shared.config.prefix, pid, chunk));
-        }
-        let fail = |msg: String| {
-            add(&shared.counters.get_errors, 1);
-            Err(msg)
-        };
-        let reply = match shared.lookup(&cmd) {
-            Ok(v) => v,
-            Err(msg) => return fail(msg),
-        };
-        let image = match reply {
-            Value::Nil => return Ok(None),
-            Value::BulkString(b) if n == 1 => b,
-            Value::Array(parts) if n > 1 && parts.len() == n => {
-                let mut out = Vec::with_capacity(len);
-                for part in parts {
-                    match part {
-                        Value::Nil => return Ok(None),
-                        Value::BulkString(b) => out.extend_from_slice(&b),
-                        other => return fail(format!("{}: unexpected reply to MGET: {}", shared.url, describe(&other))),
-                    }
-                }
-                out
+        match self.shared.lookup(&self.lookup_cmd(pid, len)) {
+            Ok(reply) => self.image(reply, len),
+            Err(msg) => {
+                add(&self.shared.counters.get_errors, 1);
+                Err(msg)
             }
-            other => return fail(format!("{}: unexpected reply to a lookup: {}", shared.url, describe(&other))),
-        };
-        add(&shared.counters.bytes_received, image.len() as u64);
-        Ok(Some(image))
+        }
+    }
+
+    /// All lookups in one pipelined round trip.
+    fn get_many(&self, pages: &[(PageId, usize)]) -> Vec<Result<Option<Vec<u8>>, String>> {
+        let mut pipe = Pipe::new(self.shared.config.is_cluster());
+        for &(pid, len) in pages {
+            pipe.add(self.lookup_cmd(pid, len));
+        }
+        match self.shared.lookup_with(|conn| pipe.replies(conn)) {
+            Ok(replies) if replies.len() == pages.len() => replies.into_iter().zip(pages).map(|(r, &(_, len))| self.image(r, len)).collect(),
+            Ok(replies) => {
+                add(&self.shared.counters.get_errors, 1);
+                let msg = format!("{}: {} replies to a pipeline of {} lookups", self.shared.url, replies.len(), pages.len());
+                pages.iter().map(|_| Err(msg.clone())).collect()
+            }
+            Err(msg) => {
+                add(&self.shared.counters.get_errors, 1);
+                pages.iter().map(|_| Err(msg.clone())).collect()
+            }
+        }
     }
 
     fn remove(&self, pid: PageId) {

@@ -23,6 +23,8 @@ use super::state::EVICTED;
 use crate::error::{Error, Result};
 use crate::storage::PageId;
 
+/// Pages fetched per round trip while warming.
+const WARM_BATCH: usize = 32;
 /// Name of the snapshot in the remote tier.
 pub const SNAPSHOT: &str = "hot-set";
 const MAGIC: &[u8; 4] = b"SHS1";
@@ -90,6 +92,27 @@ impl BufferManager {
         Ok(count)
     }
 
+    /// Fetches the latched, reserved pages from the tier in one round trip and installs the
+    /// verified ones; the others are left evicted (read from disk when first fixed).
+    fn warm_install(&self, tier: &dyn super::tier::RemoteTier, latched: &[(PageId, &super::space::Space)], report: &mut WarmReport) {
+        if latched.is_empty() {
+            return;
+        }
+        let request: Vec<(PageId, usize)> = latched.iter().map(|&(pid, sp)| (pid, sp.page_size() as usize)).collect();
+        for (&(pid, sp), answer) in latched.iter().zip(tier.get_many(&request)) {
+            let st = sp.state(pid.index());
+            if self.install_remote(sp, pid.index(), answer) {
+                sp.resident_bytes.fetch_add(sp.page_size(), Ordering::Relaxed);
+                self.resident.read().insert(pid);
+                st.unlock_exclusive_unchanged(false);
+                report.loaded += 1;
+            } else {
+                self.release(sp.page_size());
+                st.unlock_still_evicted();
+            }
+        }
+    }
+
     /// What the warm restart at open did (`None`: none was configured, or the tier failed).
     pub fn warm_report(&self) -> Option<WarmReport> {
         *self.warm_report.lock()
@@ -120,14 +143,24 @@ impl BufferManager {
             .collect();
         self.remote_versions.lock().extend(entries.iter().copied());
         let hits = self.counters.remote_hits.get();
-        for (pid, _) in entries {
-            // Stop at the pool: the snapshot was taken with a pool that may have been larger.
-            if self.used_bytes() + self.classes().page_size(pid.class()) > self.pool_size() {
-                break;
+        'batches: for batch in entries.chunks(WARM_BATCH) {
+            // Latch and reserve the batch's evicted pages, fetch them in one round trip.
+            let mut latched = Vec::new();
+            for &(pid, _) in batch {
+                let Ok(sp) = self.lookup(pid) else { continue };
+                let st = sp.state(pid.index());
+                if !st.try_lock_evicted(st.load()) {
+                    continue;
+                }
+                if self.try_reserve(sp.page_size()).is_err() {
+                    // The pool is full (the snapshot came from a larger pool): stop here.
+                    st.unlock_still_evicted();
+                    self.warm_install(tier.as_ref(), &latched, &mut report);
+                    break 'batches;
+                }
+                latched.push((pid, sp));
             }
-            if self.fix_shared(pid).is_ok() {
-                report.loaded += 1;
-            }
+            self.warm_install(tier.as_ref(), &latched, &mut report);
         }
         report.from_remote = self.counters.remote_hits.get() - hits;
         report.seconds = start.elapsed().as_secs_f64();

@@ -444,7 +444,7 @@ impl BufferManager {
 
     /// Like `reserve`, but gives up at once when nothing is evictable (for prefetches,
     /// which must never wait for pinned pages).
-    fn try_reserve(&self, bytes: u64) -> Result<()> {
+    pub(super) fn try_reserve(&self, bytes: u64) -> Result<()> {
         self.reserve_within(bytes, Duration::ZERO)
     }
 
@@ -496,7 +496,7 @@ impl BufferManager {
         }
     }
 
-    fn release(&self, bytes: u64) {
+    pub(super) fn release(&self, bytes: u64) {
         let prev = self.used.fetch_sub(bytes, Ordering::AcqRel);
         debug_assert!(prev & USED_MASK >= bytes);
     }
@@ -626,9 +626,19 @@ impl BufferManager {
     fn load_from_remote(&self, sp: &Space, index: u64) -> bool {
         let Some(tier) = &self.remote else { return false };
         let pid = sp.pid(index);
+        if !self.remote_versions.lock().contains_key(&pid) {
+            return false;
+        }
+        self.install_remote(sp, index, tier.get(pid, sp.page_size() as usize))
+    }
+
+    /// Puts what the tier answered for page `index` (latched by the caller) into its frame if
+    /// it is a verified image of the page's current version; counts the outcome.
+    pub(super) fn install_remote(&self, sp: &Space, index: u64, answer: Result<Option<Vec<u8>>, String>) -> bool {
+        let pid = sp.pid(index);
         let Some(crc) = self.remote_versions.lock().get(&pid).copied() else { return false };
         let size = sp.page_size() as usize;
-        match tier.get(pid, size) {
+        match answer {
             Ok(Some(bytes)) if bytes.len() == size && bytes[0..4] == crc.to_le_bytes() && page::verify(&bytes, pid).is_ok() => {
                 // SAFETY: the caller holds the page's exclusive latch (no other writer); the
                 // frame is mapped, aligned and `size` bytes long; optimistic readers only load.

@@ -30,6 +30,11 @@ pub trait RemoteTier: Send + Sync + fmt::Debug {
     fn put(&self, pid: PageId, image: &[u8]);
     /// The stored image of `pid`, if the tier has one (`len`: the page size).
     fn get(&self, pid: PageId, len: usize) -> Result<Option<Vec<u8>>, String>;
+    /// Several lookups at once (one round trip where the tier can): one result per page, in
+    /// order. Default: one `get` after the other.
+    fn get_many(&self, pages: &[(PageId, usize)]) -> Vec<Result<Option<Vec<u8>>, String>> {
+        pages.iter().map(|&(pid, len)| self.get(pid, len)).collect()
+    }
     /// Drops the stored image of `pid` (best effort, must not wait for the network).
     fn remove(&self, pid: PageId);
     /// Stores a small named blob of this database (the hot-set snapshot) and returns once it
