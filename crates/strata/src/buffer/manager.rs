@@ -728,11 +728,24 @@ impl BufferManager {
         drop(durable);
         if !torn_risk.is_empty() {
             let _batch = self.dw_lock.lock();
+            // After a failed home write or fsync, the double-write area may hold the only good
+            // copy of a page whose home is torn: it must not be overwritten before a reopen
+            // restores it.
+            if let Some(path) = self.sync_failed.lock().clone() {
+                return Err(Error::io(
+                    "write page",
+                    path,
+                    std::io::Error::other("an earlier page write or fsync failed; pages are not overwritten in place again until the database is reopened"),
+                ));
+            }
             let images: Vec<(PageId, &[u8])> = torn_risk.iter().map(|&(pid, sp)| (pid, image(pid, sp))).collect();
             self.dw.write(&images)?;
             let mut files: Vec<&Space> = Vec::new();
             for &(pid, sp) in &torn_risk {
-                write_home(pid, sp)?;
+                if let Err(e) = write_home(pid, sp) {
+                    *self.sync_failed.lock() = Some(sp.path());
+                    return Err(e);
+                }
                 if !files.iter().any(|f| std::ptr::eq(*f, sp)) {
                     files.push(sp);
                 }
