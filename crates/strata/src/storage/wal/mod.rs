@@ -401,15 +401,18 @@ impl Wal {
 
     /// A reader of the durable records from `from` on.
     pub fn reader(&self, from: u64) -> Reader<'_> {
-        Reader { wal: self, pos: from, cache: None }
+        Reader { wal: self, start: from, pos: from, cache: None }
     }
 }
 
 /// Reads durable records, sequentially or at given LSNs (caching one segment).
 pub struct Reader<'a> {
     wal: &'a Wal,
+    /// Nothing before this is read (segments are read from here, not from their start).
+    start: u64,
     pos: u64,
-    cache: Option<(u64, Vec<u8>)>,
+    /// A segment's first LSN, the LSN of `bytes[0]`, and its bytes from there on.
+    cache: Option<(u64, u64, Vec<u8>)>,
 }
 
 impl Reader<'_> {
@@ -418,11 +421,12 @@ impl Reader<'_> {
         let Some(seg) = seg else {
             return Err(Error::corruption(&self.wal.dir, None, format!("no log segment holds position {lsn}")));
         };
-        if self.cache.as_ref().map(|c| c.0) != Some(seg) {
-            let bytes = read_segment(self.wal.backend.as_ref(), &self.wal.dir, seg)?;
-            self.cache = Some((seg, bytes));
+        if !self.cache.as_ref().is_some_and(|c| c.0 == seg && c.1 <= lsn) {
+            let from = if lsn >= self.start { seg.max(self.start) } else { seg };
+            let bytes = read_segment(self.wal.backend.as_ref(), &self.wal.dir, seg, from)?;
+            self.cache = Some((seg, from, bytes));
         }
-        Ok(&self.cache.as_ref().unwrap().1)
+        Ok(&self.cache.as_ref().unwrap().2)
     }
 
     /// The record at `lsn`, which must be durable.
@@ -433,8 +437,8 @@ impl Reader<'_> {
         let dir = self.wal.dir.clone();
         // Read through the segment first so the cache can be borrowed.
         self.segment_of(lsn)?;
-        let (seg, bytes) = self.cache.as_ref().unwrap();
-        record::decode(bytes.get((lsn - seg) as usize..).unwrap_or(&[]), lsn)
+        let (_, base, bytes) = self.cache.as_ref().unwrap();
+        record::decode(bytes.get((lsn - base) as usize..).unwrap_or(&[]), lsn)
             .map_err(|why| Error::corruption(dir, None, format!("log record at {lsn} unreadable: {why:?}")))
     }
 }
@@ -464,12 +468,14 @@ fn record_len(rec: &Record) -> usize {
     record::HEADER_LEN + rec.body.encoded_len()
 }
 
-fn read_segment(backend: &dyn StorageBackend, dir: &Path, start: u64) -> Result<Vec<u8>> {
-    let path = dir.join(segment_name(start));
+/// The bytes of segment `seg` from log position `from` (>= `seg`) to its end.
+fn read_segment(backend: &dyn StorageBackend, dir: &Path, seg: u64, from: u64) -> Result<Vec<u8>> {
+    let path = dir.join(segment_name(seg));
     let file = backend.open(&path, OpenMode::Buffered, false).map_err(|e| Error::io("open", &path, e))?;
-    let len = file.len().map_err(|e| Error::io("stat", &path, e))? as usize;
-    let mut bytes = vec![0u8; len];
-    let n = file.read_at(IoBufMut::from_slice(&mut bytes), 0).map_err(|e| Error::io("read log", &path, e))?;
+    let len = file.len().map_err(|e| Error::io("stat", &path, e))?;
+    let skip = (from - seg).min(len);
+    let mut bytes = vec![0u8; (len - skip) as usize];
+    let n = file.read_at(IoBufMut::from_slice(&mut bytes), skip).map_err(|e| Error::io("read log", &path, e))?;
     bytes.truncate(n);
     Ok(bytes)
 }
@@ -490,15 +496,17 @@ fn find_end(backend: &dyn StorageBackend, dir: &Path, segments: &BTreeSet<u64>, 
             // A gap, or the previous segment ended early: the records there are missing.
             return check_torn(backend, dir, &segs[i..], pos, pos, &[]);
         }
-        let bytes = read_segment(backend, dir, seg)?;
+        // The first segment is read from the start position only.
+        let base = if seg == first { start } else { seg };
+        let bytes = read_segment(backend, dir, seg, base)?;
         loop {
-            let off = (pos - seg) as usize;
+            let off = (pos - base) as usize;
             if off >= bytes.len() {
                 break;
             }
             match record::decode(&bytes[off..], pos) {
                 Ok(rec) => pos += record_len(&rec) as u64,
-                Err(_) => return check_torn(backend, dir, &segs[i + 1..], pos, seg, &bytes),
+                Err(_) => return check_torn(backend, dir, &segs[i + 1..], pos, base, &bytes),
             }
         }
     }
@@ -506,7 +514,8 @@ fn find_end(backend: &dyn StorageBackend, dir: &Path, segments: &BTreeSet<u64>, 
 }
 
 /// `bad` holds no valid record. It is the end of the log unless a later flush record says
-/// the log had been durable past it (then committed work was lost: corruption).
+/// the log had been durable past it (then committed work was lost: corruption). `bytes` are
+/// the log from position `seg` on (up to the end of `bad`'s segment).
 fn check_torn(backend: &dyn StorageBackend, dir: &Path, later: &[u64], bad: u64, seg: u64, bytes: &[u8]) -> Result<u64> {
     let found = |seg: u64, bytes: &[u8], from: usize| -> Option<u64> {
         (from..bytes.len().saturating_sub(record::HEADER_LEN - 1)).find_map(|p| {
@@ -525,7 +534,7 @@ fn check_torn(backend: &dyn StorageBackend, dir: &Path, later: &[u64], bad: u64,
         if hit.is_some() {
             break;
         }
-        hit = found(s, &read_segment(backend, dir, s)?, 0);
+        hit = found(s, &read_segment(backend, dir, s, s)?, 0);
     }
     match hit {
         Some(durable) => Err(Error::corruption(
