@@ -117,6 +117,22 @@ pub trait PageStore: Sync {
     /// the engine cannot hold them all.
     fn read_pinned(&self, pages: &[Page], f: &mut dyn FnMut(usize, &[u8])) -> EResult<()>;
 
+    /// Reads a batch of independent pages and calls `f(i, payload of pages[i])` for each, in
+    /// order (duplicates allowed; pages need not be held at the same time). This is how a
+    /// caller asks for a queue depth larger than its thread count: an engine that can have
+    /// all of the batch's reads in flight at once (`raw` through io_uring, `strata` through
+    /// its batch load) overrides it.
+    ///
+    /// The default reads the pages one after the other with [`PageStore::read`]: synchronous
+    /// reads, so for engines that keep it (hashpool, static-split, mmap) the queue depth stays
+    /// the thread count whatever the batch size.
+    fn read_batch(&self, pages: &[Page], f: &mut dyn FnMut(usize, &[u8])) -> EResult<()> {
+        for (i, &p) in pages.iter().enumerate() {
+            self.read(p, &mut |d| f(i, d))?;
+        }
+        Ok(())
+    }
+
     /// Calls `f(index, payload)` for pages `range` of `file`, in order. Engines that have a
     /// better way to read a range than page by page (large sequential reads) override it.
     fn scan(&self, file: u16, range: Range<u64>, f: &mut dyn FnMut(u64, &[u8])) -> EResult<()> {

@@ -247,3 +247,56 @@ fn hashpool_writes_dirty_pages_back_on_eviction() {
     let ro = HashPool::open(std::slice::from_ref(&file), SMALL as usize, budget, false).unwrap();
     assert!(ro.write(Page::new(0, 0), &mut |_| {}).is_err(), "a read-only pool refuses writes");
 }
+
+/// `read_batch` hands out, for index `i` of the batch, exactly the bytes `read` gives for
+/// `pages[i]`: batches of random pages of both files (duplicates included, mixed files, the
+/// same page twice in a row), against every engine's own `read` and the expected payload.
+#[test]
+fn read_batch_returns_what_read_returns() {
+    let t = tempfile::tempdir().unwrap();
+    let ds = dataset(t.path());
+    // strata's pool is smaller than the data, so that batches load and evict.
+    let strata = StrataStore::open(&ds, 512 << 10).unwrap();
+    let raw = RawStore::open(&ds.files, 1 << 20).unwrap();
+    let hashpool = HashPool::open(&ds.files, SMALL as usize, 16 * (SMALL + 200), false).unwrap();
+    let stores: [(&dyn PageStore, &[u16]); 3] = [(&strata, &[0, 1]), (&raw, &[0, 1]), (&hashpool, &[0])];
+    for (store, files) in stores {
+        let mut rng = Rng::new(0xBA7C);
+        for round in 0..40 {
+            let len = 1 + rng.below(if round % 2 == 0 { 8 } else { 70 }) as usize; // up to 70 > a ring's 64 entries
+            let mut batch: Vec<Page> = Vec::with_capacity(len + 2);
+            for _ in 0..len {
+                let k = files[rng.below(files.len() as u64) as usize];
+                batch.push(Page::new(k, rng.below(ds.files[k as usize].pages)));
+            }
+            // Duplicates: a page again later, and one twice in a row.
+            batch.push(batch[0]);
+            let last = *batch.last().unwrap();
+            batch.push(last);
+            let mut by_read = Vec::new();
+            for &p in &batch {
+                let mut got = Vec::new();
+                store.read(p, &mut |d| got = d.to_vec()).unwrap();
+                assert_eq!(got, expected(p.file, p.index, ds.files[p.file as usize].payload_len()), "{}: read {p:?}", store.name());
+                by_read.push(got);
+            }
+            let mut seen = vec![0u32; batch.len()];
+            store
+                .read_batch(&batch, &mut |i, d| {
+                    seen[i] += 1;
+                    assert!(d == by_read[i].as_slice(), "{}: read_batch index {i} ({:?}) differs from read", store.name(), batch[i]);
+                })
+                .unwrap();
+            assert!(seen.iter().all(|&n| n == 1), "{}: every index exactly once: {seen:?}", store.name());
+        }
+        // An empty batch does nothing; a page past the end fails the batch.
+        store.read_batch(&[], &mut |_, _| panic!("an empty batch has no page")).unwrap();
+        let bad = [Page::new(0, 1), Page::new(0, ds.files[0].pages)];
+        assert!(store.read_batch(&bad, &mut |_, _| {}).is_err(), "{}: a page past the end must fail", store.name());
+    }
+    // raw says how its batches reach the device, and counted every page of them.
+    let d = raw.describe();
+    assert!(d["batch_io_uring"].is_boolean(), "{d:?}");
+    assert_eq!(d["batch_io_uring"].as_bool() == Some(false), d.contains_key("batch_io_uring_fallback"), "{d:?}");
+    assert!(d["batch_ring_calls"].as_u64().unwrap() + d["batch_posix_calls"].as_u64().unwrap() > 0, "{d:?}");
+}

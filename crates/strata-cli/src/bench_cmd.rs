@@ -38,6 +38,11 @@ pub struct BenchArgs {
     /// Page sizes, comma-separated (fix, scan, commit, recovery, remote: one; random-read: several; mixed-size: small,large).
     #[arg(long = "page-size", value_delimiter = ',', value_parser = crate::parse_size)]
     pub page_size: Option<Vec<u64>>,
+    /// random-read: total reads in flight (default: the thread count). Larger than the thread
+    /// count, each thread reads batches of queue-depth/threads random pages at once (raw:
+    /// io_uring; strata: one batch load; the other engines read a batch page by page).
+    #[arg(long = "queue-depth")]
+    pub queue_depth: Option<usize>,
     /// remote: the Valkey/Redis server of the remote tier (redis://[USER:PASSWORD@]HOST:PORT,
     /// unix:///PATH or redis+cluster://...; default: a private valkey-server or redis-server
     /// started on a unix socket and stopped afterwards).
@@ -62,6 +67,7 @@ pub fn bench(a: BenchArgs) -> Result<(), Error> {
         page_sizes: a.page_size,
         progress: !a.json,
         remote: a.remote,
+        queue_depth: a.queue_depth,
     };
     let report = strata_bench::run(&a.name, &opts).map_err(Error::InvalidInput)?;
     if let Some(path) = &a.plot {

@@ -35,7 +35,14 @@ struct Log {
 
 impl Log {
     fn new() -> Log {
-        Log { next: Mutex::new(0), flushing: Mutex::new(false), flush_done: Condvar::new(), flushed: AtomicU64::new(0), flushers: AtomicUsize::new(0), fsyncs: AtomicUsize::new(0) }
+        Log {
+            next: Mutex::new(0),
+            flushing: Mutex::new(false),
+            flush_done: Condvar::new(),
+            flushed: AtomicU64::new(0),
+            flushers: AtomicUsize::new(0),
+            fsyncs: AtomicUsize::new(0),
+        }
     }
 
     fn append(&self) -> u64 {

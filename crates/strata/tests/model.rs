@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use strata::storage::backend::OpenMode;
-use strata::storage::{FileBackend, IoBufMut, StorageBackend, StorageFile};
+use strata::storage::{FileBackend, IoBufMut, ReadReq, StorageBackend, StorageFile};
 use strata::{BufferManager, Config, Error, PageId, PAGE_HEADER_SIZE};
 
 const MIN_PAGE: u64 = 4096;
@@ -58,8 +58,8 @@ impl Arbitrary for Pick {
 /// close/reopen, not crash durability, and fsync would dominate its run time. Some cases use
 /// O_DIRECT page I/O (as in production), the rest buffered I/O (much faster on slow disks);
 /// the buffer manager above the file layer is the same.
-#[derive(Debug, Default)]
-struct NoSync(FileBackend);
+#[derive(Debug)]
+struct NoSync(Arc<dyn StorageBackend>);
 
 #[derive(Debug)]
 struct NoSyncFile(Arc<dyn StorageFile>);
@@ -73,6 +73,12 @@ impl StorageFile for NoSyncFile {
     }
     fn sync(&self) -> io::Result<()> {
         Ok(())
+    }
+    fn read_many(&self, reqs: &mut [ReadReq<'_>]) -> io::Result<()> {
+        self.0.read_many(reqs)
+    }
+    fn queue_depth(&self) -> usize {
+        self.0.queue_depth()
     }
     fn len(&self) -> io::Result<u64> {
         self.0.len()
@@ -114,6 +120,9 @@ impl StorageBackend for NoSync {
     }
     fn sync_dir(&self, _path: &Path) -> io::Result<()> {
         Ok(())
+    }
+    fn io_name(&self) -> String {
+        self.0.io_name()
     }
 }
 
@@ -535,7 +544,12 @@ fn run_case(direct: bool, pool: u64, initial: &[(usize, bool, u64)], ops: &[Op])
     let db = dir.path().join("db");
     let mut h = Harness {
         db: &db,
-        backend: Arc::new(NoSync(FileBackend { buffered_only: !direct })),
+        backend: Arc::new(NoSync(if direct {
+            // io_uring where the kernel allows it (`STRATA_IO=posix`: pread/pwrite).
+            strata::buffer::default_backend()
+        } else {
+            Arc::new(FileBackend { buffered_only: true })
+        })),
         bm: None,
         model: BTreeMap::new(),
         stale: BTreeSet::new(),

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::thread;
 
 use strata::storage::backend::OpenMode;
-use strata::storage::{FileBackend, IoBufMut, StorageBackend, StorageFile};
+use strata::storage::{FileBackend, IoBufMut, ReadReq, StorageBackend, StorageFile};
 use strata::{BufferManager, Config, PageId, PAGE_HEADER_SIZE};
 
 const MIN_PAGE: u64 = 4096;
@@ -102,7 +102,7 @@ impl Rng {
 /// The real filesystem minus fsync (the checkpoints and the close here are about contents,
 /// not crash durability; fsync on a slow disk would dominate the run time).
 #[derive(Debug)]
-struct NoSync(FileBackend);
+struct NoSync(Arc<dyn StorageBackend>);
 
 #[derive(Debug)]
 struct NoSyncFile(Arc<dyn StorageFile>);
@@ -116,6 +116,12 @@ impl StorageFile for NoSyncFile {
     }
     fn sync(&self) -> std::io::Result<()> {
         Ok(())
+    }
+    fn read_many(&self, reqs: &mut [ReadReq<'_>]) -> std::io::Result<()> {
+        self.0.read_many(reqs)
+    }
+    fn queue_depth(&self) -> usize {
+        self.0.queue_depth()
     }
     fn len(&self) -> std::io::Result<u64> {
         self.0.len()
@@ -157,6 +163,9 @@ impl StorageBackend for NoSync {
     }
     fn sync_dir(&self, _path: &std::path::Path) -> std::io::Result<()> {
         Ok(())
+    }
+    fn io_name(&self) -> String {
+        self.0.io_name()
     }
 }
 
@@ -274,6 +283,7 @@ struct Tally {
     optimistic_invalid: u64,
     upgrades_failed: u64,
     temp_ops: u64,
+    prefetched: u64,
 }
 
 /// One exclusive write of page `i`: checks the page holds the committed seq, writes seq+1.
@@ -464,9 +474,20 @@ fn worker(bm: &BufferManager, pages: &Pages, cap: &Cap, run: &Run, id: usize, op
                     t.upgrades_failed += 1;
                 }
             }
-            28..=52 => {
+            28..=49 => {
                 read_shared(bm, pages, i);
                 t.shared += 1;
+            }
+            50..=52 => {
+                // Prefetch a run of adjacent pages and a few scattered ones (several reads
+                // in one batch) while others write and evict them, then read some.
+                let run = rng.below(pages.pids.len() - 8);
+                let mut batch: Vec<PageId> = pages.pids[run..run + 8].to_vec();
+                batch.extend((0..8).map(|_| pages.pids[rng.below(pages.pids.len())]));
+                t.prefetched += bm.prefetch(&batch) as u64;
+                read_shared(bm, pages, run);
+                read_shared(bm, pages, i);
+                t.shared += 2;
             }
             53..=72 => {
                 if read_optimistic_manual(bm, pages, i, &mut buf, r % 2 == 0) {
@@ -488,7 +509,8 @@ fn worker(bm: &BufferManager, pages: &Pages, cap: &Cap, run: &Run, id: usize, op
 fn stress(run: Run) {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("db");
-    let backend: Arc<dyn StorageBackend> = Arc::new(NoSync(FileBackend::default()));
+    // io_uring where the kernel allows it (`STRATA_IO=posix`: pread/pwrite).
+    let backend: Arc<dyn StorageBackend> = Arc::new(NoSync(strata::buffer::default_backend()));
     let config = || Config::new(&db).min_page(MIN_PAGE).pool_size(POOL).backend(backend.clone());
     let bm = BufferManager::create(config()).unwrap();
     let pages = Pages::create(&bm);
@@ -528,12 +550,17 @@ fn stress(run: Run) {
     assert!(samples > 0);
     let reads: u64 = tallies.iter().map(|t| t.shared + t.optimistic_valid).sum();
     assert!(writes > 0 && reads > 0);
+    let prefetched: u64 = tallies.iter().map(|t| t.prefetched).sum();
+    assert!(prefetched > 0 && st.prefetch_hits + st.prefetch_wasted <= st.pages_prefetched, "{st:?}");
     eprintln!(
-        "stress: {} ops/worker, {writes} writes, {reads} reads, {} invalid optimistic reads, {} failed upgrades, {} scratch ops, {samples} monitor samples, {} evictions, hits {} misses {}",
+        "stress: {} ops/worker, {writes} writes, {reads} reads, {} invalid optimistic reads, {} failed upgrades, {} scratch ops, {} pages prefetched ({} used, {} wasted), {samples} monitor samples, {} evictions, hits {} misses {}",
         ops,
         tallies.iter().map(|t| t.optimistic_invalid).sum::<u64>(),
         tallies.iter().map(|t| t.upgrades_failed).sum::<u64>(),
         tallies.iter().map(|t| t.temp_ops).sum::<u64>(),
+        tallies.iter().map(|t| t.prefetched).sum::<u64>(),
+        st.prefetch_hits,
+        st.prefetch_wasted,
         st.evictions - evictions_before,
         st.hits,
         st.misses,
@@ -571,7 +598,7 @@ fn shrinking_the_pool_races_with_loads() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("db");
     let (big, small) = (512u64 << 10, 256u64 << 10);
-    let backend: Arc<dyn StorageBackend> = Arc::new(NoSync(FileBackend { buffered_only: true }));
+    let backend: Arc<dyn StorageBackend> = Arc::new(NoSync(Arc::new(FileBackend { buffered_only: true })));
     let bm = BufferManager::create(Config::new(&db).min_page(MIN_PAGE).pool_size(big).backend(backend)).unwrap();
     let pids: Vec<PageId> = (0..1024)
         .map(|_| {

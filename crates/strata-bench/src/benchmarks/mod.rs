@@ -43,6 +43,11 @@ pub struct Options {
     pub page_sizes: Option<Vec<u64>>,
     /// Print progress lines on stderr.
     pub progress: bool,
+    /// `random-read`: the total number of reads in flight to aim for. Where it is larger than
+    /// the thread count, each operation of the measured phase reads a batch of
+    /// `max(1, queue_depth / threads)` random pages with [`crate::PageStore::read_batch`]
+    /// (default: synchronous reads, queue depth = threads). Other benchmarks refuse it.
+    pub queue_depth: Option<usize>,
     /// `remote`: URL of the Valkey/Redis server for the remote tier (default: a private
     /// server started and stopped by the benchmark).
     pub remote: Option<String>,
@@ -92,6 +97,14 @@ pub fn run(name: &str, opts: &Options) -> Result<Value, String> {
     if let Some(s) = opts.seconds {
         if !(s.is_finite() && s > 0.0) {
             return Err(format!("--seconds must be positive, got {s}"));
+        }
+    }
+    if let Some(q) = opts.queue_depth {
+        if q == 0 {
+            return Err("--queue-depth must be at least 1".into());
+        }
+        if name != "random-read" {
+            return Err(format!("--queue-depth applies to random-read only, not to {name}"));
         }
     }
     let scratch = ScratchDir::new(opts.dir.as_deref()).map_err(|e| format!("create a scratch directory: {e}"))?;

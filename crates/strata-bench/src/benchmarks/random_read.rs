@@ -9,6 +9,19 @@
 //! or a pool's worth of pages (out), then (out) the workload itself runs for half the
 //! measurement time with a different random sequence; then it is measured. Synchronous reads:
 //! the queue depth is the thread count, for every engine.
+//!
+//! `--queue-depth N` ([`crate::Options::queue_depth`]) with N larger than the thread count
+//! makes every operation of the *measured* phase a batch: each thread draws
+//! `batch = max(1, N / threads)` random pages and reads them with
+//! [`PageStore::read_batch`], probing each page as above, so that about N reads can be in
+//! flight at once. `raw` sends a batch to the device at once (io_uring, see
+//! [`crate::engines::RawStore`]); `strata` loads a batch's missing pages with one
+//! `BufferManager::prefetch` and then fixes them one by one; hashpool and mmap keep the
+//! default `read_batch`, page after page (their queue depth stays the thread count). An
+//! operation is then a batch: `ops`, `ops_per_sec` and the latencies are per batch, and each
+//! engine's figures add `pages_per_sec`; `params` record the effective total depth
+//! (`queue_depth` = batch x threads) and `batch`. Fill and warm-up are unchanged (one page
+//! per operation).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -35,6 +48,13 @@ pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
     let ds = DataSet::build(&ctx.scratch.path().join("db"), min_page, &specs)?;
     mmap_cap_note(ctx);
 
+    // A thread's random state; `pages`/`salts` hold the batch being read (batched runs).
+    struct St {
+        rng: Rng,
+        acc: u64,
+        pages: Vec<Page>,
+        salts: Vec<u64>,
+    }
     let mut runs = Vec::new();
     for (k, &ps) in sizes.iter().enumerate() {
         for (memory, data) in [("in", data_in), ("out", data_out)] {
@@ -42,22 +62,42 @@ pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
             for dist in [Distribution::Uniform, Distribution::Zipf(0.99)] {
                 let sampler = Sampler::new(n, dist);
                 for &threads in &o.thread_counts() {
+                    // Pages per operation of the measured phase (1: synchronous reads).
+                    let batch = match o.queue_depth {
+                        Some(q) if q > threads => (q / threads).max(1),
+                        _ => 1,
+                    };
+                    let batched = o.queue_depth.is_some_and(|q| q > threads);
                     let cfg = RunCfg { threads, seconds: o.ops.is_none().then_some(seconds), ops: o.ops, sample_every: if memory == "in" { 8 } else { 1 } };
                     let warm = RunCfg { seconds: cfg.seconds.map(|s| s / 2.0), ops: cfg.ops.map(|x| x / 2), ..cfg };
                     // Warm-up and measurement draw different page sequences (else the
                     // measurement would replay the warm-up and hit what it just loaded).
-                    let make = |t: usize| (Rng::new(0x5EED ^ ((t as u64) << 40) ^ n), 0u64);
-                    let make_warm = |t: usize| (Rng::new(0x3A3B ^ ((t as u64) << 40) ^ n), 0u64);
+                    let st = |seed: u64| St { rng: Rng::new(seed), acc: 0, pages: Vec::with_capacity(batch), salts: Vec::with_capacity(batch) };
+                    let make = |t: usize| st(0x5EED ^ ((t as u64) << 40) ^ n);
+                    let make_warm = |t: usize| st(0x3A3B ^ ((t as u64) << 40) ^ n);
                     let mut engines = Map::new();
                     for name in ENGINES {
                         ctx.progress(|| format!("{} {memory} {} t{threads}: {name}", short_size(ps), dist.name()));
                         let r = with_engine(name, &ds, pool, ps as usize, 1 << 20, |store: &dyn PageStore| {
-                            let op = |st: &mut (Rng, u64)| {
-                                let i = sampler.sample(&mut st.0);
-                                let salt = st.0.next_u64();
-                                store.read(Page::new(k as u16, i), &mut |d| st.1 ^= probe(d, salt))?;
-                                std::hint::black_box(st.1);
+                            let op = |st: &mut St| {
+                                let i = sampler.sample(&mut st.rng);
+                                let salt = st.rng.next_u64();
+                                store.read(Page::new(k as u16, i), &mut |d| st.acc ^= probe(d, salt))?;
+                                std::hint::black_box(st.acc);
                                 Ok(Step::Did { bytes: ps })
+                            };
+                            // The same per page, `batch` pages per operation through read_batch.
+                            let op_batch = |st: &mut St| {
+                                st.pages.clear();
+                                st.salts.clear();
+                                for _ in 0..batch {
+                                    st.pages.push(Page::new(k as u16, sampler.sample(&mut st.rng)));
+                                    st.salts.push(st.rng.next_u64());
+                                }
+                                let (acc, salts) = (&mut st.acc, &st.salts);
+                                store.read_batch(&st.pages, &mut |j, d| *acc ^= probe(d, salts[j]))?;
+                                std::hint::black_box(st.acc);
+                                Ok(Step::Did { bytes: batch as u64 * ps })
                             };
                             if name != "raw" {
                                 // Fill the cache (in: every page; out: a pool's worth), in
@@ -83,7 +123,14 @@ pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
                                     measure(&warm, make_warm, op)?;
                                 }
                             }
-                            measure_store(store, &cfg, make, op)
+                            if batched {
+                                let mut m = measure_store(store, &cfg, make, op_batch)?;
+                                let batches = m.get("ops_per_sec").and_then(Value::as_f64).unwrap_or(0.0);
+                                m.insert("pages_per_sec".into(), json!((batches * batch as f64).round()));
+                                Ok(m)
+                            } else {
+                                measure_store(store, &cfg, make, op)
+                            }
                         });
                         engines.insert(name.into(), engine_value(r));
                     }
@@ -96,8 +143,11 @@ pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
                         "data_to_pool": ((n * ps) as f64 / pool as f64 * 1000.0).round() / 1000.0,
                         "distribution": dist.name(),
                         "phase": "warm",
-                        "queue_depth": threads,
+                        "queue_depth": batch * threads,
                     });
+                    if o.queue_depth.is_some() {
+                        params["batch"] = json!(batch);
+                    }
                     if let Distribution::Zipf(theta) = dist {
                         params["zipf_theta"] = json!(theta);
                     }
@@ -105,6 +155,11 @@ pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
                 }
             }
         }
+    }
+    if let Some(q) = o.queue_depth {
+        ctx.notes.push(format!(
+            "random-read --queue-depth {q}: where {q} is larger than the thread count, each measured operation reads a batch of max(1, {q} / threads) random pages (params: batch, queue_depth = batch x threads), so ops, ops_per_sec and latencies are per batch and pages_per_sec = ops_per_sec x batch; raw reads a batch through io_uring (batch_io_uring says whether it could), strata with one batch load (prefetch) then a fix per page, hashpool and mmap page after page (their queue depth stays the thread count); fill and warm-up read one page per operation. Where {q} is not larger than the thread count the reads are synchronous (batch 1, queue_depth = threads)."
+        ));
     }
     ctx.notes.push(format!(
         "random-read: in = data 7/8 of the pool (fits with every engine's metadata), out = 4x the pool; each engine opened cold per run, warmed, then measured for {seconds} s; raw is never warmed (it has no cache). Latency sampled every 8th op in memory, every op out of memory."

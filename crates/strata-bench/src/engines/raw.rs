@@ -2,13 +2,21 @@
 //! same block size and the same number of threads (synchronous reads: queue depth = threads)
 //! it is the device's limit for that access pattern; for scans it reads large sequential
 //! chunks.
+//!
+//! [`PageStore::read_batch`] is the device's limit at a queue depth larger than the thread
+//! count: each data file is opened a second time through strata's [`UringBackend`], and a
+//! batch goes to the device at once with [`StorageFile::read_many`] (io_uring, up to
+//! `RING_ENTRIES` reads in flight per thread; where io_uring is unavailable the backend falls
+//! back to one `pread` after the other, and `describe()` says so).
 
 use std::cell::RefCell;
 use std::fs::File;
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
+use std::sync::Arc;
 
-use strata::storage::AlignedBuf;
+use strata::storage::backend::OpenMode;
+use strata::storage::{AlignedBuf, IoBufMut, ReadReq, StorageBackend, StorageFile, UringBackend};
 
 use super::open_data;
 use crate::dataset::DataFile;
@@ -17,6 +25,8 @@ use crate::{EResult, EngineError, IoCounters, Page, PageStore};
 
 struct RawFile {
     file: File,
+    /// The same file opened through `RawStore::uring`, for batches.
+    batch: Arc<dyn StorageFile>,
     page_size: usize,
     payload_offset: usize,
     pages: u64,
@@ -29,6 +39,10 @@ pub struct RawStore {
     reads: Counter,
     bytes_read: Counter,
     direct: bool,
+    /// Whether the batch files bypass the page cache too.
+    batch_direct: bool,
+    /// The backend of the batch reads (io_uring, or its `pread` fallback).
+    uring: UringBackend,
 }
 
 thread_local! {
@@ -49,18 +63,30 @@ fn with_buf<T>(len: usize, f: impl FnOnce(&mut [u8]) -> T) -> T {
 impl RawStore {
     /// Opens `files`; scans read `chunk` bytes per request (rounded to whole pages).
     pub fn open(files: &[DataFile], chunk: usize) -> EResult<RawStore> {
-        let mut direct = true;
+        let uring = UringBackend::new();
+        let (mut direct, mut batch_direct) = (true, true);
         let mut out = Vec::new();
         for f in files {
             let (file, d) = open_data(&f.path, false).map_err(|e| EngineError(format!("open {}: {e}", f.path.display())))?;
+            let batch = uring.open(&f.path, OpenMode::Direct, false).map_err(|e| EngineError(format!("open {} for batches: {e}", f.path.display())))?;
             direct &= d;
-            out.push(RawFile { file, page_size: f.page_size, payload_offset: f.payload_offset, pages: f.pages });
+            batch_direct &= batch.is_direct();
+            out.push(RawFile { file, batch, page_size: f.page_size, payload_offset: f.payload_offset, pages: f.pages });
         }
-        Ok(RawStore { files: out, chunk, reads: Counter::default(), bytes_read: Counter::default(), direct })
+        Ok(RawStore { files: out, chunk, reads: Counter::default(), bytes_read: Counter::default(), direct, batch_direct, uring })
     }
 
     fn file(&self, file: u16) -> EResult<&RawFile> {
         self.files.get(file as usize).ok_or_else(|| EngineError(format!("no data file {file}")))
+    }
+
+    /// The file of `page`, which must exist and hold the page.
+    fn file_of(&self, page: Page) -> EResult<&RawFile> {
+        let rf = self.file(page.file)?;
+        if page.index >= rf.pages {
+            return Err(EngineError(format!("page {} of file {} is beyond its {} pages", page.index, page.file, rf.pages)));
+        }
+        Ok(rf)
     }
 
     fn read_into(&self, f: &RawFile, first: u64, buf: &mut [u8]) -> EResult<()> {
@@ -116,6 +142,67 @@ impl PageStore for RawStore {
         Ok(())
     }
 
+    /// The whole batch goes to the device at once: one `read_many` per data file the batch
+    /// touches (io_uring keeps them all in flight), into this thread's buffer (page `i` of the
+    /// batch at the sum of the sizes of pages `0..i`), then `f` in batch order.
+    fn read_batch(&self, pages: &[Page], f: &mut dyn FnMut(usize, &[u8])) -> EResult<()> {
+        let mut files = Vec::with_capacity(pages.len());
+        let mut total = 0;
+        for &p in pages {
+            let rf = self.file_of(p)?;
+            files.push(rf);
+            total += rf.page_size;
+        }
+        with_buf(total, |buf| {
+            {
+                // One disjoint slice of the buffer per page, in batch order.
+                let mut slots: Vec<Option<&mut [u8]>> = Vec::with_capacity(pages.len());
+                let mut rest = &mut *buf;
+                for rf in &files {
+                    let (slot, tail) = rest.split_at_mut(rf.page_size);
+                    slots.push(Some(slot));
+                    rest = tail;
+                }
+                // Group by file (usually there is one): a read_many per file.
+                let mut order: Vec<usize> = (0..pages.len()).collect();
+                order.sort_by_key(|&i| pages[i].file);
+                for group in order.chunk_by(|&a, &b| pages[a].file == pages[b].file) {
+                    let rf = files[group[0]];
+                    let mut reqs: Vec<ReadReq<'_>> = group
+                        .iter()
+                        .map(|&i| {
+                            let slot = slots[i].take().expect("each page of the batch has its own slot");
+                            ReadReq::new(IoBufMut::from_slice(slot), pages[i].index * rf.page_size as u64)
+                        })
+                        .collect();
+                    let failed = rf.batch.read_many(&mut reqs);
+                    for (&i, req) in group.iter().zip(&reqs) {
+                        let p = pages[i];
+                        match &req.result {
+                            Ok(n) if *n == rf.page_size => {}
+                            Ok(n) => {
+                                return Err(EngineError(format!(
+                                    "raw batch read of page {} of file {}: {n} of {} bytes (end of file)",
+                                    p.index, p.file, rf.page_size
+                                )))
+                            }
+                            Err(e) => return Err(EngineError(format!("raw batch read of page {} of file {}: {e}", p.index, p.file))),
+                        }
+                    }
+                    failed.map_err(|e| EngineError(format!("raw batch read of file {}: {e}", pages[group[0]].file)))?;
+                }
+            }
+            self.reads.add(pages.len() as u64);
+            self.bytes_read.add(total as u64);
+            let mut at = 0;
+            for (i, rf) in files.iter().enumerate() {
+                f(i, &buf[at + rf.payload_offset..at + rf.page_size]);
+                at += rf.page_size;
+            }
+            Ok(())
+        })
+    }
+
     fn scan(&self, file: u16, range: Range<u64>, f: &mut dyn FnMut(u64, &[u8])) -> EResult<()> {
         let rf = self.file(file)?;
         if range.end > rf.pages {
@@ -146,6 +233,15 @@ impl PageStore for RawStore {
         m.insert("direct_io".into(), self.direct.into());
         m.insert("scan_chunk_bytes".into(), self.chunk.into());
         m.insert("reads".into(), self.reads.get().into());
+        // How read_batch reaches the device (read and scan are plain preads either way).
+        m.insert("batch_direct_io".into(), self.batch_direct.into());
+        m.insert("batch_io_uring".into(), self.uring.uses_io_uring().into());
+        if let Some(why) = self.uring.fallback_reason() {
+            m.insert("batch_io_uring_fallback".into(), why.into());
+        }
+        let st = self.uring.stats();
+        m.insert("batch_ring_calls".into(), st.ring_calls.into());
+        m.insert("batch_posix_calls".into(), st.posix_calls.into());
         m
     }
 }

@@ -1,5 +1,8 @@
 //! `strata`: the buffer manager under test, behind [`PageStore`].
 
+use std::sync::{Arc, Mutex};
+
+use strata::buffer::{FilePages, ReadAhead};
 use strata::{BufferManager, Config, PageId, SharedGuard};
 
 use crate::dataset::DataSet;
@@ -15,8 +18,19 @@ struct FileInfo {
 /// strata's buffer manager over a data set's database, with one memory budget for every
 /// page size.
 pub struct StrataStore {
-    bm: BufferManager,
+    /// The read-ahead stream of the scan under way (first: dropped, and its thread joined,
+    /// before the buffer manager).
+    stream: Mutex<Option<Stream>>,
+    bm: Arc<BufferManager>,
     files: Vec<FileInfo>,
+}
+
+/// A scan's read-ahead stream over one file.
+struct Stream {
+    file: u16,
+    /// The furthest page a morsel started at.
+    furthest: u64,
+    ra: ReadAhead<'static>,
 }
 
 impl StrataStore {
@@ -25,7 +39,7 @@ impl StrataStore {
     pub fn open(ds: &DataSet, pool_bytes: u64) -> EResult<StrataStore> {
         let bm = BufferManager::open(Config::new(&ds.db_dir).pool_size(pool_bytes).min_page(ds.min_page))?;
         let files = ds.files.iter().map(|f| FileInfo { class: f.class, page_size: f.page_size, pages: f.pages }).collect();
-        Ok(StrataStore { bm, files })
+        Ok(StrataStore { bm: Arc::new(bm), files, stream: Mutex::new(None) })
     }
 
     /// The buffer manager.
@@ -69,27 +83,51 @@ impl PageStore for StrataStore {
         Ok(())
     }
 
-    /// Sequential access: prefetch windows of adjacent pages (one coalesced read each, up to
-    /// 1 MiB and a quarter of the pool), then fix them one by one — as strata's scan operator.
+    /// Random access at a queue depth larger than the thread count: one batch load of the
+    /// pages that are not resident ([`BufferManager::prefetch`], best effort: what it could
+    /// not load, the fix loads), then a shared fix of each page in batch order, one guard at
+    /// a time.
+    fn read_batch(&self, pages: &[Page], f: &mut dyn FnMut(usize, &[u8])) -> EResult<()> {
+        let pids = pages.iter().map(|&p| self.pid(p)).collect::<EResult<Vec<PageId>>>()?;
+        if pids.len() > 1 {
+            self.bm.prefetch(&pids);
+        }
+        for (i, &pid) in pids.iter().enumerate() {
+            let g = self.bm.fix_shared(pid)?;
+            f(i, g.data());
+        }
+        Ok(())
+    }
+
+    /// Sequential access, as strata's scan operator does it: a read-ahead stream over the
+    /// file (its I/O thread loads the pages ahead of the morsels being consumed, in coalesced
+    /// reads with several in flight, at a depth that adapts), then fix page by page. A scan
+    /// that starts again from the front (the next pass) gets a new stream.
     fn scan(&self, file: u16, range: std::ops::Range<u64>, f: &mut dyn FnMut(u64, &[u8])) -> EResult<()> {
-        let page = self.page_size(file) as u64;
-        let window = ((1u64 << 20).min(self.bm.pool_size() / 4) / page).max(1);
-        let mut pids = Vec::with_capacity(window as usize);
-        let mut start = range.start;
-        while start < range.end {
-            let end = (start + window).min(range.end);
-            pids.clear();
-            for index in start..end {
-                pids.push(self.pid(Page::new(file, index))?);
+        let first = self.pid(Page::new(file, range.start))?;
+        let info = self.files[file as usize];
+        if range.end > info.pages {
+            return Err(EngineError(format!("pages {range:?} of file {file} run past its {} pages", info.pages)));
+        }
+        {
+            let mut slot = self.stream.lock().unwrap_or_else(|e| e.into_inner());
+            let fresh = match &*slot {
+                Some(s) => s.file != file || range.start < s.furthest / 2,
+                None => true,
+            };
+            if fresh {
+                // Drop the old stream first: its thread is joined before the new one starts.
+                *slot = None;
+                let source = Arc::new(FilePages { class: first.class(), first: 0, count: info.pages });
+                *slot = Some(Stream { file, furthest: 0, ra: ReadAhead::spawn(self.bm.clone(), source) });
             }
-            if pids.len() > 1 {
-                self.bm.prefetch(&pids);
-            }
-            for (k, &pid) in pids.iter().enumerate() {
-                let g = self.bm.fix_shared(pid)?;
-                f(start + k as u64, g.data());
-            }
-            start = end;
+            let s = slot.as_mut().expect("a stream was just made");
+            s.furthest = s.furthest.max(range.start);
+            s.ra.advance(range.start as usize..range.end as usize);
+        }
+        for index in range {
+            let g = self.bm.fix_shared(PageId::new(first.class(), false, index))?;
+            f(index, g.data());
         }
         Ok(())
     }
@@ -107,6 +145,11 @@ impl PageStore for StrataStore {
         m.insert("peak_resident_bytes".into(), s.peak_resident_bytes.into());
         m.insert("evictions".into(), s.evictions.into());
         m.insert("direct_io".into(), s.direct_io.into());
+        // Totals since the engine was opened (fills and warm-ups included). A fix of a page
+        // that a batch's prefetch loaded counts as a hit in `hits`.
+        m.insert("pages_prefetched".into(), s.pages_prefetched.into());
+        m.insert("prefetch_hits".into(), s.prefetch_hits.into());
+        m.insert("prefetch_wasted".into(), s.prefetch_wasted.into());
         m
     }
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::storage::wal::WalOptions;
-use crate::storage::{FileBackend, StorageBackend};
+use crate::storage::StorageBackend;
 
 /// Default smallest page: 64 KiB (use 4 KiB on small devices).
 pub const DEFAULT_MIN_PAGE: u64 = 64 << 10;
@@ -13,6 +13,15 @@ pub const DEFAULT_MIN_PAGE: u64 = 64 << 10;
 pub const DEFAULT_CHECKPOINT_EVERY: u64 = 64 << 20;
 /// Default pool: 256 MiB.
 pub const DEFAULT_POOL: u64 = 256 << 20;
+
+/// The storage backend of a new [`Config`]: io_uring for page data where the kernel allows
+/// it (`STRATA_IO=posix` turns it off), else `pread`/`pwrite`.
+pub fn default_backend() -> Arc<dyn StorageBackend> {
+    #[cfg(target_os = "linux")]
+    return Arc::new(crate::storage::UringBackend::new());
+    #[cfg(not(target_os = "linux"))]
+    return Arc::new(crate::storage::FileBackend::default());
+}
 
 /// How to open or create a database's buffer manager.
 #[derive(Clone, Debug)]
@@ -35,7 +44,7 @@ impl Config {
             dir: dir.as_ref().to_owned(),
             pool_size: DEFAULT_POOL,
             min_page: None,
-            backend: Arc::new(FileBackend::default()),
+            backend: default_backend(),
             pin_wait: Duration::from_secs(1),
             wal: WalOptions::default(),
             checkpoint_every: DEFAULT_CHECKPOINT_EVERY,

@@ -40,7 +40,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::manager::BufferManager;
 use super::space::Space;
-use super::state::{PageState, Word, LOCKED, MARKED, UNLOCKED};
+use super::state::{PageState, Word, LOCKED};
 use crate::error::Result;
 use crate::storage::{PageId, PAGE_HEADER_SIZE};
 
@@ -330,7 +330,7 @@ impl<'a> OptimisticGuard<'a> {
     pub fn upgrade(self) -> Result<ExclusiveGuard<'a>, Restart> {
         let st = self.state();
         let now = st.load();
-        if now.version() == self.seen.version() && matches!(now.state(), UNLOCKED | MARKED) && st.try_lock_exclusive(now) {
+        if now.version() == self.seen.version() && now.is_unlatched() && st.try_lock_exclusive(now) {
             debug_assert_eq!(st.load().state(), LOCKED);
             return Ok(ExclusiveGuard { bm: self.bm, sp: self.sp, index: self.index, frame: self.frame, _not_send: PhantomData });
         }

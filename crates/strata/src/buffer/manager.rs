@@ -38,7 +38,7 @@ use super::config::Config;
 use super::guard::{ExclusiveGuard, OptimisticGuard, Restart, SharedGuard};
 use super::resident::ResidentSet;
 use super::space::{Space, META_PER_STATE_CHUNK, STATES_PER_OS_PAGE};
-use super::state::{EVICTED, LOCKED, MARKED, UNLOCKED};
+use super::state::{EVICTED, LOCKED, MARKED, PREFETCHED, PREFETCHED_MARKED, UNLOCKED};
 use super::stats::{ClassStats, Counters, Stats};
 use crate::error::{Error, Result};
 use crate::storage::backend::{atomic_word, OpenMode};
@@ -47,7 +47,7 @@ use crate::storage::layout::{class_file, temp_file};
 use crate::storage::meta::FORMAT_VERSION;
 use crate::storage::page::{self, checksum, header_words};
 use crate::storage::wal::{CheckpointInfo, Wal, FIRST_LSN};
-use crate::storage::{AllocTable, ClassBitmap, IoBufMut, Meta, PageId, SizeClasses, StorageBackend, PAGE_HEADER_SIZE};
+use crate::storage::{AllocTable, ClassBitmap, IoBufMut, Meta, PageId, ReadReq, SizeClasses, StorageBackend, PAGE_HEADER_SIZE};
 
 /// What a create writes before the meta file (and their temporary names, `NAME.*`).
 const CREATE_FILES: &[&str] = &["alloc.table"];
@@ -70,6 +70,14 @@ const USED_MASK: u64 = (1 << USED_BITS) - 1;
 /// One step of the shrink generation in the `used` word (it wraps, which is harmless: a
 /// reservation would have to sleep between its load and its CAS through 4096 shrinks).
 const SHRINK_GENERATION: u64 = 1 << USED_BITS;
+
+/// Pages `first..first + n` of a space, latched by a prefetch and read with one request.
+#[derive(Clone, Copy)]
+struct Run<'a> {
+    sp: &'a Space,
+    first: u64,
+    n: u64,
+}
 
 /// A buffer manager over one database directory. `Send + Sync`: share it with `Arc`.
 pub struct BufferManager {
@@ -525,10 +533,14 @@ impl BufferManager {
                 let st = sp.state(pid.index());
                 let w = st.load();
                 match w.state() {
-                    UNLOCKED => {
+                    UNLOCKED | PREFETCHED => {
                         st.try_mark(w);
                     }
-                    MARKED if st.try_lock_exclusive(w) => {
+                    MARKED | PREFETCHED_MARKED if st.try_lock_exclusive(w) => {
+                        if w.state() == PREFETCHED_MARKED {
+                            // Loaded ahead and never fixed: the prefetch was wasted.
+                            self.counters.prefetch_wasted.add(1);
+                        }
                         claimed += sp.page_size();
                         victims.push((pid, sp));
                     }
@@ -805,7 +817,10 @@ impl BufferManager {
         // SAFETY: we hold the page's exclusive latch (no other writer); the frame is mapped,
         // aligned and `size` bytes long; optimistic readers only load from it.
         let buf = unsafe { IoBufMut::from_frame(frame, size as usize) };
-        let result = match sp.file.read_at(buf, sp.offset(index)) {
+        let metered = self.counters.io.issue(std::iter::once(size), 1);
+        let read = sp.file.read_at(buf, sp.offset(index));
+        self.counters.io.done(metered);
+        let result = match read {
             Err(e) => Err(Error::io("read page", sp.path(), e)),
             Ok(n) if (n as u64) < size => Err(Error::corruption(
                 sp.path(),
@@ -851,7 +866,7 @@ impl BufferManager {
         let intact = loop {
             let w = st.load();
             match w.state() {
-                UNLOCKED | MARKED if st.try_lock_exclusive(w) => break true,
+                _ if w.is_unlatched() && st.try_lock_exclusive(w) => break true,
                 EVICTED if st.try_lock_evicted(w) => break self.load_checked(sp, index, true)?,
                 _ => backoff.snooze(),
             }
@@ -870,26 +885,53 @@ impl BufferManager {
 
     /// Loads those of `pids` that are not resident, coalescing runs of adjacent pages of one
     /// class (contiguous on disk and, within a reservation bucket, in memory) into single
-    /// reads of up to `MAX_COALESCED_READ` bytes. Loaded pages are left unlatched and MARKED,
-    /// so a prefetched page that is never used is the first the clock evicts.
+    /// reads of up to `MAX_COALESCED_READ` bytes, and issuing the reads of all runs of a file
+    /// at once ([`StorageFile::read_many`](crate::storage::StorageFile::read_many): with
+    /// io_uring they are in flight together). Loaded pages are left unlatched and
+    /// PREFETCHED: the first fix counts a prefetch hit; one that no fix used before the clock
+    /// passed it twice (the one lap any untouched page gets) is evicted and counted as
+    /// wasted.
     ///
     /// Best effort: pages that are latched, free or already resident are skipped, a page that
-    /// fails verification is dropped (the fix that wants it reports the error), and when the
-    /// pool has no room the rest is skipped. Returns the number of pages loaded.
+    /// fails verification is dropped (the fix that wants it reports the error), one call
+    /// loads at most a quarter of the pool, and when the pool has no room the rest is
+    /// skipped. Returns the number of pages loaded.
     pub fn prefetch(&self, pids: &[PageId]) -> usize {
         let mut loaded = 0;
-        let mut i = 0;
+        let mut next = 0;
+        while next < pids.len() {
+            let (runs, rest, room) = self.latch_runs(pids, next, &mut loaded);
+            self.read_runs(&runs, &mut loaded);
+            if !room {
+                break;
+            }
+            next = rest;
+        }
+        self.counters.pages_prefetched.add(loaded as u64);
+        loaded
+    }
+
+    /// One round of [`prefetch`](Self::prefetch): latches runs of adjacent, evicted,
+    /// allocated pages from `pids[i..]` and reserves their bytes, up to a quarter of the pool
+    /// (prefetching cannot push out more than that of what other threads are using at once).
+    /// Pages the remote tier holds are loaded from there at once (counted in `loaded`).
+    /// Returns the runs, where the next round starts, and whether the pool had room.
+    fn latch_runs(&self, pids: &[PageId], mut i: usize, loaded: &mut usize) -> (Vec<Run<'_>>, usize, bool) {
+        let mut runs: Vec<Run<'_>> = Vec::new();
+        let mut budget = self.pool_size() / 4;
         while i < pids.len() {
-            // Latch a run of adjacent, evicted, allocated pages.
             let Ok(sp) = self.lookup(pids[i]) else {
                 i += 1;
                 continue;
             };
+            let size = sp.page_size();
+            if size > budget && !runs.is_empty() {
+                return (runs, i, true); // the round is full
+            }
             let first = pids[i].index();
-            // A run never takes more than a quarter of the pool, so prefetching cannot push
-            // out more than that of what other threads are using.
-            let max_pages = (MAX_COALESCED_READ.min(self.pool_size() / 4) >> sp.page_shift).max(1);
+            let max_pages = (MAX_COALESCED_READ.min(budget) >> sp.page_shift).max(1);
             let mut n = 0u64;
+            let mut from_remote = false;
             while i < pids.len() && n < max_pages {
                 let pid = pids[i];
                 let index = first + n;
@@ -905,82 +947,118 @@ impl BufferManager {
                     st.unlock_still_evicted();
                     break;
                 }
-                if self.remote.is_some() && self.remote_versions.lock().contains_key(&pid) {
-                    // The remote tier has it: load it from there on its own (a disk run
-                    // ends before it).
-                    if n > 0 {
+                if n == 0 && self.remote.is_some() && self.remote_versions.lock().contains_key(&pid) {
+                    // The remote tier has it: load it from there on its own.
+                    if self.try_reserve(size).is_err() {
                         st.unlock_still_evicted();
-                        break;
-                    }
-                    if self.try_reserve(sp.page_size()).is_err() {
-                        st.unlock_still_evicted();
-                        return loaded;
+                        return (runs, i, false);
                     }
                     if self.load_from_remote(sp, index) {
-                        sp.resident_bytes.fetch_add(sp.page_size(), Ordering::Relaxed);
+                        sp.resident_bytes.fetch_add(size, Ordering::Relaxed);
                         self.resident.read().insert(pid);
-                        st.unlock_marked();
-                        loaded += 1;
+                        st.unlock_prefetched();
+                        *loaded += 1;
+                        budget = budget.saturating_sub(size);
                         i += 1;
-                        n = u64::MAX;
+                        from_remote = true;
                         break;
                     }
-                    self.release(sp.page_size());
+                    // Not usable there: read it from disk, as the first page of a run.
+                    self.release(size);
+                } else if n > 0 && self.remote.is_some() && self.remote_versions.lock().contains_key(&pid) {
+                    // A disk run ends before a page the remote tier holds.
+                    st.unlock_still_evicted();
+                    break;
                 }
                 n += 1;
                 i += 1;
             }
-            if n == u64::MAX {
-                continue;
-            }
             if n == 0 {
-                i += 1;
+                if !from_remote {
+                    i += 1; // resident, latched or free: skip it
+                }
                 continue;
             }
-            let size = sp.page_size();
-            let unlatch = |from: u64| {
-                for k in from..n {
+            if self.try_reserve(n * size).is_err() {
+                for k in 0..n {
                     sp.state(first + k).unlock_still_evicted();
                 }
-            };
-            if self.try_reserve(n * size).is_err() {
-                unlatch(0);
-                return loaded;
+                return (runs, i, false);
             }
-            let frame = sp.frame(first);
-            // SAFETY: we hold the exclusive latches of pages first..first+n, which lie in one
-            // bucket, so their frames are contiguous, mapped and 4 KiB aligned; no other
-            // thread writes them; optimistic readers only load.
-            let buf = unsafe { IoBufMut::from_frame(frame, (n * size) as usize) };
-            let got = sp.file.read_at(buf, sp.offset(first)).unwrap_or(0) as u64;
-            self.counters.read_requests.add(1);
-            for k in 0..n {
-                let index = first + k;
-                let pid = sp.pid(index);
-                let ok = (k + 1) * size <= got && {
-                    // SAFETY: latched as above; reads alongside optimistic loads.
-                    let image = unsafe { std::slice::from_raw_parts(sp.frame(index), size as usize) };
-                    page::verify(image, pid).is_ok()
-                };
-                if ok {
-                    sp.resident_bytes.fetch_add(size, Ordering::Relaxed);
-                    self.resident.read().insert(pid);
-                    sp.state(index).unlock_marked();
-                    loaded += 1;
-                } else {
-                    sp.frames.discard(index, 1);
-                    self.release(size);
-                    sp.state(index).unlock_still_evicted();
-                }
-            }
-            self.counters.pages_read.add(got.min(n * size) / size);
-            self.counters.bytes_read.add(got.min(n * size));
+            budget = budget.saturating_sub(n * size);
+            runs.push(Run { sp, first, n });
         }
-        self.counters.pages_prefetched.add(loaded as u64);
-        loaded
+        (runs, i, true)
+    }
+
+    /// Reads latched `runs` (all those of one file as one batch, in file order), verifies
+    /// each page and leaves it PREFETCHED (counted in `loaded`), or EVICTED if it failed.
+    fn read_runs(&self, runs: &[Run<'_>], loaded: &mut usize) {
+        let mut runs = runs.to_vec();
+        runs.sort_by_key(|r| (r.sp as *const Space as usize, r.first));
+        for group in runs.chunk_by(|a, b| std::ptr::eq(a.sp, b.sp)) {
+            let sp = group[0].sp;
+            let size = sp.page_size();
+            let mut reqs: Vec<ReadReq<'_>> = group
+                .iter()
+                .map(|r| {
+                    // SAFETY: we hold the exclusive latches of pages first..first+n, which lie
+                    // in one bucket, so their frames are contiguous, mapped and 4 KiB aligned;
+                    // no other thread writes them; optimistic readers only load. The view
+                    // lives until the batch below has completed.
+                    let buf = unsafe { IoBufMut::from_frame(sp.frame(r.first), (r.n * size) as usize) };
+                    ReadReq::new(buf, sp.offset(r.first))
+                })
+                .collect();
+            self.read_batch(sp, &mut reqs);
+            for (r, req) in group.iter().zip(&reqs) {
+                let got = *req.result.as_ref().unwrap_or(&0) as u64;
+                for k in 0..r.n {
+                    let index = r.first + k;
+                    let pid = sp.pid(index);
+                    let ok = (k + 1) * size <= got && {
+                        // SAFETY: latched as above; reads alongside optimistic loads.
+                        let image = unsafe { std::slice::from_raw_parts(sp.frame(index), size as usize) };
+                        page::verify(image, pid).is_ok()
+                    };
+                    if ok {
+                        sp.resident_bytes.fetch_add(size, Ordering::Relaxed);
+                        self.resident.read().insert(pid);
+                        sp.state(index).unlock_prefetched();
+                        *loaded += 1;
+                    } else {
+                        sp.frames.discard(index, 1);
+                        self.release(size);
+                        sp.state(index).unlock_still_evicted();
+                    }
+                }
+                self.counters.pages_read.add(got.min(r.n * size) / size);
+                self.counters.bytes_read.add(got.min(r.n * size));
+            }
+        }
+    }
+
+    /// Issues `reqs` on `sp`'s file as one batch and counts them. Each request's `result`
+    /// says how it went.
+    fn read_batch(&self, sp: &Space, reqs: &mut [ReadReq<'_>]) {
+        let n = self.counters.io.issue(reqs.iter().map(|r| r.buf.len() as u64), sp.file.queue_depth());
+        // Errors are per request (in `result`).
+        let _ = sp.file.read_many(reqs);
+        self.counters.io.done(n);
+        self.counters.read_requests.add(n);
     }
 
     // ----------------------------------------------------------------- fixing
+
+    /// Counts a fix that found the page resident in word `w` (a prefetch hit if it was
+    /// loaded ahead and not fixed since).
+    #[inline]
+    fn count_hit(&self, w: super::state::Word) {
+        self.counters.hits.add_cheap(1);
+        if w.is_prefetched() {
+            self.counters.prefetch_hits.add(1);
+        }
+    }
 
     /// Latches `pid` exclusively, loading it if needed.
     pub fn fix_exclusive(&self, pid: PageId) -> Result<ExclusiveGuard<'_>> {
@@ -991,9 +1069,9 @@ impl BufferManager {
         loop {
             let w = st.load();
             match w.state() {
-                UNLOCKED | MARKED => {
+                UNLOCKED | MARKED | PREFETCHED | PREFETCHED_MARKED => {
                     if st.try_lock_exclusive(w) {
-                        self.counters.hits.add_cheap(1);
+                        self.count_hit(w);
                         break;
                     }
                 }
@@ -1028,7 +1106,7 @@ impl BufferManager {
                 LOCKED => backoff.snooze(),
                 _ => {
                     if st.try_lock_shared(w) {
-                        self.counters.hits.add_cheap(1);
+                        self.count_hit(w);
                         break;
                     }
                     backoff.snooze();
@@ -1059,8 +1137,10 @@ impl BufferManager {
                 }
                 LOCKED => backoff.snooze(),
                 _ => {
-                    st.clear_mark(w);
                     self.counters.hits.add_cheap(1);
+                    if st.clear_mark(w) && w.is_prefetched() {
+                        self.counters.prefetch_hits.add(1);
+                    }
                     return Ok(OptimisticGuard { bm: self, sp, index, frame: sp.frame(index), seen: w });
                 }
             }
@@ -1155,7 +1235,7 @@ impl BufferManager {
                 self.resident.read().insert(sp.pid(index));
                 break ExclusiveGuard { bm: self, sp, index, frame: sp.frame(index), _not_send: Default::default() };
             }
-            if matches!(w.state(), UNLOCKED | MARKED) && st.try_lock_exclusive(w) {
+            if w.is_unlatched() && st.try_lock_exclusive(w) {
                 // A stray fix (of an id not yet handed out) loaded the slot's old bytes; the
                 // page is resident and counted already.
                 self.release(size);
@@ -1183,7 +1263,7 @@ impl BufferManager {
             let w = st.load();
             let got = match w.state() {
                 EVICTED => st.try_lock_evicted(w),
-                UNLOCKED | MARKED => st.try_lock_exclusive(w),
+                _ if w.is_unlatched() => st.try_lock_exclusive(w),
                 _ => false,
             };
             if got {
@@ -1460,6 +1540,9 @@ impl BufferManager {
             pages_read: c.pages_read.get(),
             read_requests: c.read_requests.get(),
             pages_prefetched: c.pages_prefetched.get(),
+            prefetch_hits: c.prefetch_hits.get(),
+            prefetch_wasted: c.prefetch_wasted.get(),
+            io: c.io.snapshot(self.backend.io_name()),
             bytes_read: c.bytes_read.get(),
             pages_written: c.pages_written.get(),
             bytes_written: c.bytes_written.get(),

@@ -9,6 +9,12 @@
 //!        2..=251 SHARED, holding state-1 shared latches
 //!        252 MARKED (resident, unlocked, chosen by the clock: evicted next unless touched)
 //!        253 LOCKED (exclusive)
+//!        254 PREFETCHED (resident, unlocked, loaded ahead and not fixed since)
+//!        255 PREFETCHED_MARKED (a PREFETCHED page the clock has passed once: as MARKED)
+//! The two PREFETCHED states are UNLOCKED and MARKED for a page no fix has used yet: the
+//! clock gives it the same one lap as any page nobody touches, and tells a prefetch that
+//! was used (a fix found the page in one of them) from one that was wasted (evicted from
+//! PREFETCHED_MARKED).
 //! ```
 //!
 //! Rules of the protocol (every transition below is a single compare-and-swap or a store
@@ -23,7 +29,7 @@
 //!   thread that holds latches and needs memory).
 //! * `EVICTED` + a zeroed, unbacked frame is the state of every non-resident page; a
 //!   thread that wants to load a page takes `EVICTED -> LOCKED` and is then the only loader.
-//! * Any fix of a MARKED page clears the mark (second chance).
+//! * Any fix of a MARKED or PREFETCHED(_MARKED) page clears the mark (second chance).
 
 use crate::sync::{fence, AtomicU64, Ordering};
 
@@ -37,6 +43,11 @@ pub const MAX_SHARED: u64 = 251;
 pub const MARKED: u64 = 252;
 /// Exclusively latched.
 pub const LOCKED: u64 = 253;
+/// Resident, unlatched, loaded by a prefetch and not fixed since (UNLOCKED for the clock).
+pub const PREFETCHED: u64 = 254;
+/// A [`PREFETCHED`] page the clock has passed once (MARKED for the clock): evicting it
+/// wastes the prefetch.
+pub const PREFETCHED_MARKED: u64 = 255;
 
 const STATE_SHIFT: u32 = 56;
 const DIRTY: u64 = 1 << 55;
@@ -62,10 +73,21 @@ impl Word {
     pub fn dirty(self) -> bool {
         self.0 & DIRTY != 0
     }
-    /// Whether a fix can latch it without loading (resident and not exclusively latched).
+    /// Whether the page is resident (possibly latched).
     #[inline]
     pub fn is_resident(self) -> bool {
         self.state() != EVICTED
+    }
+    /// Whether the page is resident and no latch is held on it (UNLOCKED, MARKED or one of
+    /// the PREFETCHED states): an exclusive latch can be taken with one compare-and-swap.
+    #[inline]
+    pub fn is_unlatched(self) -> bool {
+        matches!(self.state(), UNLOCKED | MARKED | PREFETCHED | PREFETCHED_MARKED)
+    }
+    /// Whether the page was loaded by a prefetch and no fix has used it since.
+    #[inline]
+    pub fn is_prefetched(self) -> bool {
+        matches!(self.state(), PREFETCHED | PREFETCHED_MARKED)
     }
     #[inline]
     fn with_state(self, s: u64) -> Word {
@@ -106,10 +128,10 @@ impl PageState {
         self.0.compare_exchange(old.0, new.0, Ordering::Acquire, Ordering::Relaxed).is_ok()
     }
 
-    /// UNLOCKED/MARKED -> LOCKED, if the word is still `seen`.
+    /// UNLOCKED/MARKED/PREFETCHED(_MARKED) -> LOCKED, if the word is still `seen`.
     #[inline]
     pub fn try_lock_exclusive(&self, seen: Word) -> bool {
-        let ok = matches!(seen.state(), UNLOCKED | MARKED) && self.cas(seen, seen.with_state(LOCKED));
+        let ok = seen.is_unlatched() && self.cas(seen, seen.with_state(LOCKED));
         if ok {
             // Seqlock rule: the LOCKED store must be ordered before the page stores that
             // follow (which are Relaxed), or an optimistic reader could see a new page word
@@ -131,11 +153,12 @@ impl PageState {
         ok
     }
 
-    /// UNLOCKED/MARKED/SHARED(n) -> SHARED(n+1), if the word is still `seen`.
+    /// UNLOCKED/MARKED/PREFETCHED(_MARKED)/SHARED(n) -> SHARED(n+1), if the word is still
+    /// `seen`.
     #[inline]
     pub fn try_lock_shared(&self, seen: Word) -> bool {
         let next = match seen.state() {
-            UNLOCKED | MARKED => 2,
+            UNLOCKED | MARKED | PREFETCHED | PREFETCHED_MARKED => 2,
             s if (2..MAX_SHARED).contains(&s) => s + 1,
             _ => return false,
         };
@@ -167,13 +190,13 @@ impl PageState {
         self.0.store(w.with_state(UNLOCKED).0, Ordering::Release);
     }
 
-    /// LOCKED -> MARKED without a payload change: a prefetched page that nobody has asked
-    /// for yet is the clock's first candidate; the first fix clears the mark.
+    /// LOCKED -> PREFETCHED without a payload change: a prefetched page that nobody has
+    /// asked for yet is the clock's first candidate; the first fix clears the mark.
     #[inline]
-    pub fn unlock_marked(&self) {
+    pub fn unlock_prefetched(&self) {
         let w = self.load();
         debug_assert_eq!(w.state(), LOCKED);
-        self.0.store(w.with_state(MARKED).0, Ordering::Release);
+        self.0.store(w.with_state(PREFETCHED).0, Ordering::Release);
     }
 
     /// LOCKED -> SHARED(1) without a payload change (a loader that wanted a shared latch).
@@ -210,18 +233,21 @@ impl PageState {
         self.0.store(Word(w.0 & !DIRTY).with_state(EVICTED).0, Ordering::Release);
     }
 
-    /// UNLOCKED -> MARKED (the clock's first pass).
+    /// UNLOCKED -> MARKED, PREFETCHED -> PREFETCHED_MARKED (the clock's first pass).
     #[inline]
     pub fn try_mark(&self, seen: Word) -> bool {
-        seen.state() == UNLOCKED && self.cas(seen, seen.with_state(MARKED))
+        match seen.state() {
+            UNLOCKED => self.cas(seen, seen.with_state(MARKED)),
+            PREFETCHED => self.cas(seen, seen.with_state(PREFETCHED_MARKED)),
+            _ => false,
+        }
     }
 
-    /// MARKED -> UNLOCKED (an optimistic fix gives the page its second chance).
+    /// MARKED/PREFETCHED/PREFETCHED_MARKED -> UNLOCKED (an optimistic fix gives the page
+    /// its second chance). Returns whether this call cleared it.
     #[inline]
-    pub fn clear_mark(&self, seen: Word) {
-        if seen.state() == MARKED {
-            let _ = self.cas(seen, seen.with_state(UNLOCKED));
-        }
+    pub fn clear_mark(&self, seen: Word) -> bool {
+        matches!(seen.state(), MARKED | PREFETCHED | PREFETCHED_MARKED) && self.cas(seen, seen.with_state(UNLOCKED))
     }
 
     /// Whether an optimistic read that started at `seen` is still valid.
@@ -241,6 +267,31 @@ pub fn optimistic_ok(w: Word) -> bool {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_prefetched_page_is_used_or_passed_by_the_clock_like_an_untouched_one() {
+        let s = PageState::new();
+        assert!(s.try_lock_evicted(s.load()));
+        s.unlock_prefetched();
+        let w = s.load();
+        assert!(w.is_prefetched() && w.is_unlatched() && optimistic_ok(w));
+        // The clock's first pass marks it; it stays "prefetched" (unused).
+        assert!(s.try_mark(w));
+        assert_eq!(s.load().state(), PREFETCHED_MARKED);
+        assert!(s.load().is_prefetched());
+        // A fix uses it: back to UNLOCKED, no longer "prefetched".
+        assert!(s.try_lock_shared(s.load()));
+        s.unlock_shared();
+        assert_eq!(s.load().state(), UNLOCKED);
+        assert!(!s.load().is_prefetched());
+        // An optimistic fix of a prefetched page clears it once.
+        assert!(s.try_lock_exclusive(s.load()));
+        s.unlock_prefetched();
+        let w = s.load();
+        assert!(s.clear_mark(w));
+        assert!(!s.clear_mark(w), "the word changed: a second clear does nothing");
+        assert_eq!(s.load().version(), w.version(), "no payload change");
+    }
 
     #[test]
     fn transitions_follow_the_protocol() {

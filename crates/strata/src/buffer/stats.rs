@@ -56,6 +56,8 @@ pub(crate) struct Counters {
     pub pages_read: Counter,
     pub read_requests: Counter,
     pub pages_prefetched: Counter,
+    pub prefetch_hits: Counter,
+    pub prefetch_wasted: Counter,
     pub bytes_read: Counter,
     pub pages_written: Counter,
     pub bytes_written: Counter,
@@ -65,6 +67,7 @@ pub(crate) struct Counters {
     pub remote_rejected: Counter,
     pub remote_errors: Counter,
     pub remote_puts: Counter,
+    pub io: IoMeter,
 }
 
 /// Resident and allocated figures of one size class.
@@ -109,6 +112,12 @@ pub struct Stats {
     pub read_requests: u64,
     /// Pages loaded by [`crate::BufferManager::prefetch`].
     pub pages_prefetched: u64,
+    /// Prefetched pages that a fix used (the first fix after the load).
+    pub prefetch_hits: u64,
+    /// Prefetched pages evicted before any fix used them.
+    pub prefetch_wasted: u64,
+    /// Read requests: queue depth and size histograms, and the I/O backend.
+    pub io: IoStats,
     /// Pages written to disk.
     pub pages_written: u64,
     /// Bytes written to disk.
@@ -124,4 +133,128 @@ pub struct Stats {
     /// The second memory tier, if one is configured.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub remote: Option<super::tier::RemoteStats>,
+}
+
+/// Log2 buckets: bucket `k` counts values in `(2^(k-1), 2^k]` (bucket 0: values 0 and 1).
+const BUCKETS: usize = 64;
+
+fn bucket(v: u64) -> usize {
+    (64 - v.saturating_sub(1).leading_zeros()) as usize
+}
+
+/// A histogram of values over power-of-two buckets. Recorded once per I/O request, not on
+/// the fix path, so plain shared atomics are cheap enough.
+pub(crate) struct Histogram([AtomicU64; BUCKETS]);
+
+impl Default for Histogram {
+    fn default() -> Histogram {
+        Histogram(std::array::from_fn(|_| AtomicU64::new(0)))
+    }
+}
+
+impl Histogram {
+    pub(crate) fn record(&self, v: u64) {
+        self.0[bucket(v)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The non-empty buckets, ascending.
+    pub(crate) fn snapshot(&self) -> Vec<Bucket> {
+        self.0
+            .iter()
+            .enumerate()
+            .filter_map(|(k, c)| {
+                let count = c.load(Ordering::Relaxed);
+                (count > 0).then(|| Bucket { le: if k == 0 { 1 } else { 1u64 << k.min(63) }, count })
+            })
+            .collect()
+    }
+}
+
+/// One bucket of a histogram: `count` values that were at most `le` (and more than the
+/// previous bucket's `le`).
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct Bucket {
+    /// Upper bound (inclusive) of the bucket: a power of two.
+    pub le: u64,
+    /// Values in the bucket.
+    pub count: u64,
+}
+
+/// Read requests as the device saw them.
+#[derive(Default)]
+pub(crate) struct IoMeter {
+    in_flight: AtomicU64,
+    depth: Histogram,
+    size: Histogram,
+}
+
+impl IoMeter {
+    /// Records the issue of read requests of `sizes` bytes, of which the file keeps at most
+    /// `at_once` in flight together: each one's size, and the number of strata's read
+    /// requests in flight when it was issued (itself included). Returns the count to pass to
+    /// [`IoMeter::done`].
+    pub(crate) fn issue(&self, sizes: impl Iterator<Item = u64>, at_once: usize) -> u64 {
+        let before = self.in_flight.load(Ordering::Relaxed);
+        let mut n = 0;
+        for len in sizes {
+            self.depth.record(before + n % at_once.max(1) as u64 + 1);
+            self.size.record(len);
+            n += 1;
+        }
+        self.in_flight.fetch_add(n, Ordering::Relaxed);
+        n
+    }
+
+    /// `n` requests from [`IoMeter::issue`] have completed.
+    pub(crate) fn done(&self, n: u64) {
+        self.in_flight.fetch_sub(n, Ordering::Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self, backend: String) -> IoStats {
+        IoStats { backend, read_queue_depth: self.depth.snapshot(), read_request_bytes: self.size.snapshot() }
+    }
+}
+
+/// Read requests: how deep the queue was and how large they were.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct IoStats {
+    /// The storage backend of the data files (`io_uring`, or `posix` and why).
+    pub backend: String,
+    /// Read requests by the number of strata's reads outstanding when each was issued,
+    /// itself included (1 = nothing else in flight).
+    pub read_queue_depth: Vec<Bucket>,
+    /// Read requests by size in bytes (adjacent pages read together are one request).
+    pub read_request_bytes: Vec<Bucket>,
+}
+
+#[cfg(test)]
+mod histogram_tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_powers_of_two_upper_bounds() {
+        let h = Histogram::default();
+        for v in [0, 1, 2, 3, 4, 5, 4096, 4097, 1 << 20] {
+            h.record(v);
+        }
+        let got: Vec<(u64, u64)> = h.snapshot().iter().map(|b| (b.le, b.count)).collect();
+        assert_eq!(got, vec![(1, 2), (2, 1), (4, 2), (8, 1), (4096, 1), (8192, 1), (1 << 20, 1)]);
+    }
+
+    #[test]
+    fn meter_counts_depth_including_the_request_itself() {
+        let m = IoMeter::default();
+        let n = m.issue([4096u64, 4096, 65536].into_iter(), 64);
+        assert_eq!(n, 3);
+        let n2 = m.issue(std::iter::once(4096), 1);
+        m.done(n);
+        m.done(n2);
+        let s = m.snapshot("x".into());
+        let depths: Vec<(u64, u64)> = s.read_queue_depth.iter().map(|b| (b.le, b.count)).collect();
+        assert_eq!(depths, vec![(1, 1), (2, 1), (4, 2)]);
+        let sizes: Vec<(u64, u64)> = s.read_request_bytes.iter().map(|b| (b.le, b.count)).collect();
+        assert_eq!(sizes, vec![(4096, 3), (65536, 1)]);
+        assert_eq!(m.issue([1u64, 1, 1].into_iter(), 1), 3, "nothing left in flight, one at a time");
+        assert_eq!(m.depth.snapshot()[0], Bucket { le: 1, count: 4 });
+    }
 }

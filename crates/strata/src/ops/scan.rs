@@ -4,13 +4,12 @@
 //! and fold its values; results are combined at the end. Each thread holds at most one page
 //! latch at a time, so any pool that fits `threads` pages of the column completes.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use serde::Serialize;
 
 use crate::access::{Column, ValueFormat};
 use crate::buffer::BufferManager;
 use crate::error::Result;
+use crate::storage::PageId;
 
 /// Result of [`scan_gt`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -73,8 +72,8 @@ fn fold_page(format: ValueFormat, bytes: &[u8], n: usize, gt: i128) -> ScanResul
     }
 }
 
-/// Pages per morsel: enough adjacent pages for one coalesced read of up to 1 MiB, but all
-/// workers' morsels together at most a quarter of the pool.
+/// Pages per morsel: up to 1 MiB, but all workers' morsels together at most a quarter of
+/// the pool.
 fn morsel_pages(bm: &BufferManager, column: &Column, threads: usize) -> usize {
     let Some(first) = column.pages.first() else { return 1 };
     let page = bm.classes().page_size(first.page_id().class());
@@ -84,42 +83,35 @@ fn morsel_pages(bm: &BufferManager, column: &Column, threads: usize) -> usize {
 
 /// Counts and sums the values of `column` greater than `gt`, with `threads` workers.
 ///
-/// Workers take morsels of adjacent pages and prefetch each morsel with one coalesced read
-/// before folding it, so small pages still reach the device as large requests.
+/// Workers take morsels of pages from a read-ahead stream over the column
+/// ([`BufferManager::read_ahead`]): its I/O thread loads the pages ahead of the workers with
+/// large coalesced reads, several in flight, while they fold the current ones.
 pub fn scan_gt(bm: &BufferManager, column: &Column, gt: i128, threads: usize) -> Result<ScanResult> {
     let threads = threads.max(1);
-    let next = AtomicUsize::new(0);
     let morsel = morsel_pages(bm, column, threads);
-    let worker = || -> Result<ScanResult> {
-        let mut acc = ScanResult::default();
-        let mut pids = Vec::with_capacity(morsel);
-        loop {
-            let start = next.fetch_add(morsel, Ordering::Relaxed);
-            let Some(pages) = column.pages.get(start..(start + morsel).min(column.pages.len())) else { return Ok(acc) };
-            if pages.is_empty() {
-                return Ok(acc);
+    let pids: Vec<PageId> = column.pages.iter().map(|p| p.page_id()).collect();
+    bm.read_ahead(&pids, |stream| {
+        let worker = || -> Result<ScanResult> {
+            let mut acc = ScanResult::default();
+            while let Some(range) = stream.claim(morsel) {
+                for page in &column.pages[range] {
+                    let g = bm.fix_shared(page.page_id())?;
+                    acc = acc.merge(fold_page(column.format, g.data(), page.count as usize, gt));
+                }
             }
-            if pages.len() > 1 {
-                pids.clear();
-                pids.extend(pages.iter().map(|p| p.page_id()));
-                bm.prefetch(&pids);
-            }
-            for page in pages {
-                let g = bm.fix_shared(page.page_id())?;
-                acc = acc.merge(fold_page(column.format, g.data(), page.count as usize, gt));
-            }
+            Ok(acc)
+        };
+        if threads == 1 {
+            return worker();
         }
-    };
-    if threads == 1 {
-        return worker();
-    }
-    std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads).map(|_| s.spawn(worker)).collect();
-        let mut acc = ScanResult::default();
-        for h in handles {
-            acc = acc.merge(h.join().expect("scan worker panicked")?);
-        }
-        Ok(acc)
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..threads).map(|_| s.spawn(worker)).collect();
+            let mut acc = ScanResult::default();
+            for h in handles {
+                acc = acc.merge(h.join().expect("scan worker panicked")?);
+            }
+            Ok(acc)
+        })
     })
 }
 

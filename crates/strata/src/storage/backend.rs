@@ -171,6 +171,46 @@ impl Drop for AlignedBuf {
     }
 }
 
+/// One read of a [`StorageFile::read_many`] batch: where to read into, from where, and (after
+/// the call) what happened.
+pub struct ReadReq<'a> {
+    /// The destination; its length is the number of bytes wanted.
+    pub buf: IoBufMut<'a>,
+    /// Byte offset in the file.
+    pub offset: u64,
+    /// Filled by `read_many`: the bytes read (short only at end of file, 0 past it) or this
+    /// read's own error.
+    pub result: io::Result<usize>,
+}
+
+impl<'a> ReadReq<'a> {
+    /// A request to read `buf.len()` bytes at `offset` (its result starts as `Ok(0)`).
+    pub fn new(buf: IoBufMut<'a>, offset: u64) -> ReadReq<'a> {
+        ReadReq { buf, offset, result: Ok(0) }
+    }
+
+    /// The destination, reborrowed for one call (such as [`StorageFile::read_at`]).
+    pub fn buf_mut(&mut self) -> IoBufMut<'_> {
+        // A reborrow: the original view cannot be used while the returned one lives, so the
+        // exclusivity (or frame) contract of `buf` carries over unchanged.
+        IoBufMut { ptr: self.buf.ptr, len: self.buf.len, shared: self.buf.shared, _borrow: PhantomData }
+    }
+}
+
+impl fmt::Debug for ReadReq<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReadReq").field("len", &self.buf.len()).field("offset", &self.offset).field("result", &self.result).finish()
+    }
+}
+
+/// A copy of an I/O error for a second owner (`io::Error` is not `Clone`).
+fn copy_io_error(e: &io::Error) -> io::Error {
+    match e.raw_os_error() {
+        Some(code) => io::Error::from_raw_os_error(code),
+        None => io::Error::new(e.kind(), e.to_string()),
+    }
+}
+
 /// One open file.
 #[allow(clippy::len_without_is_empty)] // a file's length is fallible; nobody asks emptiness
 pub trait StorageFile: Send + Sync + fmt::Debug {
@@ -188,6 +228,36 @@ pub trait StorageFile: Send + Sync + fmt::Debug {
     fn is_direct(&self) -> bool;
     /// The path it was opened with (for error messages).
     fn path(&self) -> &Path;
+
+    /// Issues every read of `reqs` (at most a queue depth of them in flight at once, where
+    /// the file supports that) and fills each request's `result`: the bytes read (short only
+    /// at end of file) or that read's own error. All reads have finished when it returns,
+    /// whatever the outcome. Returns `Ok(())` when every read succeeded, else a copy of the
+    /// first failed request's error (the other requests' results are still filled).
+    ///
+    /// The default reads them one after the other with [`StorageFile::read_at`] (see
+    /// [`StorageFile::queue_depth`]).
+    fn read_many(&self, reqs: &mut [ReadReq<'_>]) -> io::Result<()> {
+        for req in reqs.iter_mut() {
+            let offset = req.offset;
+            req.result = self.read_at(req.buf_mut(), offset);
+        }
+        first_error(reqs)
+    }
+
+    /// How many requests of one [`StorageFile::read_many`] are in flight at once at most
+    /// (1 for the default, which reads them in turn).
+    fn queue_depth(&self) -> usize {
+        1
+    }
+}
+
+/// `Ok(())`, or a copy of the first error among the requests' results.
+pub(crate) fn first_error(reqs: &[ReadReq<'_>]) -> io::Result<()> {
+    match reqs.iter().find_map(|r| r.result.as_ref().err()) {
+        Some(e) => Err(copy_io_error(e)),
+        None => Ok(()),
+    }
 }
 
 /// A filesystem as strata sees it.
@@ -209,6 +279,11 @@ pub trait StorageBackend: Send + Sync + fmt::Debug {
     fn list_dir(&self, path: &Path) -> io::Result<Vec<String>>;
     /// Makes the directory's entries (files created or removed in it) durable.
     fn sync_dir(&self, path: &Path) -> io::Result<()>;
+    /// How data files do their I/O, for statistics and logs: `posix` (pread/pwrite), or
+    /// `io_uring`, or what a wrapper adds.
+    fn io_name(&self) -> String {
+        "posix".to_owned()
+    }
 }
 
 /// The real filesystem, with `O_DIRECT` for page data.
@@ -395,6 +470,19 @@ impl StorageFile for FaultyFile {
         errno_err(self.faults.read_errno.load(Ordering::Relaxed))?;
         self.inner.read_at(dst, offset)
     }
+    fn read_many(&self, reqs: &mut [ReadReq<'_>]) -> io::Result<()> {
+        let errno = self.faults.read_errno.load(Ordering::Relaxed);
+        if errno != 0 {
+            for req in reqs.iter_mut() {
+                req.result = Err(io::Error::from_raw_os_error(errno as i32));
+            }
+            return first_error(reqs);
+        }
+        self.inner.read_many(reqs)
+    }
+    fn queue_depth(&self) -> usize {
+        self.inner.queue_depth()
+    }
     fn write_at(&self, src: &[u8], offset: u64) -> io::Result<()> {
         if offset >= self.faults.write_from_offset.load(Ordering::Relaxed) {
             errno_err(self.faults.write_errno.load(Ordering::Relaxed))?;
@@ -450,6 +538,9 @@ impl StorageBackend for FaultyBackend {
             return Err(io::Error::from_raw_os_error(libc::EIO));
         }
         self.inner.sync_dir(path)
+    }
+    fn io_name(&self) -> String {
+        format!("{} with injected faults", self.inner.io_name())
     }
 }
 

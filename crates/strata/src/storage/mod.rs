@@ -16,11 +16,16 @@ pub mod layout;
 pub mod meta;
 pub mod page;
 pub mod sim;
+#[cfg(target_os = "linux")]
+pub mod uring;
 pub mod wal;
 
 pub use alloc_table::{AllocTable, ClassBitmap};
+pub use backend::ReadReq;
 pub use backend::{AlignedBuf, FaultyBackend, FileBackend, IoBufMut, StorageBackend, StorageFile};
 pub use layout::{PageId, SizeClasses, MAX_CLASSES};
 pub use meta::Meta;
 pub use page::PAGE_HEADER_SIZE;
 pub use sim::{Capture, CrashMode, SimBackend};
+#[cfg(target_os = "linux")]
+pub use uring::UringBackend;

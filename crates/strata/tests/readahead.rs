@@ -1,0 +1,219 @@
+//! Read-ahead streams and the prefetch statistics: every position handed out once, data
+//! intact under pools far smaller than the stream, prefetched pages evicted before use
+//! counted as wasted, streams dropped half-way leave no latch behind, queue depth and
+//! request sizes measured, injected read errors typed — on the default backend (io_uring
+//! where the kernel allows it) and on plain pread.
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use strata::buffer::{FilePages, ReadAhead};
+use strata::storage::{FaultyBackend, FileBackend, PageId, StorageBackend};
+use strata::{BufferManager, Config, Error};
+
+const PAGE: u64 = 4096;
+
+fn value(i: u64) -> u64 {
+    i.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x55
+}
+
+/// A database of `pages` 4 KiB pages (allocated in order, so adjacent on disk): word 0 of
+/// page i holds `value(i)`, its last word `!i`.
+fn build(dir: &std::path::Path, pages: u64) -> Vec<PageId> {
+    let bm = BufferManager::create(Config::new(dir).min_page(PAGE).pool_size(8 << 20)).unwrap();
+    let pids = (0..pages)
+        .map(|i| {
+            let mut g = bm.alloc(4000).unwrap();
+            g.write_u64(0, value(i));
+            g.write_u64(3984, !i);
+            g.pid()
+        })
+        .collect();
+    bm.close().unwrap();
+    pids
+}
+
+fn check_page(bm: &BufferManager, pids: &[PageId], i: usize) {
+    let g = bm.fix_shared(pids[i]).unwrap();
+    assert_eq!(u64::from_le_bytes(g.data()[..8].try_into().unwrap()), value(i as u64), "page {}", pids[i]);
+    assert_eq!(u64::from_le_bytes(g.data()[3984..3992].try_into().unwrap()), !(i as u64), "page {}", pids[i]);
+}
+
+/// The default backend (io_uring where available) and plain pread/pwrite.
+fn backends() -> Vec<(&'static str, Arc<dyn StorageBackend>)> {
+    vec![("default", strata::buffer::default_backend()), ("posix", Arc::new(FileBackend::default()))]
+}
+
+fn open(dir: &std::path::Path, pool: u64, backend: Arc<dyn StorageBackend>) -> BufferManager {
+    BufferManager::open(Config::new(dir).pool_size(pool).backend(backend)).unwrap()
+}
+
+#[test]
+fn four_consumers_get_every_position_once_with_intact_data_in_a_pool_a_tenth_of_the_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let pids = build(dir.path(), 2048); // 8 MiB of pages
+    for (name, be) in backends() {
+        let bm = open(dir.path(), 800 << 10, be);
+        let seen = Mutex::new(HashSet::new());
+        let stats = bm.read_ahead(&pids[..], |ra| {
+            std::thread::scope(|s| {
+                for _ in 0..4 {
+                    s.spawn(|| {
+                        while let Some(r) = ra.claim(7) {
+                            for i in r {
+                                check_page(&bm, &pids, i);
+                                assert!(seen.lock().unwrap().insert(i), "{name}: position {i} handed out twice");
+                            }
+                        }
+                    });
+                }
+            });
+            ra.stats()
+        });
+        assert_eq!(seen.lock().unwrap().len(), pids.len(), "{name}: every position once");
+        let st = bm.stats();
+        assert!(st.peak_resident_bytes <= 800 << 10, "{name}: cap kept: {st:?}");
+        assert!(stats.pages_loaded > 0 && st.prefetch_hits > 0, "{name}: the I/O thread loaded pages that fixes then used: {stats:?} {st:?}");
+        assert!(st.prefetch_hits <= st.pages_prefetched, "{name}: {st:?}");
+        bm.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn a_single_consumer_is_mostly_served_by_the_read_ahead() {
+    let dir = tempfile::tempdir().unwrap();
+    let pids = build(dir.path(), 1024);
+    let bm = open(dir.path(), 2 << 20, strata::buffer::default_backend());
+    let rs = bm.read_ahead(&pids[..], |ra| {
+        while let Some(r) = ra.claim(4) {
+            for i in r {
+                check_page(&bm, &pids, i);
+            }
+        }
+        ra.stats()
+    });
+    let st = bm.stats();
+    assert_eq!(st.hits + st.misses, 1024, "{st:?}");
+    // The consumer only loads what the I/O thread has not reached; most pages come from it
+    // in coalesced requests.
+    assert!(st.read_requests < 1024 / 2, "reads were coalesced: {st:?} {rs:?}");
+    assert!(rs.depth >= 1 && rs.max_depth_reached <= (2 << 20) / 4 / 4096, "depth bounded by a quarter of the pool: {rs:?}");
+}
+
+#[test]
+fn prefetched_pages_evicted_before_use_count_as_wasted_and_the_data_survives() {
+    let dir = tempfile::tempdir().unwrap();
+    let pids = build(dir.path(), 512);
+    let bm = open(dir.path(), 256 << 10, Arc::new(FileBackend::default()));
+    // Prefetch far more than the pool holds: the earlier prefetched pages are evicted
+    // (unused) to make room for the later ones.
+    assert_eq!(bm.prefetch(&pids[..400]), 400);
+    let st = bm.stats();
+    assert!(st.prefetch_wasted >= 300, "{st:?}");
+    assert_eq!(st.prefetch_hits, 0);
+    assert!(st.peak_resident_bytes <= 256 << 10);
+    for i in 0..512 {
+        check_page(&bm, &pids, i);
+    }
+    let after = bm.stats();
+    assert!(after.prefetch_hits > 0 && after.prefetch_hits + after.prefetch_wasted <= after.pages_prefetched, "{after:?}");
+    bm.check_invariants().unwrap();
+}
+
+#[test]
+fn hits_on_prefetched_pages_are_counted_once_whatever_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let pids = build(dir.path(), 8);
+    let bm = open(dir.path(), 1 << 20, Arc::new(FileBackend::default()));
+    assert_eq!(bm.prefetch(&pids), 8);
+    drop(bm.fix_shared(pids[0]).unwrap());
+    drop(bm.fix_shared(pids[0]).unwrap());
+    drop(bm.fix_exclusive(pids[1]).unwrap());
+    let v = bm.read_optimistic(pids[2], |g| Ok(g.read_u64(0))).unwrap();
+    assert_eq!(v, value(2));
+    let _ = bm.fix_optimistic(pids[2]).unwrap();
+    let st = bm.stats();
+    assert_eq!((st.pages_prefetched, st.prefetch_hits, st.hits, st.misses), (8, 3, 5, 0), "{st:?}");
+}
+
+#[test]
+fn queue_depth_and_request_sizes_are_measured() {
+    let dir = tempfile::tempdir().unwrap();
+    let pids = build(dir.path(), 256);
+    for (name, be) in backends() {
+        let bm = open(dir.path(), 4 << 20, be);
+        // 32 runs of one page each (every other page), then one run of 64 adjacent pages.
+        let scattered: Vec<PageId> = pids[..64].iter().step_by(2).copied().collect();
+        assert_eq!(bm.prefetch(&scattered), 32);
+        assert_eq!(bm.prefetch(&pids[128..192]), 64);
+        check_page(&bm, &pids, 200); // one plain miss
+        let io = bm.stats().io;
+        let sizes: Vec<(u64, u64)> = io.read_request_bytes.iter().map(|b| (b.le, b.count)).collect();
+        assert_eq!(sizes, vec![(4096, 33), (256 << 10, 1)], "{name}: {io:?}");
+        let total: u64 = io.read_queue_depth.iter().map(|b| b.count).sum();
+        assert_eq!(total, 34, "{name}: {io:?}");
+        let deepest = io.read_queue_depth.last().unwrap().le;
+        if io.backend == "io_uring" {
+            assert_eq!(deepest, 32, "{name}: 32 reads in flight together: {io:?}");
+        } else {
+            assert_eq!(deepest, 1, "{name}: pread is one at a time: {io:?}");
+        }
+    }
+}
+
+#[test]
+fn dropping_a_stream_half_way_stops_its_thread_and_leaves_no_latch() {
+    let dir = tempfile::tempdir().unwrap();
+    let pids = build(dir.path(), 1024);
+    let bm = Arc::new(open(dir.path(), 1 << 20, strata::buffer::default_backend()));
+    // Scoped: the consumer stops after a few morsels (as on an error).
+    bm.read_ahead(&pids[..], |ra| {
+        for _ in 0..3 {
+            let r = ra.claim(8).unwrap();
+            check_page(&bm, &pids, r.start);
+        }
+    });
+    // Owned: dropped while its I/O thread is busy.
+    for _ in 0..20 {
+        let ra = ReadAhead::spawn(bm.clone(), Arc::new(FilePages { class: pids[0].class(), first: pids[0].index(), count: 1024 }));
+        ra.advance(0..1);
+        ra.advance(100..101);
+        drop(ra);
+    }
+    // Nothing is latched: every page can be taken exclusively at once, and the data is intact.
+    for (i, &p) in pids.iter().enumerate() {
+        drop(bm.fix_exclusive(p).unwrap());
+        if i % 97 == 0 {
+            check_page(&bm, &pids, i);
+        }
+    }
+    bm.check_invariants().unwrap();
+}
+
+#[test]
+fn an_injected_read_error_reaches_the_consumer_as_a_typed_error_and_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let pids = build(dir.path(), 512);
+    let faulty = Arc::new(FaultyBackend::new(strata::buffer::default_backend()));
+    let bm = open(dir.path(), 512 << 10, faulty.clone());
+    faulty.faults.read_errno.store(libc::EIO as u64, Ordering::Relaxed);
+    let r = bm.read_ahead(&pids[..], |ra| -> Result<(), Error> {
+        while let Some(r) = ra.claim(8) {
+            for i in r {
+                bm.fix_shared(pids[i])?;
+            }
+        }
+        Ok(())
+    });
+    assert!(matches!(r, Err(Error::Io { .. })), "{r:?}");
+    faulty.faults.read_errno.store(0, Ordering::Relaxed);
+    bm.read_ahead(&pids[..], |ra| {
+        while let Some(r) = ra.claim(8) {
+            for i in r {
+                check_page(&bm, &pids, i);
+            }
+        }
+    });
+    bm.check_invariants().unwrap();
+}
