@@ -43,6 +43,17 @@ pub struct BenchArgs {
     /// io_uring; strata: one batch load; the other engines read a batch page by page).
     #[arg(long = "queue-depth")]
     pub queue_depth: Option<usize>,
+    /// random-read, scan: only these engines, comma-separated (default: all of them; ratios
+    /// need strata and the baseline).
+    #[arg(long = "engines", value_delimiter = ',')]
+    pub engines: Option<Vec<String>>,
+    /// random-read: only the in-memory (in) or only the out-of-memory (out) data set.
+    #[arg(long = "memory")]
+    pub memory: Option<String>,
+    /// scan: rounds per engine (fresh engine each, engines alternating); the median round is
+    /// reported (default 3).
+    #[arg(long = "rounds")]
+    pub rounds: Option<usize>,
     /// remote: the Valkey/Redis server of the remote tier (redis://[USER:PASSWORD@]HOST:PORT,
     /// unix:///PATH or redis+cluster://...; default: a private valkey-server or redis-server
     /// started on a unix socket and stopped afterwards).
@@ -68,6 +79,9 @@ pub fn bench(a: BenchArgs) -> Result<(), Error> {
         progress: !a.json,
         remote: a.remote,
         queue_depth: a.queue_depth,
+        engines: a.engines,
+        memory: a.memory,
+        rounds: a.rounds,
     };
     let report = strata_bench::run(&a.name, &opts).map_err(Error::InvalidInput)?;
     if let Some(path) = &a.plot {

@@ -158,3 +158,45 @@ fn bench_rejects_unknown_names_in_one_line() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("unknown benchmark"), "{err}");
 }
+
+/// `--engines` runs only the named engines, `--rounds` sets the scan's rounds (each listed,
+/// the median reported), `--memory` picks random-read's data set; misuse is one clear line.
+#[test]
+fn bench_engine_selection_rounds_and_memory() {
+    let v = bench(&["scan", "--pool", "1MiB", "--data", "4MiB", "--page-size", "64KiB", "--threads", "1", "--engines", "raw,strata", "--rounds", "2"]);
+    let runs = check_shape(&v, "scan", &["strata", "raw"]);
+    for r in &runs {
+        let e = r["engines"].as_object().unwrap();
+        assert_eq!(e.len(), 2, "only strata and raw: {r}");
+        assert_eq!(r["params"]["rounds"], 2);
+        for name in ["strata", "raw"] {
+            let rounds = e[name]["rounds_bytes_per_sec"].as_array().unwrap();
+            assert_eq!(rounds.len(), 2, "{r}");
+            let median = num(&e[name], "bytes_per_sec");
+            assert!(rounds.iter().any(|x| x.as_f64() == Some(median)), "the reported round is one of the rounds: {r}");
+        }
+        assert!(r["ratios"].get("raw").is_some(), "{r}");
+        assert_eq!(r["checksums_agree"], true);
+    }
+    let v = bench(&["random-read", "--pool", "1MiB", "--page-size", "4KiB", "--ops", "50", "--threads", "1", "--memory", "out", "--engines", "strata"]);
+    let runs = check_shape(&v, "random-read", &["strata"]);
+    assert_eq!(runs.len(), 2, "out of memory x uniform/zipf");
+    for r in &runs {
+        assert_eq!(r["params"]["memory"], "out");
+        assert_eq!(r["engines"].as_object().unwrap().len(), 1);
+        assert!(r["ratios"].as_object().unwrap().is_empty(), "no baseline, no ratio");
+    }
+    for (args, want) in [
+        (&["scan", "--engines", "strata,hashpool"][..], "no engine \"hashpool\""),
+        (&["scan", "--rounds", "0"][..], "--rounds must be at least 1"),
+        (&["random-read", "--rounds", "2"][..], "--rounds applies to scan only"),
+        (&["random-read", "--memory", "sideways"][..], "--memory must be in or out"),
+        (&["fix", "--engines", "strata"][..], "--engines applies to random-read and scan only"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_strata")).arg("bench").args(args).arg("--json").output().unwrap();
+        assert!(!out.status.success(), "{args:?}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}

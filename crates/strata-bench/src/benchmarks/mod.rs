@@ -51,6 +51,14 @@ pub struct Options {
     /// `remote`: URL of the Valkey/Redis server for the remote tier (default: a private
     /// server started and stopped by the benchmark).
     pub remote: Option<String>,
+    /// `random-read`, `scan`: run only these engines (default: all of the benchmark's). Ratios
+    /// need `strata` and the baseline in the same run.
+    pub engines: Option<Vec<String>>,
+    /// `random-read`: run only the `in`-memory or only the `out`-of-memory data set.
+    pub memory: Option<String>,
+    /// `scan`: rounds per engine (each on a freshly opened engine, engines alternating); the
+    /// median round is reported (default 3).
+    pub rounds: Option<usize>,
 }
 
 impl Options {
@@ -79,6 +87,14 @@ pub(crate) struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// The engines of `all` to run: those `--engines` names, else all, in `all`'s order.
+    pub fn engines<'e>(&self, all: &[&'e str]) -> Vec<&'e str> {
+        match &self.opts.engines {
+            Some(want) => all.iter().copied().filter(|e| want.iter().any(|w| w == e)).collect(),
+            None => all.to_vec(),
+        }
+    }
+
     pub fn progress(&self, msg: impl FnOnce() -> String) {
         if self.opts.progress {
             eprintln!("[bench] {}", msg());
@@ -105,6 +121,35 @@ pub fn run(name: &str, opts: &Options) -> Result<Value, String> {
         }
         if name != "random-read" {
             return Err(format!("--queue-depth applies to random-read only, not to {name}"));
+        }
+    }
+    if let Some(want) = &opts.engines {
+        let known: &[&str] = match name {
+            "random-read" => random_read::ENGINES.as_slice(),
+            "scan" => scan::ENGINES.as_slice(),
+            _ => return Err(format!("--engines applies to random-read and scan only, not to {name}")),
+        };
+        if want.is_empty() {
+            return Err("--engines needs at least one engine".into());
+        }
+        if let Some(bad) = want.iter().find(|w| !known.contains(&w.as_str())) {
+            return Err(format!("{name} has no engine {bad:?} (known: {})", known.join(", ")));
+        }
+    }
+    if let Some(r) = opts.rounds {
+        if name != "scan" {
+            return Err(format!("--rounds applies to scan only, not to {name}"));
+        }
+        if r == 0 {
+            return Err("--rounds must be at least 1".into());
+        }
+    }
+    if let Some(m) = &opts.memory {
+        if name != "random-read" {
+            return Err(format!("--memory applies to random-read only, not to {name}"));
+        }
+        if m != "in" && m != "out" {
+            return Err(format!("--memory must be in or out, got {m:?}"));
         }
     }
     let scratch = ScratchDir::new(opts.dir.as_deref()).map_err(|e| format!("create a scratch directory: {e}"))?;

@@ -33,7 +33,7 @@ use crate::harness::{engine_value, measure, measure_store, run_value, RunCfg, St
 use crate::workload::{prefault, probe, Distribution, Rng, Sampler};
 use crate::{EResult, Page, PageStore};
 
-const ENGINES: [&str; 4] = ["strata", "hashpool", "mmap", "raw"];
+pub(super) const ENGINES: [&str; 4] = ["strata", "hashpool", "mmap", "raw"];
 
 pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
     let o = ctx.opts;
@@ -58,6 +58,9 @@ pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
     let mut runs = Vec::new();
     for (k, &ps) in sizes.iter().enumerate() {
         for (memory, data) in [("in", data_in), ("out", data_out)] {
+            if o.memory.as_deref().is_some_and(|m| m != memory) {
+                continue;
+            }
             let n = (data / ps).max(1);
             for dist in [Distribution::Uniform, Distribution::Zipf(0.99)] {
                 let sampler = Sampler::new(n, dist);
@@ -76,7 +79,7 @@ pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
                     let make = |t: usize| st(0x5EED ^ ((t as u64) << 40) ^ n);
                     let make_warm = |t: usize| st(0x3A3B ^ ((t as u64) << 40) ^ n);
                     let mut engines = Map::new();
-                    for name in ENGINES {
+                    for name in ctx.engines(&ENGINES) {
                         ctx.progress(|| format!("{} {memory} {} t{threads}: {name}", short_size(ps), dist.name()));
                         let r = with_engine(name, &ds, pool, ps as usize, 1 << 20, |store: &dyn PageStore| {
                             let op = |st: &mut St| {

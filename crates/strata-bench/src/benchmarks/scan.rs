@@ -17,8 +17,65 @@ use crate::harness::{engine_value, measure_store, run_value, RunCfg, Step};
 use crate::workload::sum_words;
 use crate::{EResult, PageStore};
 
-const ENGINES: [&str; 3] = ["strata", "mmap", "raw"];
+pub(super) const ENGINES: [&str; 3] = ["strata", "mmap", "raw"];
 const MORSEL: u64 = 1 << 20;
+/// Rounds per engine by default: the median of three smooths a shared machine's noise.
+const DEFAULT_ROUNDS: usize = 3;
+
+/// One engine's figures in each round of one phase.
+type Rounds = Vec<EResult<Map<String, Value>>>;
+
+/// One pass over the file: threads take morsels from a shared cursor and sum every word.
+/// Figures plus `"checksum"`, the sum.
+fn scan_pass(store: &dyn PageStore, threads: usize, ops: Option<u64>, pages: u64, morsel_pages: u64, ps: u64) -> EResult<Map<String, Value>> {
+    let cursor = AtomicU64::new(0);
+    let sum = AtomicU64::new(0);
+    let limit = ops.map(|x| x * threads as u64).unwrap_or(u64::MAX).min(pages.div_ceil(morsel_pages));
+    let cfg = RunCfg { threads, seconds: None, ops: None, sample_every: 1 };
+    let mut m = measure_store(
+        store,
+        &cfg,
+        |_| (),
+        |_| {
+            let m = cursor.fetch_add(1, Ordering::Relaxed);
+            if m >= limit {
+                return Ok(Step::Done);
+            }
+            let first = m * morsel_pages;
+            let end = (first + morsel_pages).min(pages);
+            let mut s = 0u64;
+            store.scan(0, first..end, &mut |_, d| s = s.wrapping_add(sum_words(d)))?;
+            sum.fetch_add(s, Ordering::Relaxed);
+            Ok(Step::Did { bytes: (end - first) * ps })
+        },
+    )?;
+    m.insert("checksum".into(), sum.load(Ordering::Relaxed).into());
+    Ok(m)
+}
+
+/// The figures of the median round by bytes/s (a failed round counts as the slowest; all
+/// failed: the first failure), with `"rounds_bytes_per_sec"`: every round's bytes/s.
+fn median_round(rounds: Rounds) -> Value {
+    let bps = |m: &Map<String, Value>| m.get("bytes_per_sec").and_then(Value::as_f64).unwrap_or(0.0);
+    let all: Vec<Value> = rounds.iter().map(|r| r.as_ref().map_or(Value::Null, |m| json!(bps(m)))).collect();
+    let mut ok: Vec<Map<String, Value>> = Vec::new();
+    let mut first_err = None;
+    for r in rounds {
+        match r {
+            Ok(m) => ok.push(m),
+            Err(e) => first_err = first_err.or(Some(e)),
+        }
+    }
+    if ok.is_empty() {
+        return engine_value(Err(first_err.unwrap_or_else(|| crate::EngineError("no round ran".into()))));
+    }
+    let n = all.len();
+    // Failed rounds are the slowest: the median of n rounds is the (n/2)-th fastest.
+    ok.sort_by(|a, b| bps(b).total_cmp(&bps(a)));
+    let mut m = ok.swap_remove((n / 2).min(ok.len() - 1));
+    m.insert("rounds_bytes_per_sec".into(), Value::Array(all));
+    Value::Object(m)
+}
 
 pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
     let o = ctx.opts;
@@ -27,66 +84,50 @@ pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
     let pages = (o.data.unwrap_or(4 * pool) / ps).max(1);
     let data = pages * ps;
     let morsel_pages = (MORSEL / ps).max(1);
-    let morsels = pages.div_ceil(morsel_pages);
     ctx.progress(|| format!("building {} of {} pages", short_size(data), short_size(ps)));
     let ds = DataSet::build(&ctx.scratch.path().join("db"), ps, &[FileSpec { page_size: ps, pages }])?;
     mmap_cap_note(ctx);
 
+    let rounds = o.rounds.unwrap_or(DEFAULT_ROUNDS).max(1);
+    let engines = ctx.engines(&ENGINES);
     let mut runs = Vec::new();
     for &threads in &o.thread_counts() {
-        // phase -> engine -> figures
-        let mut by_phase: [Map<String, Value>; 2] = [Map::new(), Map::new()];
-        let mut sums: [Vec<u64>; 2] = [Vec::new(), Vec::new()];
-        for name in ENGINES {
-            ctx.progress(|| format!("t{threads}: {name}"));
-            let r = with_engine(name, &ds, pool, ps as usize, (morsel_pages * ps) as usize, |store: &dyn PageStore| {
-                let mut out = Vec::new();
-                for _phase in 0..2 {
-                    let cursor = AtomicU64::new(0);
-                    let sum = AtomicU64::new(0);
-                    let limit = o.ops.map(|x| x * threads as u64).unwrap_or(u64::MAX).min(morsels);
-                    let cfg = RunCfg { threads, seconds: None, ops: None, sample_every: 1 };
-                    let r = measure_store(
-                        store,
-                        &cfg,
-                        |_| (),
-                        |_| {
-                            let m = cursor.fetch_add(1, Ordering::Relaxed);
-                            if m >= limit {
-                                return Ok(Step::Done);
-                            }
-                            let first = m * morsel_pages;
-                            let end = (first + morsel_pages).min(pages);
-                            let mut s = 0u64;
-                            store.scan(0, first..end, &mut |_, d| s = s.wrapping_add(sum_words(d)))?;
-                            sum.fetch_add(s, Ordering::Relaxed);
-                            Ok(Step::Did { bytes: (end - first) * ps })
-                        },
-                    );
-                    out.push(r.map(|mut m| {
-                        m.insert("checksum".into(), sum.load(Ordering::Relaxed).into());
-                        m
-                    }));
-                }
-                Ok(out)
-            });
-            match r {
-                Ok(phases) => {
-                    for (p, r) in phases.into_iter().enumerate() {
-                        if let Ok(m) = &r {
-                            sums[p].push(m["checksum"].as_u64().unwrap_or(0));
+        // [phase][engine] -> one result per round
+        let mut results: [Vec<Rounds>; 2] = [vec![Vec::new(); engines.len()], vec![Vec::new(); engines.len()]];
+        for round in 0..rounds {
+            // Alternate the order, so that no engine always runs right after another one
+            // read the file (a virtual disk's host cache may still hold it).
+            for k in 0..engines.len() {
+                let e = (k + round) % engines.len();
+                let name = engines[e];
+                ctx.progress(|| format!("t{threads} round {}/{rounds}: {name}", round + 1));
+                let r = with_engine(name, &ds, pool, ps as usize, (morsel_pages * ps) as usize, |store: &dyn PageStore| {
+                    Ok([scan_pass(store, threads, o.ops, pages, morsel_pages, ps), scan_pass(store, threads, o.ops, pages, morsel_pages, ps)])
+                });
+                match r {
+                    Ok(phases) => {
+                        for (p, r) in phases.into_iter().enumerate() {
+                            results[p][e].push(r);
                         }
-                        by_phase[p].insert(name.into(), engine_value(r));
                     }
-                }
-                Err(e) => {
-                    for ph in &mut by_phase {
-                        ph.insert(name.into(), engine_value(Err(e.clone())));
+                    Err(err) => {
+                        for ph in &mut results {
+                            ph[e].push(Err(err.clone()));
+                        }
                     }
                 }
             }
         }
-        for (p, (phase, engines)) in ["cold", "warm"].into_iter().zip(by_phase).enumerate() {
+        for (phase, by_engine) in ["cold", "warm"].into_iter().zip(results) {
+            let mut figures = Map::new();
+            let mut sums = Vec::new();
+            for (name, rs) in engines.iter().zip(by_engine) {
+                let v = median_round(rs);
+                if let Some(c) = v.get("checksum").and_then(Value::as_u64) {
+                    sums.push(c);
+                }
+                figures.insert((*name).into(), v);
+            }
             let params = json!({
                 "threads": threads,
                 "page_size": ps,
@@ -96,14 +137,15 @@ pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
                 "phase": phase,
                 "queue_depth": threads,
                 "morsel_bytes": morsel_pages * ps,
+                "rounds": rounds,
             });
-            let mut run = run_value(params.as_object().cloned().unwrap_or_default(), engines);
-            run["checksums_agree"] = json!(sums[p].windows(2).all(|w| w[0] == w[1]));
+            let mut run = run_value(params.as_object().cloned().unwrap_or_default(), figures);
+            run["checksums_agree"] = json!(sums.windows(2).all(|w| w[0] == w[1]));
             runs.push(run);
         }
     }
     ctx.notes.push(format!(
-        "scan: one operation = one morsel of {} (latencies are per morsel); cold = first pass after opening the engine with the file dropped from the page cache, warm = second pass on the same engine. strata fixes page by page (shared latch); raw reads each morsel with one O_DIRECT request.",
+        "scan: one operation = one morsel of {} (latencies are per morsel); cold = first pass after opening the engine with the file dropped from the page cache, warm = second pass on the same engine. strata fixes page by page (shared latch) behind a read-ahead stream; raw reads each morsel with one O_DIRECT request. Each engine ran {rounds} round(s) (fresh engine each, engines alternating in rotating order); its figures are those of its median round by bytes/s, and rounds_bytes_per_sec lists every round.",
         short_size(morsel_pages * ps)
     ));
     Ok(runs)

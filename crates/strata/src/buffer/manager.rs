@@ -36,6 +36,7 @@ use parking_lot::{Mutex, RwLock};
 
 use super::config::Config;
 use super::guard::{ExclusiveGuard, OptimisticGuard, Restart, SharedGuard};
+use super::region::Discard;
 use super::resident::ResidentSet;
 use super::space::{Space, META_PER_STATE_CHUNK, STATES_PER_OS_PAGE};
 use super::state::{EVICTED, LOCKED, MARKED, PREFETCHED, PREFETCHED_MARKED, UNLOCKED};
@@ -568,25 +569,28 @@ impl BufferManager {
         }
         self.offer_to_remote(&victims);
         victims.sort_by_key(|&(pid, _)| pid);
-        let rs = self.resident.read();
-        let mut freed = 0;
+        // Adjacent frames of one space are one range; all ranges go to the kernel together
+        // (one TLB flush where it can), while the victims are still latched.
+        let mut discard = Discard::default();
         let mut i = 0;
         while i < victims.len() {
-            // Adjacent frames of one space go to the kernel in one madvise.
             let (first, sp) = victims[i];
             let mut j = i + 1;
             while j < victims.len() && victims[j].0.space() == first.space() && victims[j].0.index() == first.index() + (j - i) as u64 {
                 j += 1;
             }
-            sp.frames.discard(first.index(), (j - i) as u64);
-            for &(pid, sp) in &victims[i..j] {
-                let removed = rs.remove(pid);
-                debug_assert!(removed, "victim {pid} not in the resident set");
-                sp.resident_bytes.fetch_sub(sp.page_size(), Ordering::Relaxed);
-                sp.state(pid.index()).unlock_evicted();
-                freed += sp.page_size();
-            }
+            sp.frames.discard_later(first.index(), (j - i) as u64, &mut discard);
             i = j;
+        }
+        discard.run();
+        let rs = self.resident.read();
+        let mut freed = 0;
+        for &(pid, sp) in &victims {
+            let removed = rs.remove(pid);
+            debug_assert!(removed, "victim {pid} not in the resident set");
+            sp.resident_bytes.fetch_sub(sp.page_size(), Ordering::Relaxed);
+            sp.state(pid.index()).unlock_evicted();
+            freed += sp.page_size();
         }
         drop(rs);
         self.counters.evictions.add(victims.len() as u64);

