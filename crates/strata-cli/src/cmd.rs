@@ -63,6 +63,44 @@ struct QueryOutput {
     /// The remote tier's counters, with `--remote`.
     #[serde(skip_serializing_if = "Option::is_none")]
     remote: Option<strata::buffer::RemoteStats>,
+    /// How the pages reached the device.
+    io: IoOutput,
+}
+
+/// The `"io"` object of a query's JSON: requests, coalescing, queue depths, prefetch use.
+#[derive(Serialize)]
+struct IoOutput {
+    backend: String,
+    read_requests: u64,
+    pages_read: u64,
+    pages_prefetched: u64,
+    prefetch_hits: u64,
+    prefetch_wasted: u64,
+    read_queue_depth: Vec<strata::buffer::Bucket>,
+    read_request_bytes: Vec<strata::buffer::Bucket>,
+    write_requests: u64,
+    pages_written: u64,
+    write_queue_depth: Vec<strata::buffer::Bucket>,
+    write_request_bytes: Vec<strata::buffer::Bucket>,
+}
+
+impl IoOutput {
+    fn of(st: &strata::buffer::Stats) -> IoOutput {
+        IoOutput {
+            backend: st.io.backend.clone(),
+            read_requests: st.read_requests,
+            pages_read: st.pages_read,
+            pages_prefetched: st.pages_prefetched,
+            prefetch_hits: st.prefetch_hits,
+            prefetch_wasted: st.prefetch_wasted,
+            read_queue_depth: st.io.read_queue_depth.clone(),
+            read_request_bytes: st.io.read_request_bytes.clone(),
+            write_requests: st.write_requests,
+            pages_written: st.pages_written,
+            write_queue_depth: st.io.write_queue_depth.clone(),
+            write_request_bytes: st.io.write_request_bytes.clone(),
+        }
+    }
 }
 
 fn print_json<T: Serialize>(v: &T) -> Result<(), Error> {
@@ -262,6 +300,7 @@ pub fn query(dir: &Path, pool: u64, threads: usize, json: bool, remote: &crate::
             bytes_written: st.bytes_written,
             threads,
             peak_rss_bytes: strata::util::peak_rss_bytes(),
+            io: IoOutput::of(&st),
             remote: st.remote,
         })?;
     } else {

@@ -2,19 +2,22 @@
 
 use std::collections::HashSet;
 use std::io::{BufRead, Read};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 use serde::Serialize;
 
 use crate::access::{Catalog, Column, Graph, ValueFormat};
-use crate::buffer::{BufferManager, Config};
+use crate::buffer::{BufferManager, Cleaner, CleanerOptions, CleanerStats, Config};
 use crate::error::{Error, Result};
 use crate::storage::AlignedBuf;
 use crate::txn::{LockTable, Transaction};
 
 /// A database: pages managed by a [`BufferManager`], named columns in a [`Catalog`].
 pub struct Database {
-    bm: BufferManager,
+    /// Dropped first: the cleaner's thread is joined before the manager goes.
+    cleaner: Option<Cleaner>,
+    bm: Arc<BufferManager>,
     catalog: Mutex<Catalog>,
     locks: LockTable,
 }
@@ -37,17 +40,33 @@ impl Database {
     pub fn create(config: Config) -> Result<Database> {
         let backend = config.backend.clone();
         let dir = config.dir.clone();
+        let cleaner = config.cleaner;
         // The catalog must exist before the meta file makes the directory a database.
         let bm = BufferManager::create_with(config, &[crate::access::catalog::CATALOG_FILE], |be, dir| Catalog::default().store(be, dir))?;
         debug_assert!(backend.exists(&Catalog::path(&dir)));
-        Ok(Database { bm, catalog: Mutex::new(Catalog::default()), locks: LockTable::default() })
+        Database::with(bm, Catalog::default(), cleaner)
     }
 
     /// Opens an existing database.
     pub fn open(config: Config) -> Result<Database> {
+        let cleaner = config.cleaner;
         let bm = BufferManager::open(config)?;
         let catalog = Catalog::load(bm.backend().as_ref(), bm.dir())?;
-        Ok(Database { bm, catalog: Mutex::new(catalog), locks: LockTable::default() })
+        Database::with(bm, catalog, cleaner)
+    }
+
+    fn with(bm: BufferManager, catalog: Catalog, cleaner: Option<CleanerOptions>) -> Result<Database> {
+        let bm = Arc::new(bm);
+        let cleaner = match cleaner {
+            Some(opts) => Some(Cleaner::start(bm.clone(), opts).map_err(|e| Error::io("start the cleaner thread", bm.dir(), e))?),
+            None => None,
+        };
+        Ok(Database { cleaner, bm, catalog: Mutex::new(catalog), locks: LockTable::default() })
+    }
+
+    /// The background cleaner's figures, when one runs ([`Config::cleaner`]).
+    pub fn cleaner_stats(&self) -> Option<CleanerStats> {
+        self.cleaner.as_ref().map(Cleaner::stats)
     }
 
     /// Begins a transaction (see [`crate::txn`]).
@@ -133,9 +152,17 @@ impl Database {
     }
 
     /// Checkpoints and closes.
-    pub fn close(self) -> Result<()> {
+    pub fn close(mut self) -> Result<()> {
+        if let Some(c) = self.cleaner.take() {
+            c.stop();
+        }
         self.checkpoint()?;
-        self.bm.close()
+        match Arc::try_unwrap(self.bm) {
+            Ok(bm) => bm.close(),
+            // Nobody else holds it (the cleaner was joined above); were it shared, dropping
+            // our reference leaves the last owner's drop to checkpoint.
+            Err(_) => Ok(()),
+        }
     }
 
     /// Verifies everything: every allocated page's checksum and id on disk, the catalog

@@ -527,6 +527,60 @@ fn two_evictors_one_victim() {
     });
 }
 
+/// The background cleaner (`BufferManager::clean_ahead`) meets a writer and an evictor: a
+/// dirty MARKED page is latched without waiting, written to "disk" and left MARKED and
+/// clean (`unlock_cleaned`), while the writer updates it twice and the evictor's clock
+/// passes it three times. The cleaner never writes a frame it has not latched, and no write
+/// is lost: a page evicted as clean has its latest content on disk.
+#[test]
+fn cleaner_vs_writer_vs_evictor() {
+    check_bounded(3, || {
+        let p = Arc::new(Page::resident(CONTENT));
+        // Dirty and MARKED: the cleaner's target.
+        assert!(!lock_exclusive(&p.st));
+        p.write_frame([CONTENT + 1; 2]);
+        p.st.unlock_exclusive_modified();
+        assert!(p.st.try_mark(p.st.load()));
+        let cleaner = {
+            let p = p.clone();
+            thread::spawn(move || {
+                let w = p.st.load();
+                if w.state() == MARKED && w.dirty() && p.st.try_lock_exclusive(w) {
+                    p.enter_exclusive();
+                    assert!(p.st.load().dirty(), "the latch keeps the page dirty");
+                    let frame = p.read_frame();
+                    assert_ne!(frame, [0; 2], "cleaning a dropped frame");
+                    // SAFETY: exclusive latch held: nobody else touches the disk image.
+                    p.disk.with_mut(|d| unsafe { *d = frame });
+                    p.leave_exclusive();
+                    p.st.unlock_cleaned();
+                }
+            })
+        };
+        let evictor = {
+            let p = p.clone();
+            thread::spawn(move || {
+                p.evictor(3);
+            })
+        };
+        let mut expect = CONTENT + 1;
+        for _ in 0..2 {
+            if lock_exclusive(&p.st) {
+                p.load_locked();
+            }
+            p.enter_exclusive();
+            assert_eq!(p.read_frame(), [expect; 2], "writer saw a dropped or stale frame");
+            expect += 1;
+            p.write_frame([expect; 2]);
+            p.leave_exclusive();
+            p.st.unlock_exclusive_modified();
+        }
+        cleaner.join().unwrap();
+        evictor.join().unwrap();
+        p.check_final(true, expect);
+    });
+}
+
 // ------------------------------------------------------------------------------------------
 // Model 4: shared latch counting vs the exclusive latch.
 // ------------------------------------------------------------------------------------------

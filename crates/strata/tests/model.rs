@@ -41,7 +41,7 @@ const PIN_WAIT: Duration = Duration::from_millis(200);
 struct Pick(usize);
 
 impl Pick {
-    fn of(self, len: usize) -> usize {
+    fn of(&self, len: usize) -> usize {
         self.0 % len
     }
 }
@@ -56,8 +56,9 @@ impl Arbitrary for Pick {
 
 /// The real filesystem backend minus the fsyncs: this test checks contents across
 /// close/reopen, not crash durability, and fsync would dominate its run time. Some cases use
-/// O_DIRECT page I/O (as in production), the rest buffered I/O (much faster on slow disks);
-/// the buffer manager above the file layer is the same.
+/// O_DIRECT page I/O as in production (through io_uring where the kernel allows it, or
+/// through pread/pwrite), the rest buffered I/O (much faster on slow disks); the buffer
+/// manager above the file layer is the same.
 #[derive(Debug)]
 struct NoSync(Arc<dyn StorageBackend>);
 
@@ -184,6 +185,12 @@ enum Op {
         page: Pick,
     },
     Checkpoint,
+    /// `prefetch` of `n` pages in id order from a picked one (adjacent runs coalesce; temp,
+    /// resident and freed ids are skipped), then the first and last compared with the model.
+    Prefetch {
+        from: Pick,
+        n: usize,
+    },
     /// `close` (or a plain drop when `!clean`) and open again with `pool`.
     Reopen {
         pool: u64,
@@ -225,6 +232,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (any::<Pick>(), any::<bool>()).prop_map(|(page, via_guard)| Op::Free { page, via_guard }),
         1 => any::<Pick>().prop_map(|page| Op::FixStale { page }),
         1 => Just(Op::Checkpoint),
+        2 => (any::<Pick>(), 1usize..=24).prop_map(|(from, n)| Op::Prefetch { from, n }),
         1 => (pool_size(), any::<bool>()).prop_map(|(pool, clean)| Op::Reopen { pool, clean }),
         2 => pool_size().prop_map(|pool| Op::SetPool { pool }),
     ]
@@ -473,6 +481,18 @@ impl<'d> Harness<'d> {
                     payload_eq("optimistic read validated across an eviction", pid, &copy, &self.model[&pid]);
                 }
             }
+            Op::Prefetch { from, n } => {
+                let Some(first) = self.pick(from) else { return };
+                let pids: Vec<PageId> = self.model.range(first..).take(*n).map(|(&p, _)| p).collect();
+                let bm = self.bm();
+                let loaded = bm.prefetch(&pids);
+                assert!(loaded <= pids.len());
+                let st = bm.stats();
+                assert!(st.prefetch_hits + st.prefetch_wasted <= st.pages_prefetched, "{st:?}");
+                for pid in [pids[0], pids[pids.len() - 1]] {
+                    self.verify_page(pid);
+                }
+            }
             Op::ReadPair { a, b } => {
                 let (Some(pa), Some(pb)) = (self.pick(a), self.pick(b)) else { return };
                 let bm = self.bm();
@@ -539,16 +559,30 @@ impl<'d> Harness<'d> {
     }
 }
 
-fn run_case(direct: bool, pool: u64, initial: &[(usize, bool, u64)], ops: &[Op]) {
+/// How a case's page files do their I/O.
+#[derive(Clone, Copy, Debug)]
+enum Io {
+    /// The default backend: io_uring where the kernel allows it (`STRATA_IO=posix`: pread).
+    Default,
+    /// `pread`/`pwrite` with O_DIRECT.
+    PosixDirect,
+    /// `pread`/`pwrite` through the page cache (fast on slow disks).
+    Buffered,
+}
+
+fn io_kind() -> impl Strategy<Value = Io> {
+    prop_oneof![3 => Just(Io::Default), 2 => Just(Io::PosixDirect), 15 => Just(Io::Buffered)]
+}
+
+fn run_case(io: Io, pool: u64, initial: &[(usize, bool, u64)], ops: &[Op]) {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("db");
     let mut h = Harness {
         db: &db,
-        backend: Arc::new(NoSync(if direct {
-            // io_uring where the kernel allows it (`STRATA_IO=posix`: pread/pwrite).
-            strata::buffer::default_backend()
-        } else {
-            Arc::new(FileBackend { buffered_only: true })
+        backend: Arc::new(NoSync(match io {
+            Io::Default => strata::buffer::default_backend(),
+            Io::PosixDirect => Arc::new(FileBackend::default()),
+            Io::Buffered => Arc::new(FileBackend { buffered_only: true }),
         })),
         bm: None,
         model: BTreeMap::new(),
@@ -578,12 +612,12 @@ proptest! {
 
     #[test]
     fn buffer_manager_matches_model(
-        direct in prop::bool::weighted(0.15),
+        io in io_kind(),
         pool in pool_size(),
         initial in prop::collection::vec((payload_size(), any::<bool>(), any::<u64>()), 16..40),
         ops in prop::collection::vec(op(), 1..120),
     ) {
-        run_case(direct, pool, &initial, &ops);
+        run_case(io, pool, &initial, &ops);
     }
 }
 
@@ -602,6 +636,9 @@ fn fixed_sequence_evicts_and_reloads_every_class() {
         if i % 9 == 4 {
             ops.push(Op::Free { page: Pick(i), via_guard: i % 2 == 0 });
         }
+        if i % 6 == 2 {
+            ops.push(Op::Prefetch { from: Pick(i * 17), n: 12 });
+        }
         if i % 16 == 7 {
             ops.push(Op::SetPool { pool: (POOL_MIN_4K + (i as u64 % 3) * 16) * 4096 });
         }
@@ -610,5 +647,7 @@ fn fixed_sequence_evicts_and_reloads_every_class() {
     for i in 0..20usize {
         ops.push(Op::Read { page: Pick(i * 5) });
     }
-    run_case(true, 256 << 10, &initial, &ops);
+    for io in [Io::Default, Io::PosixDirect] {
+        run_case(io, 256 << 10, &initial, &ops);
+    }
 }

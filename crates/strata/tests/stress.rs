@@ -28,6 +28,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
 
+use strata::buffer::{Cleaner, CleanerOptions};
 use strata::storage::backend::OpenMode;
 use strata::storage::{FileBackend, IoBufMut, ReadReq, StorageBackend, StorageFile};
 use strata::{BufferManager, Config, PageId, PAGE_HEADER_SIZE};
@@ -437,6 +438,11 @@ impl Scratch {
 }
 
 struct Run {
+    /// Page files through pread/pwrite instead of the default backend (io_uring where the
+    /// kernel allows it).
+    posix: bool,
+    /// A background cleaner thread runs alongside the workers.
+    cleaner: bool,
     scratch: bool,
     /// Pool sizes worker 0 cycles through (empty: the pool stays fixed).
     resizes: &'static [u64],
@@ -510,19 +516,22 @@ fn stress(run: Run) {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("db");
     // io_uring where the kernel allows it (`STRATA_IO=posix`: pread/pwrite).
-    let backend: Arc<dyn StorageBackend> = Arc::new(NoSync(strata::buffer::default_backend()));
+    let inner = if run.posix { Arc::new(FileBackend::default()) } else { strata::buffer::default_backend() };
+    let backend: Arc<dyn StorageBackend> = Arc::new(NoSync(inner));
     let config = || Config::new(&db).min_page(MIN_PAGE).pool_size(POOL).backend(backend.clone());
-    let bm = BufferManager::create(config()).unwrap();
-    let pages = Pages::create(&bm);
+    let shared = Arc::new(BufferManager::create(config()).unwrap());
+    let bm = &*shared;
+    let pages = Pages::create(bm);
     bm.checkpoint().unwrap();
     let writes_before: u64 = pages.committed.iter().map(|c| c.load(Ordering::Relaxed)).sum();
     let evictions_before = bm.stats().evictions;
 
     let ops = ops_per_worker();
     let cap = Cap::new(POOL);
+    let cleaner = run.cleaner.then(|| Cleaner::start(shared.clone(), CleanerOptions { target: Some(POOL / 8), ..Default::default() }).unwrap());
     let running = AtomicUsize::new(WORKERS);
     let (tallies, samples) = thread::scope(|s| {
-        let mon = s.spawn(|| monitor(&bm, &cap, &running));
+        let mon = s.spawn(|| monitor(bm, &cap, &running));
         let handles: Vec<_> = (0..WORKERS)
             .map(|id| {
                 let (bm, pages, cap, run, running) = (&bm, &pages, &cap, &run, &running);
@@ -540,7 +549,7 @@ fn stress(run: Run) {
     let writes: u64 = tallies.iter().map(|t| t.writes).sum();
     let writes_after: u64 = pages.committed.iter().map(|c| c.load(Ordering::Relaxed)).sum();
     assert_eq!(writes_after - writes_before, writes, "committed counters vs. writes done");
-    pages.verify_all(&bm);
+    pages.verify_all(bm);
     bm.check_invariants().unwrap();
     let st = bm.stats();
     let max_pool = cap.max.load(Ordering::Relaxed);
@@ -570,9 +579,14 @@ fn stress(run: Run) {
     // some pages first: after `verify_all` every resident page is clean, and the close's
     // checkpoint would have nothing to do.)
     for i in (0..pages.pids.len()).step_by(7) {
-        write_page(&bm, &pages, i, false);
+        write_page(bm, &pages, i, false);
     }
-    bm.close().unwrap();
+    if let Some(c) = cleaner {
+        let cs = c.stop();
+        assert!(cs.pages_cleaned > 0 && cs.errors == 0, "the cleaner wrote pages ahead of the clock: {cs:?}");
+        eprintln!("stress: cleaner {cs:?}, {} dirty victims written by evictions", st.dirty_victims);
+    }
+    Arc::try_unwrap(shared).ok().expect("nothing else holds the manager").close().unwrap();
     let bm = BufferManager::open(config()).unwrap();
     assert_eq!(bm.allocated_pages().len(), pages.pids.len(), "scratch pages were all freed");
     pages.verify_all(&bm);
@@ -582,12 +596,17 @@ fn stress(run: Run) {
 
 #[test]
 fn readers_and_writers_with_a_tenth_of_the_data_in_memory() {
-    stress(Run { scratch: false, resizes: &[] });
+    stress(Run { posix: false, cleaner: false, scratch: false, resizes: &[] });
 }
 
 #[test]
-fn with_scratch_pages_checkpoints_and_pool_resizes() {
-    stress(Run { scratch: true, resizes: &[400 << 10, 640 << 10, 448 << 10, 512 << 10, 384 << 10, 576 << 10] });
+fn readers_and_writers_on_pread_with_a_background_cleaner() {
+    stress(Run { posix: true, cleaner: true, scratch: false, resizes: &[] });
+}
+
+#[test]
+fn with_scratch_pages_checkpoints_pool_resizes_and_a_cleaner() {
+    stress(Run { posix: false, cleaner: true, scratch: true, resizes: &[400 << 10, 640 << 10, 448 << 10, 512 << 10, 384 << 10, 576 << 10] });
 }
 
 /// Shrinks and grows the pool in a tight loop while three threads keep loading pages (each

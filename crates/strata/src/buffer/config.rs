@@ -35,6 +35,7 @@ pub struct Config {
     pub(crate) checkpoint_every: u64,
     pub(crate) warm_restart: bool,
     pub(crate) remote: Option<Arc<dyn super::tier::RemoteTier>>,
+    pub(crate) cleaner: Option<super::cleaner::CleanerOptions>,
 }
 
 impl Config {
@@ -50,6 +51,7 @@ impl Config {
             checkpoint_every: DEFAULT_CHECKPOINT_EVERY,
             warm_restart: false,
             remote: None,
+            cleaner: None,
         }
     }
 
@@ -110,6 +112,14 @@ impl Config {
     /// the database has not changed since (see [`super::hotset`]).
     pub fn warm_restart(mut self, on: bool) -> Config {
         self.warm_restart = on;
+        self
+    }
+
+    /// A background cleaner (see [`super::cleaner`]) that writes back dirty pages just
+    /// ahead of the clock, so that evictions rarely write. [`crate::Database`] starts it at
+    /// open; a bare [`super::BufferManager`] ignores it (start a [`super::Cleaner`]).
+    pub fn cleaner(mut self, opts: super::cleaner::CleanerOptions) -> Config {
+        self.cleaner = Some(opts);
         self
     }
 

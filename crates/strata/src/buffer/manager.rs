@@ -40,7 +40,7 @@ use super::region::Discard;
 use super::resident::ResidentSet;
 use super::space::{Space, META_PER_STATE_CHUNK, STATES_PER_OS_PAGE};
 use super::state::{EVICTED, LOCKED, MARKED, PREFETCHED, PREFETCHED_MARKED, UNLOCKED};
-use super::stats::{ClassStats, Counters, Stats};
+use super::stats::{ClassStats, Counters, IoStats, Stats};
 use crate::error::{Error, Result};
 use crate::storage::backend::{atomic_word, OpenMode};
 use crate::storage::doublewrite::DoubleWrite;
@@ -48,7 +48,7 @@ use crate::storage::layout::{class_file, temp_file};
 use crate::storage::meta::FORMAT_VERSION;
 use crate::storage::page::{self, checksum, header_words};
 use crate::storage::wal::{CheckpointInfo, Wal, FIRST_LSN};
-use crate::storage::{AllocTable, ClassBitmap, IoBufMut, Meta, PageId, ReadReq, SizeClasses, StorageBackend, PAGE_HEADER_SIZE};
+use crate::storage::{AllocTable, ClassBitmap, IoBufMut, Meta, PageId, ReadReq, SizeClasses, StorageBackend, WriteReq, PAGE_HEADER_SIZE};
 
 /// What a create writes before the meta file (and their temporary names, `NAME.*`).
 const CREATE_FILES: &[&str] = &["alloc.table"];
@@ -57,6 +57,8 @@ const CREATE_FILES: &[&str] = &["alloc.table"];
 const CLOCK_BATCH: usize = 64;
 /// Largest read that prefetch coalesces adjacent pages into.
 const MAX_COALESCED_READ: u64 = 1 << 20;
+/// Largest write request write-back makes of adjacent pages.
+const MAX_COALESCED_WRITE: u64 = 1 << 20;
 
 /// The `used` word packs two fields: the bytes counted against the cap (its low `USED_BITS`
 /// bits, see [`BufferManager::used_bytes`]) and a shrink generation (the high bits), which
@@ -129,6 +131,8 @@ pub struct BufferManager {
     checkpoint_lock: Mutex<()>,
     last_checkpoint: AtomicU64,
     checkpoint_every: u64,
+    /// Rung when an eviction wrote dirty victims itself (wakes a [`super::Cleaner`]).
+    pub(super) bell: super::cleaner::Bell,
 }
 
 // Guards are tied to the manager by lifetime; the manager itself is shared between threads.
@@ -285,6 +289,7 @@ impl BufferManager {
             peak: AtomicU64::new(0),
             resident: RwLock::new(resident),
             evictors: AtomicU64::new(0),
+            bell: Default::default(),
             pin_wait: config.pin_wait,
             counters: Counters::default(),
             // Closed until fully opened: if setting up a space fails below, dropping the
@@ -558,6 +563,9 @@ impl BufferManager {
         // Write back the dirty victims as one batch; if it fails they stay resident.
         let dirty: Vec<(PageId, &Space)> = victims.iter().copied().filter(|&(pid, sp)| sp.state(pid.index()).load().dirty()).collect();
         if !dirty.is_empty() {
+            // Written in the foreground: a cleaner should have got to them first.
+            self.counters.dirty_victims.add(dirty.len() as u64);
+            self.bell.ring();
             if let Err(e) = self.write_back(&dirty) {
                 for &(pid, sp) in &dirty {
                     sp.state(pid.index()).unlock_exclusive_unchanged(false);
@@ -599,6 +607,51 @@ impl BufferManager {
             Some(e) if freed == 0 => Err(e),
             _ => Ok(freed),
         }
+    }
+
+    /// One round of the background cleaner (see [`super::cleaner`]): writes back the dirty
+    /// MARKED pages among the next `target` bytes of pages ahead of the clock hand, as one
+    /// batch, and leaves them MARKED and clean (the clock's next victims, now without a
+    /// write). Never waits for a latch. Returns the number of pages written; on error they
+    /// stay dirty.
+    pub fn clean_ahead(&self, target: u64) -> Result<usize> {
+        let rs = self.resident.read();
+        let start = rs.hand();
+        let mut seen = 0u64;
+        let mut scanned = 0usize;
+        let mut latched: Vec<(PageId, &Space)> = Vec::new();
+        while seen < target && scanned < rs.capacity() {
+            rs.peek(start.wrapping_add(scanned), CLOCK_BATCH, |pid| {
+                let Some(sp) = self.spaces[pid.space()].get() else { return };
+                let st = sp.state(pid.index());
+                let w = st.load();
+                if !w.is_resident() || seen >= target {
+                    return;
+                }
+                seen += sp.page_size();
+                // Dirty is only set under the exclusive latch, so it stays set once we hold it.
+                if w.state() == MARKED && w.dirty() && st.try_lock_exclusive(w) {
+                    latched.push((pid, sp));
+                }
+            });
+            scanned += CLOCK_BATCH;
+        }
+        drop(rs);
+        if latched.is_empty() {
+            return Ok(0);
+        }
+        let r = self.write_back(&latched);
+        for &(pid, sp) in &latched {
+            let st = sp.state(pid.index());
+            if r.is_ok() {
+                st.unlock_cleaned();
+            } else {
+                st.unlock_exclusive_unchanged(false);
+            }
+        }
+        r?;
+        self.counters.pages_cleaned.add(latched.len() as u64);
+        Ok(latched.len())
     }
 
     /// Offers the clean persistent victims (latched, about to be dropped) to the remote tier.
@@ -723,25 +776,13 @@ impl BufferManager {
             // the page size and only loaded from by others.
             unsafe { std::slice::from_raw_parts(sp.frame(pid.index()), sp.page_size() as usize) }
         };
-        let write_home = |pid: PageId, sp: &Space| -> Result<()> {
-            sp.file.write_at(image(pid, sp), sp.offset(pid.index())).map_err(|e| Error::io("write page", sp.path(), e))?;
-            self.counters.pages_written.add(1);
-            self.counters.bytes_written.add(sp.page_size());
-            Ok(())
-        };
         let durable = self.durable.read();
         let guarded = |pid: PageId, sp: &Space| {
             !sp.temp && (frame_lsn(sp.frame(pid.index())) > 0 || durable.get(sp.class as usize).is_some_and(|b| b.is_allocated(pid.index())))
         };
-        let mut torn_risk: Vec<(PageId, &Space)> = Vec::new();
-        for &(pid, sp) in pages {
-            if guarded(pid, sp) {
-                torn_risk.push((pid, sp));
-            } else {
-                write_home(pid, sp)?;
-            }
-        }
+        let (torn_risk, unguarded): (Vec<_>, Vec<_>) = pages.iter().copied().partition(|&(pid, sp)| guarded(pid, sp));
         drop(durable);
+        self.write_home(&unguarded).map_err(|(_, e)| e)?;
         if !torn_risk.is_empty() {
             let _batch = self.dw_lock.lock();
             // After a failed home write or fsync, the double-write area may hold the only good
@@ -756,12 +797,12 @@ impl BufferManager {
             }
             let images: Vec<(PageId, &[u8])> = torn_risk.iter().map(|&(pid, sp)| (pid, image(pid, sp))).collect();
             self.dw.write(&images)?;
+            if let Err((sp, e)) = self.write_home(&torn_risk) {
+                *self.sync_failed.lock() = Some(sp.path());
+                return Err(e);
+            }
             let mut files: Vec<&Space> = Vec::new();
-            for &(pid, sp) in &torn_risk {
-                if let Err(e) = write_home(pid, sp) {
-                    *self.sync_failed.lock() = Some(sp.path());
-                    return Err(e);
-                }
+            for &(_, sp) in &torn_risk {
                 if !files.iter().any(|f| std::ptr::eq(*f, sp)) {
                     files.push(sp);
                 }
@@ -776,6 +817,46 @@ impl BufferManager {
         let mut dpt = self.dirty.lock();
         for &(pid, _) in pages {
             dpt.remove(&pid);
+        }
+        Ok(())
+    }
+
+    /// Writes sealed `pages` (whose exclusive latches the caller holds) to their home
+    /// locations: adjacent pages of one file whose frames are contiguous go as one request of
+    /// up to `MAX_COALESCED_WRITE` bytes, and all requests of a file are issued as one batch
+    /// ([`StorageFile::write_many`](crate::storage::StorageFile::write_many): in flight
+    /// together with io_uring). On error, the file that failed and the error; the other
+    /// requests of its batch were still carried out.
+    fn write_home<'s>(&self, pages: &[(PageId, &'s Space)]) -> std::result::Result<(), (&'s Space, Error)> {
+        let mut pages = pages.to_vec();
+        pages.sort_by_key(|&(pid, sp)| (sp as *const Space as usize, pid.index()));
+        for group in pages.chunk_by(|a, b| std::ptr::eq(a.1, b.1)) {
+            let sp = group[0].1;
+            let size = sp.page_size();
+            let max_pages = (MAX_COALESCED_WRITE / size).max(1) as usize;
+            let mut reqs: Vec<WriteReq<'_>> = Vec::new();
+            let mut i = 0;
+            while i < group.len() {
+                let first = group[i].0.index();
+                let mut n = 1;
+                while i + n < group.len() && n < max_pages && group[i + n].0.index() == first + n as u64 && sp.frames.same_bucket(first, first + n as u64) {
+                    n += 1;
+                }
+                // SAFETY: the caller holds the exclusive latches of pages first..first+n
+                // (no thread writes their frames; others only load), which lie in one bucket,
+                // so the frames are contiguous and mapped for n pages.
+                let buf = unsafe { std::slice::from_raw_parts(sp.frame(first), n * size as usize) };
+                reqs.push(WriteReq::new(buf, sp.offset(first)));
+                i += n;
+            }
+            let metered = self.counters.write_io.issue(reqs.iter().map(|r| r.buf.len() as u64), sp.file.queue_depth());
+            let outcome = sp.file.write_many(&mut reqs);
+            self.counters.write_io.done(metered);
+            self.counters.write_requests.add(metered);
+            let written: u64 = reqs.iter().filter(|r| r.result.is_ok()).map(|r| r.buf.len() as u64).sum();
+            self.counters.pages_written.add(written / size);
+            self.counters.bytes_written.add(written);
+            outcome.map_err(|e| (sp, Error::io("write page", sp.path(), e)))?;
         }
         Ok(())
     }
@@ -821,9 +902,9 @@ impl BufferManager {
         // SAFETY: we hold the page's exclusive latch (no other writer); the frame is mapped,
         // aligned and `size` bytes long; optimistic readers only load from it.
         let buf = unsafe { IoBufMut::from_frame(frame, size as usize) };
-        let metered = self.counters.io.issue(std::iter::once(size), 1);
+        let metered = self.counters.read_io.issue(std::iter::once(size), 1);
         let read = sp.file.read_at(buf, sp.offset(index));
-        self.counters.io.done(metered);
+        self.counters.read_io.done(metered);
         let result = match read {
             Err(e) => Err(Error::io("read page", sp.path(), e)),
             Ok(n) if (n as u64) < size => Err(Error::corruption(
@@ -1045,10 +1126,10 @@ impl BufferManager {
     /// Issues `reqs` on `sp`'s file as one batch and counts them. Each request's `result`
     /// says how it went.
     fn read_batch(&self, sp: &Space, reqs: &mut [ReadReq<'_>]) {
-        let n = self.counters.io.issue(reqs.iter().map(|r| r.buf.len() as u64), sp.file.queue_depth());
+        let n = self.counters.read_io.issue(reqs.iter().map(|r| r.buf.len() as u64), sp.file.queue_depth());
         // Errors are per request (in `result`).
         let _ = sp.file.read_many(reqs);
-        self.counters.io.done(n);
+        self.counters.read_io.done(n);
         self.counters.read_requests.add(n);
     }
 
@@ -1546,7 +1627,14 @@ impl BufferManager {
             pages_prefetched: c.pages_prefetched.get(),
             prefetch_hits: c.prefetch_hits.get(),
             prefetch_wasted: c.prefetch_wasted.get(),
-            io: c.io.snapshot(self.backend.io_name()),
+            io: {
+                let (read_queue_depth, read_request_bytes) = c.read_io.snapshot();
+                let (write_queue_depth, write_request_bytes) = c.write_io.snapshot();
+                IoStats { backend: self.backend.io_name(), read_queue_depth, read_request_bytes, write_queue_depth, write_request_bytes }
+            },
+            write_requests: c.write_requests.get(),
+            dirty_victims: c.dirty_victims.get(),
+            pages_cleaned: c.pages_cleaned.get(),
             bytes_read: c.bytes_read.get(),
             pages_written: c.pages_written.get(),
             bytes_written: c.bytes_written.get(),

@@ -1,6 +1,7 @@
 //! The buffer manager: size classes over virtual-memory reservations, page states and
 //! latches, one memory budget with clock eviction, guards and temporary pages.
 
+mod cleaner;
 mod config;
 mod guard;
 pub mod hotset;
@@ -15,6 +16,7 @@ pub mod state;
 mod stats;
 pub mod tier;
 
+pub use cleaner::{Cleaner, CleanerOptions, CleanerStats};
 pub use config::{default_backend, Config, DEFAULT_MIN_PAGE, DEFAULT_POOL};
 pub use guard::{ExclusiveGuard, OptimisticGuard, Restart, SharedGuard};
 pub use manager::BufferManager;

@@ -101,6 +101,23 @@ impl ResidentSet {
         }
     }
 
+    /// The clock hand: the slot counter the next [`ResidentSet::clock_batch`] starts at (it
+    /// only grows; slot = hand modulo the capacity).
+    pub(crate) fn hand(&self) -> usize {
+        self.hand.load(Ordering::Relaxed)
+    }
+
+    /// Calls `f` on each page id in the `n` slots from slot counter `start` on, without
+    /// moving the hand (the cleaner looks ahead of the evictors with it).
+    pub(crate) fn peek(&self, start: usize, n: usize, mut f: impl FnMut(PageId)) {
+        for k in 0..n {
+            let v = self.slots[start.wrapping_add(k) & self.mask].load(Ordering::Acquire);
+            if v != EMPTY && v != TOMBSTONE {
+                f(PageId::from_raw(v));
+            }
+        }
+    }
+
     /// Every page id in the set (a snapshot; concurrent changes may or may not be seen).
     pub(crate) fn for_each(&self, mut f: impl FnMut(PageId)) {
         for s in self.slots.iter() {

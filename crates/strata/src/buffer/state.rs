@@ -190,6 +190,16 @@ impl PageState {
         self.0.store(w.with_state(UNLOCKED).0, Ordering::Release);
     }
 
+    /// LOCKED -> MARKED and clean, without a payload change: a dirty page the cleaner took
+    /// from MARKED and wrote back goes back to being the clock's next victim, now one that
+    /// costs no write. The version stays (sealing the header is not a payload change).
+    #[inline]
+    pub fn unlock_cleaned(&self) {
+        let w = self.load();
+        debug_assert_eq!(w.state(), LOCKED);
+        self.0.store(Word(w.0 & !DIRTY).with_state(MARKED).0, Ordering::Release);
+    }
+
     /// LOCKED -> PREFETCHED without a payload change: a prefetched page that nobody has
     /// asked for yet is the clock's first candidate; the first fix clears the mark.
     #[inline]

@@ -67,7 +67,11 @@ pub(crate) struct Counters {
     pub remote_rejected: Counter,
     pub remote_errors: Counter,
     pub remote_puts: Counter,
-    pub io: IoMeter,
+    pub write_requests: Counter,
+    pub dirty_victims: Counter,
+    pub pages_cleaned: Counter,
+    pub read_io: IoMeter,
+    pub write_io: IoMeter,
 }
 
 /// Resident and allocated figures of one size class.
@@ -116,10 +120,19 @@ pub struct Stats {
     pub prefetch_hits: u64,
     /// Prefetched pages evicted before any fix used them.
     pub prefetch_wasted: u64,
-    /// Read requests: queue depth and size histograms, and the I/O backend.
+    /// Read and write requests: queue depth and size histograms, and the I/O backend.
     pub io: IoStats,
     /// Pages written to disk.
     pub pages_written: u64,
+    /// Write requests of page write-back (adjacent pages written together are one request;
+    /// the double-write area's writes are not counted).
+    pub write_requests: u64,
+    /// Evicted pages that were dirty, so the evicting thread (a fix waiting for memory)
+    /// wrote them first.
+    pub dirty_victims: u64,
+    /// Pages written back ahead of the clock by [`crate::buffer::BufferManager::clean_ahead`]
+    /// (the background cleaner).
+    pub pages_cleaned: u64,
     /// Bytes written to disk.
     pub bytes_written: u64,
     /// Pages evicted.
@@ -180,7 +193,7 @@ pub struct Bucket {
     pub count: u64,
 }
 
-/// Read requests as the device saw them.
+/// Requests of one direction (reads or writes) as the device saw them.
 #[derive(Default)]
 pub(crate) struct IoMeter {
     in_flight: AtomicU64,
@@ -189,10 +202,10 @@ pub(crate) struct IoMeter {
 }
 
 impl IoMeter {
-    /// Records the issue of read requests of `sizes` bytes, of which the file keeps at most
-    /// `at_once` in flight together: each one's size, and the number of strata's read
-    /// requests in flight when it was issued (itself included). Returns the count to pass to
-    /// [`IoMeter::done`].
+    /// Records the issue of requests of `sizes` bytes, of which the file keeps at most
+    /// `at_once` in flight together: each one's size, and the number of strata's requests of
+    /// this direction in flight when it was issued (itself included). Returns the count to
+    /// pass to [`IoMeter::done`].
     pub(crate) fn issue(&self, sizes: impl Iterator<Item = u64>, at_once: usize) -> u64 {
         let before = self.in_flight.load(Ordering::Relaxed);
         let mut n = 0;
@@ -210,12 +223,13 @@ impl IoMeter {
         self.in_flight.fetch_sub(n, Ordering::Relaxed);
     }
 
-    pub(crate) fn snapshot(&self, backend: String) -> IoStats {
-        IoStats { backend, read_queue_depth: self.depth.snapshot(), read_request_bytes: self.size.snapshot() }
+    /// (queue depth histogram, request size histogram)
+    pub(crate) fn snapshot(&self) -> (Vec<Bucket>, Vec<Bucket>) {
+        (self.depth.snapshot(), self.size.snapshot())
     }
 }
 
-/// Read requests: how deep the queue was and how large they were.
+/// Page reads and writes: how deep the queue was and how large the requests were.
 #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
 pub struct IoStats {
     /// The storage backend of the data files (`io_uring`, or `posix` and why).
@@ -225,6 +239,11 @@ pub struct IoStats {
     pub read_queue_depth: Vec<Bucket>,
     /// Read requests by size in bytes (adjacent pages read together are one request).
     pub read_request_bytes: Vec<Bucket>,
+    /// Write-back requests by the number of strata's writes outstanding when each was
+    /// issued, itself included.
+    pub write_queue_depth: Vec<Bucket>,
+    /// Write-back requests by size in bytes (adjacent pages written together are one).
+    pub write_request_bytes: Vec<Bucket>,
 }
 
 #[cfg(test)]
@@ -249,10 +268,10 @@ mod histogram_tests {
         let n2 = m.issue(std::iter::once(4096), 1);
         m.done(n);
         m.done(n2);
-        let s = m.snapshot("x".into());
-        let depths: Vec<(u64, u64)> = s.read_queue_depth.iter().map(|b| (b.le, b.count)).collect();
+        let (depth, size) = m.snapshot();
+        let depths: Vec<(u64, u64)> = depth.iter().map(|b| (b.le, b.count)).collect();
         assert_eq!(depths, vec![(1, 1), (2, 1), (4, 2)]);
-        let sizes: Vec<(u64, u64)> = s.read_request_bytes.iter().map(|b| (b.le, b.count)).collect();
+        let sizes: Vec<(u64, u64)> = size.iter().map(|b| (b.le, b.count)).collect();
         assert_eq!(sizes, vec![(4096, 3), (65536, 1)]);
         assert_eq!(m.issue([1u64, 1, 1].into_iter(), 1), 3, "nothing left in flight, one at a time");
         assert_eq!(m.depth.snapshot()[0], Bucket { le: 1, count: 4 });

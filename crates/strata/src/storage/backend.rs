@@ -203,6 +203,30 @@ impl fmt::Debug for ReadReq<'_> {
     }
 }
 
+/// One write of a [`StorageFile::write_many`] batch: what to write where, and (after the
+/// call) whether it was written.
+pub struct WriteReq<'a> {
+    /// The bytes to write, all of them.
+    pub buf: &'a [u8],
+    /// Byte offset in the file.
+    pub offset: u64,
+    /// Filled by `write_many`: this write's outcome.
+    pub result: io::Result<()>,
+}
+
+impl<'a> WriteReq<'a> {
+    /// A request to write `buf` at `offset` (its result starts as `Ok(())`).
+    pub fn new(buf: &'a [u8], offset: u64) -> WriteReq<'a> {
+        WriteReq { buf, offset, result: Ok(()) }
+    }
+}
+
+impl fmt::Debug for WriteReq<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WriteReq").field("len", &self.buf.len()).field("offset", &self.offset).field("result", &self.result).finish()
+    }
+}
+
 /// A copy of an I/O error for a second owner (`io::Error` is not `Clone`).
 fn copy_io_error(e: &io::Error) -> io::Error {
     match e.raw_os_error() {
@@ -245,6 +269,20 @@ pub trait StorageFile: Send + Sync + fmt::Debug {
         first_error(reqs)
     }
 
+    /// Issues every write of `reqs` (at most a queue depth of them in flight at once, where
+    /// the file supports that) and fills each request's `result`. All writes have finished
+    /// (or failed) when it returns, whatever the outcome; nothing is durable before a
+    /// [`StorageFile::sync`]. Returns `Ok(())` when every write succeeded, else a copy of the
+    /// first failed request's error.
+    ///
+    /// The default writes them one after the other with [`StorageFile::write_at`].
+    fn write_many(&self, reqs: &mut [WriteReq<'_>]) -> io::Result<()> {
+        for req in reqs.iter_mut() {
+            req.result = self.write_at(req.buf, req.offset);
+        }
+        first_write_error(reqs)
+    }
+
     /// How many requests of one [`StorageFile::read_many`] are in flight at once at most
     /// (1 for the default, which reads them in turn).
     fn queue_depth(&self) -> usize {
@@ -254,6 +292,14 @@ pub trait StorageFile: Send + Sync + fmt::Debug {
 
 /// `Ok(())`, or a copy of the first error among the requests' results.
 pub(crate) fn first_error(reqs: &[ReadReq<'_>]) -> io::Result<()> {
+    match reqs.iter().find_map(|r| r.result.as_ref().err()) {
+        Some(e) => Err(copy_io_error(e)),
+        None => Ok(()),
+    }
+}
+
+/// `Ok(())`, or a copy of the first error among the write requests' results.
+pub(crate) fn first_write_error(reqs: &[WriteReq<'_>]) -> io::Result<()> {
     match reqs.iter().find_map(|r| r.result.as_ref().err()) {
         Some(e) => Err(copy_io_error(e)),
         None => Ok(()),
@@ -488,6 +534,16 @@ impl StorageFile for FaultyFile {
             errno_err(self.faults.write_errno.load(Ordering::Relaxed))?;
         }
         self.inner.write_at(src, offset)
+    }
+    fn write_many(&self, reqs: &mut [WriteReq<'_>]) -> io::Result<()> {
+        if self.faults.write_errno.load(Ordering::Relaxed) == 0 {
+            return self.inner.write_many(reqs);
+        }
+        // Faults on: each request on its own, so that each meets its own fault.
+        for req in reqs.iter_mut() {
+            req.result = self.write_at(req.buf, req.offset);
+        }
+        first_write_error(reqs)
     }
     fn sync(&self) -> io::Result<()> {
         if self.faults.fail_sync.load(Ordering::Relaxed) {

@@ -21,8 +21,8 @@ pub mod uring;
 pub mod wal;
 
 pub use alloc_table::{AllocTable, ClassBitmap};
-pub use backend::ReadReq;
 pub use backend::{AlignedBuf, FaultyBackend, FileBackend, IoBufMut, StorageBackend, StorageFile};
+pub use backend::{ReadReq, WriteReq};
 pub use layout::{PageId, SizeClasses, MAX_CLASSES};
 pub use meta::Meta;
 pub use page::PAGE_HEADER_SIZE;

@@ -4,9 +4,10 @@
 //! log segments, everything opened [`OpenMode::Buffered`]) go to a [`FileBackend`]; data
 //! files ([`OpenMode::Direct`]) are `UringFile`s, opened with `O_DIRECT` and falling back to
 //! buffered I/O on `EINVAL` exactly as [`FileBackend`] does. Their `read_at`, `write_at`,
-//! `sync` (an `IORING_OP_FSYNC` with `DATASYNC`) and [`StorageFile::read_many`] go through
+//! `sync` (an `IORING_OP_FSYNC` with `DATASYNC`), [`StorageFile::read_many`] and
+//! [`StorageFile::write_many`] go through
 //! io_uring; `len`, `set_len`, `path` and `is_direct` are the plain file calls.
-//! `read_many` is where io_uring pays: it keeps up to [`RING_ENTRIES`] reads in flight with
+//! The batches are where io_uring pays: they keep up to [`RING_ENTRIES`] requests in flight with
 //! one system call per round of completions, where a loop of `pread`s waits for each read in
 //! turn.
 //!
@@ -75,7 +76,7 @@ use std::time::{Duration, Instant};
 
 use io_uring::{opcode, squeue, types, IoUring, Probe};
 
-use super::backend::{first_error, FileBackend, IoBufMut, OpenMode, ReadReq, StorageBackend, StorageFile};
+use super::backend::{first_error, first_write_error, FileBackend, IoBufMut, OpenMode, ReadReq, StorageBackend, StorageFile, WriteReq};
 
 /// Entries of each thread's ring: the most requests one call keeps in flight.
 pub const RING_ENTRIES: u32 = 64;
@@ -265,6 +266,16 @@ impl StorageFile for UringFile {
             req.result = op.into_result();
         }
         first_error(reqs)
+    }
+
+    fn write_many(&self, reqs: &mut [WriteReq<'_>]) -> io::Result<()> {
+        // The kernel only reads a write's buffer.
+        let mut ops: Vec<Op> = reqs.iter().map(|r| Op::new(Kind::Write, r.buf.as_ptr().cast_mut(), r.buf.len(), r.offset)).collect();
+        self.run(&mut ops);
+        for (req, op) in reqs.iter_mut().zip(ops) {
+            req.result = op.into_result().map(drop);
+        }
+        first_write_error(reqs)
     }
 
     fn queue_depth(&self) -> usize {
