@@ -101,6 +101,48 @@ fn a_single_consumer_is_mostly_served_by_the_read_ahead() {
     assert!(rs.depth >= 1 && rs.max_depth_reached <= (2 << 20) / 4 / 4096, "depth bounded by a quarter of the pool: {rs:?}");
 }
 
+/// Without any hint: a thread fixing consecutive pages gets windows loaded ahead (fewer,
+/// larger reads, the pages fixed as prefetch hits), on both backends and with all three
+/// fixes; a thread fixing pages out of order never triggers a window; the switch turns it
+/// off.
+#[test]
+fn sequential_misses_are_detected_and_read_ahead_in_windows() {
+    let dir = tempfile::tempdir().unwrap();
+    let pids = build(dir.path(), 2048); // 8 MiB of 4 KiB pages
+    for (name, be) in backends() {
+        for fix in 0..3 {
+            let bm = open(dir.path(), 1 << 20, be.clone());
+            for i in 0..pids.len() {
+                match fix {
+                    0 => check_page(&bm, &pids, i),
+                    1 => drop(bm.fix_exclusive(pids[i]).unwrap()),
+                    _ => assert_eq!(bm.read_optimistic(pids[i], |g| Ok(g.read_u64(0))).unwrap(), value(i as u64)),
+                }
+            }
+            let st = bm.stats();
+            assert!(st.sequential_windows > 0 && st.pages_prefetched > 1900, "{name}/{fix}: {st:?}");
+            assert!(st.prefetch_hits > 1900 && st.misses < 100, "{name}/{fix}: the pages were fixed as prefetch hits: {st:?}");
+            assert!(st.read_requests * 8 < st.pages_read, "{name}/{fix}: coalesced windows: {st:?}");
+            assert!(st.peak_resident_bytes <= 1 << 20);
+            bm.check_invariants().unwrap();
+        }
+        // Out of order (a stride that never visits i+1 right after i): no window.
+        let bm = open(dir.path(), 1 << 20, be.clone());
+        for k in 0..pids.len() {
+            check_page(&bm, &pids, (k * 7) % pids.len());
+        }
+        let st = bm.stats();
+        assert_eq!((st.sequential_windows, st.pages_prefetched), (0, 0), "{name}: {st:?}");
+        assert_eq!(st.misses, 2048 - st.hits);
+    }
+    let bm = BufferManager::open(Config::new(dir.path()).pool_size(1 << 20).sequential_readahead(false)).unwrap();
+    for i in 0..pids.len() {
+        check_page(&bm, &pids, i);
+    }
+    let st = bm.stats();
+    assert_eq!((st.sequential_windows, st.pages_prefetched, st.read_requests), (0, 0, 2048), "switched off: {st:?}");
+}
+
 #[test]
 fn prefetched_pages_evicted_before_use_count_as_wasted_and_the_data_survives() {
     let dir = tempfile::tempdir().unwrap();

@@ -288,7 +288,9 @@ fn buffer_manager_round_trip(backend: Arc<dyn StorageBackend>) {
         }
     }
     let st = bm.stats();
-    assert!(st.misses >= pages.len() as u64 && st.evictions > 0, "{st:?}");
+    // Loaded one by one or in sequential read-ahead windows (the pages of each class are
+    // fixed in index order).
+    assert!(st.misses + st.pages_prefetched >= pages.len() as u64 && st.evictions > 0, "{st:?}");
     bm.check_invariants().unwrap();
     bm.close().unwrap();
 }
@@ -299,7 +301,7 @@ fn buffer_manager_on_io_uring() {
     buffer_manager_round_trip(be.clone());
     let st = be.stats();
     if be.uses_io_uring() {
-        assert!(st.ring_calls > 480, "page reads and writes went through io_uring: {st:?}");
+        assert!(st.ring_calls >= 100, "page reads and writes went through io_uring: {st:?}");
         assert_eq!(st.posix_calls, 0, "{st:?}");
     }
 }

@@ -203,6 +203,7 @@ pub(crate) fn with_mmap<T>(files: &[DataFile], cap_bytes: u64, f: impl FnOnce(&M
 pub(crate) fn with_engine<T>(name: &str, ds: &DataSet, pool: u64, page_size: usize, chunk: usize, f: impl FnOnce(&dyn PageStore) -> EResult<T>) -> EResult<T> {
     match name {
         "strata" => f(&StrataStore::open(ds, pool)?),
+        "strata-auto" => f(&StrataStore::open_with(ds, pool, false)?),
         "hashpool" => f(&HashPool::open(&ds.files, page_size, pool, false)?),
         "mmap" => with_mmap(&ds.files, pool, |m| f(m))?,
         "raw" => f(&RawStore::open(&ds.files, chunk)?),

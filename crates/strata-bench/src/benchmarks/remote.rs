@@ -175,6 +175,7 @@ struct Snap {
     hits: u64,
     misses: u64,
     pages_read: u64,
+    pages_prefetched: u64,
     bytes_read: u64,
     evictions: u64,
     resident_bytes: u64,
@@ -187,6 +188,7 @@ fn snap(bm: &BufferManager) -> Snap {
         hits: s.hits,
         misses: s.misses,
         pages_read: s.pages_read,
+        pages_prefetched: s.pages_prefetched,
         bytes_read: s.bytes_read,
         evictions: s.evictions,
         resident_bytes: s.resident_bytes,
@@ -201,6 +203,7 @@ impl Snap {
             hits: self.hits - e.hits,
             misses: self.misses - e.misses,
             pages_read: self.pages_read - e.pages_read,
+            pages_prefetched: self.pages_prefetched - e.pages_prefetched,
             bytes_read: self.bytes_read - e.bytes_read,
             evictions: self.evictions - e.evictions,
             resident_bytes: self.resident_bytes,
@@ -373,6 +376,7 @@ fn reads_engine(s: &Setup, tier: bool, cfg: &RunCfg, seed: u64) -> EResult<Map<S
     let mut m = figures(&out, Some(IoCounters { hits: Some(d.hits), misses: Some(d.misses), bytes_read: d.bytes_read }));
     m.insert("reads_per_sec".into(), m["ops_per_sec"].clone());
     m.insert("pages_read_from_disk".into(), d.pages_read.into());
+    m.insert("pages_prefetched".into(), d.pages_prefetched.into());
     m.insert("evictions".into(), d.evictions.into());
     m.insert("resident_bytes".into(), d.resident_bytes.into());
     let mut warm = Map::new();

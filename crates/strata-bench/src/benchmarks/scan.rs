@@ -17,7 +17,7 @@ use crate::harness::{engine_value, measure_store, run_value, RunCfg, Step};
 use crate::workload::sum_words;
 use crate::{EResult, PageStore};
 
-pub(super) const ENGINES: [&str; 3] = ["strata", "mmap", "raw"];
+pub(super) const ENGINES: [&str; 4] = ["strata", "strata-auto", "mmap", "raw"];
 const MORSEL: u64 = 1 << 20;
 /// Rounds per engine by default: the median of three smooths a shared machine's noise.
 const DEFAULT_ROUNDS: usize = 3;
@@ -145,7 +145,7 @@ pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
         }
     }
     ctx.notes.push(format!(
-        "scan: one operation = one morsel of {} (latencies are per morsel); cold = first pass after opening the engine with the file dropped from the page cache, warm = second pass on the same engine. strata fixes page by page (shared latch) behind a read-ahead stream; raw reads each morsel with one O_DIRECT request. Each engine ran {rounds} round(s) (fresh engine each, engines alternating in rotating order); its figures are those of its median round by bytes/s, and rounds_bytes_per_sec lists every round.",
+        "scan: one operation = one morsel of {} (latencies are per morsel); cold = first pass after opening the engine with the file dropped from the page cache, warm = second pass on the same engine. strata fixes page by page (shared latch) behind a read-ahead stream; strata-auto fixes page by page with no hint at all (its sequential misses are detected and read ahead in windows); raw reads each morsel with one O_DIRECT request. Each engine ran {rounds} round(s) (fresh engine each, engines alternating in rotating order); its figures are those of its median round by bytes/s, and rounds_bytes_per_sec lists every round.",
         short_size(morsel_pages * ps)
     ));
     Ok(runs)

@@ -23,6 +23,9 @@ pub struct StrataStore {
     stream: Mutex<Option<Stream>>,
     bm: Arc<BufferManager>,
     files: Vec<FileInfo>,
+    /// Whether scans use a read-ahead stream (else they fix page by page and rely on the
+    /// manager's detection of sequential misses).
+    streams: bool,
 }
 
 /// A scan's read-ahead stream over one file.
@@ -37,9 +40,15 @@ impl StrataStore {
     /// Opens the data set's database with a pool of `pool_bytes` (pages plus strata's own
     /// metadata, which strata charges to the same budget).
     pub fn open(ds: &DataSet, pool_bytes: u64) -> EResult<StrataStore> {
+        StrataStore::open_with(ds, pool_bytes, true)
+    }
+
+    /// [`StrataStore::open`]; without `streams`, scans fix page by page with no hint (the
+    /// `strata-auto` engine: only the detection of sequential misses reads ahead).
+    pub fn open_with(ds: &DataSet, pool_bytes: u64, streams: bool) -> EResult<StrataStore> {
         let bm = BufferManager::open(Config::new(&ds.db_dir).pool_size(pool_bytes).min_page(ds.min_page))?;
         let files = ds.files.iter().map(|f| FileInfo { class: f.class, page_size: f.page_size, pages: f.pages }).collect();
-        Ok(StrataStore { bm: Arc::new(bm), files, stream: Mutex::new(None) })
+        Ok(StrataStore { bm: Arc::new(bm), files, stream: Mutex::new(None), streams })
     }
 
     /// The buffer manager.
@@ -109,7 +118,7 @@ impl PageStore for StrataStore {
         if range.end > info.pages {
             return Err(EngineError(format!("pages {range:?} of file {file} run past its {} pages", info.pages)));
         }
-        {
+        if self.streams {
             let mut slot = self.stream.lock().unwrap_or_else(|e| e.into_inner());
             let fresh = match &*slot {
                 Some(s) => s.file != file || range.start < s.furthest / 2,
@@ -150,6 +159,8 @@ impl PageStore for StrataStore {
         m.insert("pages_prefetched".into(), s.pages_prefetched.into());
         m.insert("prefetch_hits".into(), s.prefetch_hits.into());
         m.insert("prefetch_wasted".into(), s.prefetch_wasted.into());
+        m.insert("sequential_windows".into(), s.sequential_windows.into());
+        m.insert("read_requests".into(), s.read_requests.into());
         m
     }
 }

@@ -36,6 +36,7 @@ pub struct Config {
     pub(crate) warm_restart: bool,
     pub(crate) remote: Option<Arc<dyn super::tier::RemoteTier>>,
     pub(crate) cleaner: Option<super::cleaner::CleanerOptions>,
+    pub(crate) sequential_readahead: bool,
 }
 
 impl Config {
@@ -52,6 +53,7 @@ impl Config {
             warm_restart: false,
             remote: None,
             cleaner: None,
+            sequential_readahead: true,
         }
     }
 
@@ -120,6 +122,13 @@ impl Config {
     /// open; a bare [`super::BufferManager`] ignores it (start a [`super::Cleaner`]).
     pub fn cleaner(mut self, opts: super::cleaner::CleanerOptions) -> Config {
         self.cleaner = Some(opts);
+        self
+    }
+
+    /// Whether a thread's misses of consecutive pages of one file load windows of the pages
+    /// after them (see [`super::sequential`]; default on).
+    pub fn sequential_readahead(mut self, on: bool) -> Config {
+        self.sequential_readahead = on;
         self
     }
 

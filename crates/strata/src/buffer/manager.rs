@@ -133,6 +133,10 @@ pub struct BufferManager {
     checkpoint_every: u64,
     /// Rung when an eviction wrote dirty victims itself (wakes a [`super::Cleaner`]).
     pub(super) bell: super::cleaner::Bell,
+    /// This manager's identity for the per-thread sequential-miss detector.
+    pub(super) id: u64,
+    /// Whether sequential misses load windows ahead ([`super::sequential`]).
+    pub(super) sequential_readahead: bool,
 }
 
 // Guards are tied to the manager by lifetime; the manager itself is shared between threads.
@@ -290,6 +294,8 @@ impl BufferManager {
             resident: RwLock::new(resident),
             evictors: AtomicU64::new(0),
             bell: Default::default(),
+            id: super::sequential::manager_id(),
+            sequential_readahead: config.sequential_readahead,
             pin_wait: config.pin_wait,
             counters: Counters::default(),
             // Closed until fully opened: if setting up a space fails below, dropping the
@@ -1160,6 +1166,7 @@ impl BufferManager {
                         break;
                     }
                 }
+                EVICTED if self.sequential_miss(sp, index) => {}
                 EVICTED => {
                     if st.try_lock_evicted(w) {
                         self.load(sp, index)?;
@@ -1181,6 +1188,7 @@ impl BufferManager {
         loop {
             let w = st.load();
             match w.state() {
+                EVICTED if self.sequential_miss(sp, index) => {}
                 EVICTED => {
                     if st.try_lock_evicted(w) {
                         self.load(sp, index)?;
@@ -1214,6 +1222,7 @@ impl BufferManager {
         loop {
             let w = st.load();
             match w.state() {
+                EVICTED if self.sequential_miss(sp, index) => {}
                 EVICTED => {
                     if st.try_lock_evicted(w) {
                         self.load(sp, index)?;
@@ -1626,6 +1635,7 @@ impl BufferManager {
             read_requests: c.read_requests.get(),
             pages_prefetched: c.pages_prefetched.get(),
             prefetch_hits: c.prefetch_hits.get(),
+            sequential_windows: c.sequential_windows.get(),
             prefetch_wasted: c.prefetch_wasted.get(),
             io: {
                 let (read_queue_depth, read_request_bytes) = c.read_io.snapshot();

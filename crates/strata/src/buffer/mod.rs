@@ -11,6 +11,7 @@ pub mod readahead;
 mod recovery;
 mod region;
 mod resident;
+mod sequential;
 mod space;
 pub mod state;
 mod stats;

@@ -70,6 +70,7 @@ pub(crate) struct Counters {
     pub write_requests: Counter,
     pub dirty_victims: Counter,
     pub pages_cleaned: Counter,
+    pub sequential_windows: Counter,
     pub read_io: IoMeter,
     pub write_io: IoMeter,
 }
@@ -118,6 +119,9 @@ pub struct Stats {
     pub pages_prefetched: u64,
     /// Prefetched pages that a fix used (the first fix after the load).
     pub prefetch_hits: u64,
+    /// Windows loaded ahead because a thread missed consecutive pages of one file (their
+    /// pages count in `pages_prefetched`).
+    pub sequential_windows: u64,
     /// Prefetched pages evicted before any fix used them.
     pub prefetch_wasted: u64,
     /// Read and write requests: queue depth and size histograms, and the I/O backend.

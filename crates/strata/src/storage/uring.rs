@@ -667,6 +667,11 @@ fn run_on_ring(ring: &mut Option<IoUring>, fd: RawFd, direct: bool, ops: &mut [O
             batch.abandon();
             return false;
         }
+        #[cfg(test)]
+        if test_hooks::PANIC_IN_FLIGHT.with(|c| c.replace(false)) && batch.in_flight > 1 {
+            // A caller unwinding (a panic, a cancelled task) with requests in the kernel.
+            panic!("injected panic with {} requests in flight", batch.in_flight);
+        }
         while let Some((tag, res)) = batch.pop() {
             let Some(op) = ops.get_mut(tag as usize) else { continue };
             if op.advance(i64::from(res), direct) {
@@ -686,6 +691,9 @@ mod test_hooks {
         /// Fail the n-th wait from now in this thread as if `io_uring_enter` had failed
         /// before taking any request (0: off).
         pub static FAIL_ENTER_AT: Cell<u32> = const { Cell::new(0) };
+        /// Panic after the next wait in this thread if more than one request is still in
+        /// flight (once).
+        pub static PANIC_IN_FLIGHT: Cell<bool> = const { Cell::new(false) };
     }
 
     pub fn enter_fails_now() -> bool {
@@ -785,6 +793,60 @@ mod tests {
             RING.with(|c| c.borrow_mut().failed_at = None);
             f2.sync().unwrap();
             assert_eq!(be2.stats(), UringStats { ring_calls: 2, posix_calls: 2 });
+        })
+        .join()
+        .unwrap();
+    }
+
+    /// A call that unwinds while its requests are in the kernel (foyer #1286 freed the
+    /// buffer of a read still in flight when its future was dropped): the batch's guard waits
+    /// for every completion before the unwinding leaves the call, so once `catch_unwind`
+    /// returns the kernel never touches the buffers again, and the ring is clean for the
+    /// next call.
+    #[test]
+    fn unwinding_with_requests_in_flight_waits_for_them_all() {
+        let Some(be) = uring_or_skip() else { return };
+        let dir = tempfile::tempdir().unwrap();
+        let f = be.open(&dir.path().join("x"), OpenMode::Direct, true).unwrap();
+        const N: usize = 48;
+        const LEN: usize = 64 << 10;
+        let mut data = AlignedBuf::zeroed(N * LEN);
+        for (i, b) in data.as_mut().iter_mut().enumerate() {
+            *b = (i % 249) as u8 | 1; // never 0
+        }
+        f.write_at(&data, 0).unwrap();
+        f.sync().unwrap();
+        std::thread::spawn(move || {
+            for round in 0..20 {
+                let mut bufs: Vec<AlignedBuf> = (0..N).map(|_| AlignedBuf::zeroed(LEN)).collect();
+                test_hooks::PANIC_IN_FLIGHT.with(|c| c.set(true));
+                let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    let mut reqs: Vec<ReadReq<'_>> = bufs.iter_mut().enumerate().map(|(i, b)| ReadReq::new(b.io(), (i * LEN) as u64)).collect();
+                    let _ = f.read_many(&mut reqs);
+                }));
+                let panicked = unwound.is_err();
+                test_hooks::PANIC_IN_FLIGHT.with(|c| c.set(false));
+                // Nothing may write into the buffers from now on: overwrite them with zeros
+                // and look again after a while.
+                for b in &mut bufs {
+                    b.as_mut().fill(0);
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                assert!(bufs.iter().all(|b| b.iter().all(|&x| x == 0)), "round {round}: the kernel wrote a buffer after the call returned");
+                RING.with(|c| {
+                    let mut slot = c.borrow_mut();
+                    let ring = slot.ring.as_mut().expect("the ring survives an unwinding call");
+                    assert!(ring.completion().is_empty(), "round {round}: a completion was left behind");
+                });
+                // The next call on the same ring works and reads the right bytes.
+                let mut back = AlignedBuf::zeroed(LEN);
+                assert_eq!(f.read_at(back.io(), 3 * LEN as u64).unwrap(), LEN);
+                assert_eq!(&back[..], &data[3 * LEN..4 * LEN]);
+                if panicked {
+                    return; // the injected panic hit requests in flight at least once
+                }
+            }
+            panic!("never caught requests in flight in 20 rounds (the device completed every batch at once)");
         })
         .join()
         .unwrap();
