@@ -82,6 +82,9 @@ struct IoOutput {
     pages_written: u64,
     write_queue_depth: Vec<strata::buffer::Bucket>,
     write_request_bytes: Vec<strata::buffer::Bucket>,
+    sequential_windows: u64,
+    dirty_victims: u64,
+    pages_cleaned: u64,
 }
 
 impl IoOutput {
@@ -99,6 +102,9 @@ impl IoOutput {
             pages_written: st.pages_written,
             write_queue_depth: st.io.write_queue_depth.clone(),
             write_request_bytes: st.io.write_request_bytes.clone(),
+            sequential_windows: st.sequential_windows,
+            dirty_victims: st.dirty_victims,
+            pages_cleaned: st.pages_cleaned,
         }
     }
 }
@@ -123,7 +129,19 @@ pub fn create(dir: &Path, min_page: u64) -> Result<(), Error> {
     Ok(())
 }
 
-pub fn import(dir: &Path, column: &str, from: &Path, format: &str, pool: u64, json: bool) -> Result<(), Error> {
+/// The configuration of a command that opens `dir` with a pool of `pool` bytes, with a
+/// background cleaner when asked.
+pub fn config(dir: &Path, pool: u64, cleaner: bool) -> Config {
+    let c = Config::new(dir).pool_size(pool);
+    if cleaner {
+        c.cleaner(strata::buffer::CleanerOptions::default())
+    } else {
+        c
+    }
+}
+
+pub fn import(column: &str, from: &Path, format: &str, config: Config, json: bool) -> Result<(), Error> {
+    let pool = config.pool();
     let format = ValueFormat::parse(format).ok_or_else(|| Error::InvalidInput(format!("unknown format {format:?}: use u32le, u64le or i64le")))?;
     let file = File::open(from).map_err(|e| Error::io("open", from, e))?;
     let len = file.metadata().map_err(|e| Error::io("stat", from, e))?.len();
@@ -135,7 +153,7 @@ pub fn import(dir: &Path, column: &str, from: &Path, format: &str, pool: u64, js
             format.name()
         )));
     }
-    let db = Database::open(Config::new(dir).pool_size(pool))?;
+    let db = Database::open(config)?;
     warn_if_buffered(&db, json);
     let start = Instant::now();
     let pb = progress::bytes(len, "importing", json);
@@ -279,11 +297,12 @@ fn run_query(db: &Database, op: &QueryOp, threads: usize) -> Result<Outcome, Err
     }
 }
 
-pub fn query(dir: &Path, pool: u64, threads: usize, json: bool, remote: &crate::remote_args::RemoteArgs, op: QueryOp) -> Result<(), Error> {
+pub fn query(config: Config, threads: usize, json: bool, remote: &crate::remote_args::RemoteArgs, op: QueryOp) -> Result<(), Error> {
     if threads == 0 {
         return Err(Error::InvalidInput("--threads must be at least 1".into()));
     }
-    let db = Database::open(remote.apply(Config::new(dir).pool_size(pool))?)?;
+    let pool = config.pool();
+    let db = Database::open(remote.apply(config)?)?;
     warn_if_buffered(&db, json);
     let start = Instant::now();
     let outcome = run_query(&db, &op, threads)?;
@@ -341,7 +360,7 @@ pub fn demo(dir: &Path, pool: u64, count: u64) -> Result<(), Error> {
     Database::create(Config::new(&db_dir).min_page(64 << 10).pool_size(pool))?.close()?;
     let t = Instant::now();
     for (name, file) in [("v", &v), ("a", &a), ("b", &b)] {
-        import(&db_dir, name, file, "u32le", pool, false)?;
+        import(name, file, "u32le", Config::new(&db_dir).pool_size(pool), false)?;
     }
     crate::graph_cmd::import_edges(&db_dir, "g", &edges, pool, false)?;
     let import_s = t.elapsed().as_secs_f64();

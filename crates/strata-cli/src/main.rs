@@ -47,6 +47,9 @@ enum Command {
         /// Print one JSON object instead of text and progress.
         #[arg(long)]
         json: bool,
+        /// Run a background cleaner that writes dirty pages ahead of eviction.
+        #[arg(long)]
+        cleaner: bool,
     },
     /// Load a directed graph from a SNAP text edge list (`u v` lines, `#` comments) into GRAPH.
     ImportEdges {
@@ -87,6 +90,10 @@ enum Command {
         threads: usize,
         #[arg(long)]
         json: bool,
+        /// Run a background cleaner that writes dirty pages (spilled operator state) ahead of
+        /// eviction.
+        #[arg(long)]
+        cleaner: bool,
         #[command(flatten)]
         remote: remote_args::RemoteArgs,
         #[command(subcommand)]
@@ -146,11 +153,11 @@ fn main() -> ExitCode {
     };
     let r = match cli.command {
         Command::Create { dir, min_page } => cmd::create(&dir, min_page),
-        Command::Import { dir, column, from, format, pool, json } => cmd::import(&dir, &column, &from, &format, pool, json),
+        Command::Import { dir, column, from, format, pool, json, cleaner } => cmd::import(&column, &from, &format, cmd::config(&dir, pool, cleaner), json),
         Command::ImportEdges { dir, graph, from, pool, json } => graph_cmd::import_edges(&dir, &graph, &from, pool, json),
         Command::Check { dir, pool, json } => cmd::check(&dir, pool, json),
         Command::Stats { dir, json } => cmd::stats(&dir, json),
-        Command::Query { dir, pool, threads, json, remote, op } => cmd::query(&dir, pool, threads, json, &remote, op),
+        Command::Query { dir, pool, threads, json, cleaner, remote, op } => cmd::query(cmd::config(&dir, pool, cleaner), threads, json, &remote, op),
         Command::Bench(args) => bench_cmd::bench(args),
         Command::Gen { what } => gen::run(what),
         Command::Demo { dir, pool, count } => cmd::demo(&dir, pool, count),

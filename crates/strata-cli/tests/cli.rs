@@ -185,3 +185,50 @@ fn demo_runs_every_operation_inside_its_pool() {
     fails(&["demo", "--dir", p(&foreign)]);
     assert!(foreign.join("precious").exists());
 }
+
+/// The query JSON's `"io"` object says how pages reached the device: the backend (and
+/// `STRATA_IO=posix` forcing pread/pwrite), coalesced read requests of a scan's read-ahead
+/// and their queue depths, prefetch use; `--cleaner` runs a background cleaner and changes
+/// no result.
+#[test]
+fn query_reports_io_and_runs_with_a_cleaner() {
+    let t = tempfile::tempdir().unwrap();
+    let db = t.path().join("db");
+    let input = t.path().join("v.u32");
+    ok(&["gen", "ints", "--count", "400000", "--seed", "3", "--out", p(&input)]);
+    ok(&["create", p(&db), "--min-page", "4KiB"]);
+    ok(&["import", p(&db), "v", "--from", p(&input), "--format", "u32le", "--pool", "1MiB", "--cleaner"]);
+    let scan = json(&["query", p(&db), "--pool", "512KiB", "--json", "scan", "v", "--gt", "0"]);
+    let io = &scan["io"];
+    let n = |k: &str| io[k].as_u64().unwrap_or_else(|| panic!("io.{k} missing: {io}"));
+    assert!(io["backend"].as_str().is_some_and(|b| !b.is_empty()), "{io}");
+    assert!(scan["bytes_read"].as_u64().unwrap() >= 1_600_000, "{scan}");
+    assert!(n("read_requests") > 0 && n("read_requests") < n("pages_read"), "reads were coalesced: {io}");
+    assert!(n("pages_prefetched") > 0 && n("prefetch_hits") > 0 && n("prefetch_hits") + n("prefetch_wasted") <= n("pages_prefetched"), "{io}");
+    let sizes = io["read_request_bytes"].as_array().unwrap();
+    let largest_page = 64 << 10; // the import's pages are at most a sixteenth of its pool
+    assert!(sizes.iter().any(|b| b["le"].as_u64().unwrap() > largest_page), "requests of several pages: {io}");
+    let reads: u64 = sizes.iter().map(|b| b["count"].as_u64().unwrap()).sum();
+    let depths: u64 = io["read_queue_depth"].as_array().unwrap().iter().map(|b| b["count"].as_u64().unwrap()).sum();
+    assert_eq!(reads, n("read_requests"), "{io}");
+    assert_eq!(depths, n("read_requests"), "{io}");
+
+    let posix = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(["query", p(&db), "--pool", "512KiB", "--json", "scan", "v", "--gt", "0"])
+        .env("STRATA_IO", "posix")
+        .output()
+        .unwrap();
+    assert!(posix.status.success());
+    let posix: Value = serde_json::from_slice(&posix.stdout).unwrap();
+    assert!(posix["io"]["backend"].as_str().unwrap().starts_with("posix"), "{}", posix["io"]);
+    assert_eq!(posix["result"], scan["result"]);
+
+    // Sorting spills through the small pool; with a cleaner the result is the same.
+    let plain = json(&["query", p(&db), "--pool", "512KiB", "--json", "sort", "v", "--top", "5"]);
+    let cleaned = json(&["query", p(&db), "--pool", "512KiB", "--json", "--cleaner", "sort", "v", "--top", "5"]);
+    assert_eq!(plain["result"], cleaned["result"]);
+    assert!(plain["io"]["dirty_victims"].as_u64().unwrap() > 0, "the sort spilled: {}", plain["io"]);
+    assert_eq!(plain["io"]["pages_cleaned"], 0);
+    assert!(cleaned["io"]["pages_cleaned"].is_u64());
+    assert!(cleaned["peak_resident_bytes"].as_u64().unwrap() <= 512 << 10);
+}

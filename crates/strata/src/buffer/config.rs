@@ -136,4 +136,9 @@ impl Config {
     pub fn dir(&self) -> &Path {
         &self.dir
     }
+
+    /// The pool size in bytes.
+    pub fn pool(&self) -> u64 {
+        self.pool_size
+    }
 }
