@@ -12,23 +12,10 @@ use std::sync::Arc;
 
 use strata::storage::backend::OpenMode;
 use strata::storage::{AlignedBuf, FaultyBackend, FileBackend, IoBufMut, PageId, ReadReq, StorageBackend, StorageFile, UringBackend};
+use strata::util::SplitMix64;
 use strata::{BufferManager, Config, Error};
 
 const PAGE: usize = 4096;
-
-/// xorshift64*: deterministic pseudo-random numbers without a dependency.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// Byte `i` of page `p` of the test files.
 fn pattern(p: u64, i: usize) -> u8 {
@@ -111,7 +98,7 @@ fn read_many_of_64_random_pages() {
     let be = backend();
     let pages = 512;
     let f = make_file(&be, &dir.path().join("x"), pages);
-    let mut rng = Rng(0x1234_5678_9abc_def1);
+    let mut rng = SplitMix64(0x1234_5678_9abc_def1);
     for round in 0..4 {
         let which: Vec<u64> = (0..64).map(|_| rng.below(pages)).collect();
         let mut bufs: Vec<AlignedBuf> = (0..64).map(|_| AlignedBuf::zeroed(PAGE)).collect();
@@ -219,7 +206,7 @@ fn four_threads_read_at_and_read_many_concurrently() {
         .map(|t| {
             let f = f.clone();
             std::thread::spawn(move || {
-                let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (t + 1));
+                let mut rng = SplitMix64(0x9e37_79b9_7f4a_7c15 ^ (t + 1));
                 let mut one = AlignedBuf::zeroed(PAGE);
                 for _ in 0..50 {
                     let p = rng.below(pages);
