@@ -33,7 +33,8 @@ struct Stream {
     file: u16,
     /// The furthest page a morsel started at.
     furthest: u64,
-    ra: ReadAhead<'static>,
+    /// Shared with the consumers waiting on it (the last one to let go joins its threads).
+    ra: Arc<ReadAhead<'static>>,
 }
 
 impl StrataStore {
@@ -128,11 +129,15 @@ impl PageStore for StrataStore {
                 // Drop the old stream first: its thread is joined before the new one starts.
                 *slot = None;
                 let source = Arc::new(FilePages { class: first.class(), first: 0, count: info.pages });
-                *slot = Some(Stream { file, furthest: 0, ra: ReadAhead::spawn(self.bm.clone(), source) });
+                *slot = Some(Stream { file, furthest: 0, ra: Arc::new(ReadAhead::spawn(self.bm.clone(), source)) });
             }
             let s = slot.as_mut().expect("a stream was just made");
             s.furthest = s.furthest.max(range.start);
             s.ra.advance(range.start as usize..range.end as usize);
+            let ra = s.ra.clone();
+            drop(slot);
+            // Sleep until the I/O threads have the morsel, rather than poll its latches.
+            ra.wait(range.start as usize..range.end as usize);
         }
         for index in range {
             let g = self.bm.fix_shared(PageId::new(first.class(), false, index))?;

@@ -23,6 +23,7 @@
 //! queued are dropped and the thread is joined, so no read of the stream is in flight
 //! afterwards.
 
+use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -89,6 +90,8 @@ const CHUNK_BYTES: u64 = 4 << 20;
 /// I/O threads per stream: two, so that one's reads are in flight while the other does
 /// the CPU part of a prefetch (making room, verifying checksums).
 const IO_THREADS: usize = 2;
+/// The longest a consumer waits for the I/O threads before loading pages itself.
+const MAX_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// What a stream did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -117,8 +120,14 @@ struct Shared {
     requested: AtomicUsize,
     /// The next position an I/O thread takes a chunk from.
     next: AtomicUsize,
-    /// The furthest position the I/O threads have finished loading.
+    /// Every position below it has been loaded (or skipped) by the I/O threads; consumers
+    /// that reach a position beyond it wait on `progress` (see [`ReadAhead::wait`]).
     done: AtomicUsize,
+    /// Chunks finished out of order (start -> end), waiting for the ones before them.
+    finished: Mutex<BTreeMap<usize, usize>>,
+    progress: Condvar,
+    /// I/O threads running (a consumer never waits for a stream without any).
+    threads: AtomicUsize,
     /// I/O threads with nothing to do wait here; woken when `requested` grows or on stop.
     idle: Mutex<()>,
     wake: Condvar,
@@ -152,7 +161,28 @@ impl ReadAhead<'_> {
         }
         let range = start..(start + max.max(1)).min(s.len);
         self.advance(range.clone());
+        self.wait(range.clone());
         Some(range)
+    }
+
+    /// Waits (briefly) until the I/O threads have finished the requested positions before
+    /// `range.end`, so that a consumer sleeps once instead of polling a page latch while its
+    /// read is in flight (which on few cores takes the CPU the I/O threads need). Returns at
+    /// once for positions nobody requested, when the stream has no I/O thread, and after at
+    /// most [`MAX_WAIT`] (the consumer then loads what is missing itself).
+    pub fn wait(&self, range: Range<usize>) {
+        let s = &self.shared;
+        let end = range.end.min(s.len).min(s.requested.load(Ordering::Acquire));
+        if s.done.load(Ordering::Acquire) >= end || s.threads.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let deadline = std::time::Instant::now() + MAX_WAIT;
+        let mut finished = s.finished.lock();
+        while s.done.load(Ordering::Acquire) < end && !s.stop.load(Ordering::Relaxed) && s.threads.load(Ordering::Acquire) > 0 {
+            if s.progress.wait_until(&mut finished, deadline).timed_out() {
+                break;
+            }
+        }
     }
 
     /// Tells the stream that a consumer is about to use positions `range`: the pages after
@@ -164,6 +194,7 @@ impl ReadAhead<'_> {
         let mut depth = s.depth.load(Ordering::Relaxed);
         let requested = s.requested.load(Ordering::Relaxed);
         if s.done.load(Ordering::Acquire) < end && requested > range.start {
+            // (`done` is contiguous: everything below it is loaded.)
             // The consumer is at pages the I/O thread has not finished: more must be in
             // flight. Additive increase (the decrease on waste is multiplicative).
             let grown = (depth + s.min_depth).min(s.max_depth);
@@ -215,7 +246,12 @@ impl ReadAhead<'static> {
         let owned = (0..IO_THREADS)
             .filter_map(|_| {
                 let (bm, source, sh) = (bm.clone(), source.clone(), shared.clone());
-                std::thread::Builder::new().name("strata-readahead".into()).spawn(move || io_thread(&bm, &*source, &sh)).ok()
+                shared.threads.fetch_add(1, Ordering::AcqRel);
+                let spawned = std::thread::Builder::new().name("strata-readahead".into()).spawn(move || io_thread(&bm, &*source, &sh));
+                if spawned.is_err() {
+                    shared.threads.fetch_sub(1, Ordering::AcqRel);
+                }
+                spawned.ok()
             })
             .collect();
         ReadAhead { shared, owned, _source: std::marker::PhantomData }
@@ -247,6 +283,9 @@ fn new_stream<P: PageSource + ?Sized>(bm: &BufferManager, source: &P) -> Arc<Sha
         requested: AtomicUsize::new(0),
         next: AtomicUsize::new(0),
         done: AtomicUsize::new(0),
+        finished: Mutex::new(BTreeMap::new()),
+        progress: Condvar::new(),
+        threads: AtomicUsize::new(0),
         idle: Mutex::new(()),
         wake: Condvar::new(),
         depth: AtomicUsize::new(depth),
@@ -269,7 +308,8 @@ impl Shared {
         self.wake.notify_all();
     }
 
-    /// Takes the next chunk of at most `chunk` requested positions at or past `floor`.
+    /// Takes the next chunk of at most `chunk` requested positions at or past `floor` (the
+    /// positions it jumps over, which consumers have passed, count as finished).
     fn take_chunk(&self, chunk: usize) -> Option<Range<usize>> {
         let mut at = self.next.load(Ordering::Relaxed);
         loop {
@@ -280,10 +320,35 @@ impl Shared {
             }
             let end = (start + chunk).min(target);
             match self.next.compare_exchange_weak(at, end, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return Some(start..end),
+                Ok(_) => {
+                    if start > at {
+                        self.finish(at..start);
+                    }
+                    return Some(start..end);
+                }
                 Err(now) => at = now,
             }
         }
+    }
+
+    /// Positions `r` are loaded (or skipped): advances the contiguous `done` mark over them
+    /// and over chunks finished before them, and wakes waiting consumers.
+    fn finish(&self, r: Range<usize>) {
+        let mut finished = self.finished.lock();
+        let mut done = self.done.load(Ordering::Relaxed);
+        if r.start > done {
+            finished.insert(r.start, r.end);
+            return;
+        }
+        done = done.max(r.end);
+        while let Some(entry) = finished.first_entry() {
+            if *entry.key() > done {
+                break;
+            }
+            done = done.max(entry.remove());
+        }
+        self.done.store(done, Ordering::Release);
+        self.progress.notify_all();
     }
 }
 
@@ -291,6 +356,16 @@ impl Shared {
 /// consumers have passed, and loads each with one `prefetch` call; shrinks the depth when
 /// prefetched pages go unused; waits when there is nothing to do.
 fn io_thread<P: PageSource + ?Sized>(bm: &BufferManager, source: &P, s: &Shared) {
+    /// Counts the thread out however it ends, and wakes consumers waiting for it.
+    struct Exit<'a>(&'a Shared);
+    impl Drop for Exit<'_> {
+        fn drop(&mut self) {
+            self.0.threads.fetch_sub(1, Ordering::AcqRel);
+            let _finished = self.0.finished.lock();
+            self.0.progress.notify_all();
+        }
+    }
+    let _exit = Exit(s);
     let max_chunk = if source.is_empty() { 1 } else { (CHUNK_BYTES / bm.classes().page_size(source.page(0).class())).max(1) as usize };
     let mut pids = Vec::with_capacity(max_chunk);
     let mut wasted = bm.prefetch_wasted();
@@ -315,7 +390,7 @@ fn io_thread<P: PageSource + ?Sized>(bm: &BufferManager, source: &P, s: &Shared)
         pids.extend(range.clone().map(|i| source.page(i)));
         let n = bm.prefetch(&pids);
         s.loaded.fetch_add(n, Ordering::Relaxed);
-        s.done.fetch_max(range.end, Ordering::Release);
+        s.finish(range);
         let now = bm.prefetch_wasted();
         if now > wasted {
             // Prefetched pages were evicted before use: the read-ahead outruns the pool.
@@ -336,7 +411,10 @@ impl BufferManager {
             for _ in 0..IO_THREADS {
                 let sh = &*shared;
                 // As in `spawn`: without threads the stream works, without read-ahead.
-                let _ = std::thread::Builder::new().name("strata-readahead".into()).spawn_scoped(scope, move || io_thread(self, source, sh));
+                sh.threads.fetch_add(1, Ordering::AcqRel);
+                if std::thread::Builder::new().name("strata-readahead".into()).spawn_scoped(scope, move || io_thread(self, source, sh)).is_err() {
+                    sh.threads.fetch_sub(1, Ordering::AcqRel);
+                }
             }
             let ra = ReadAhead { shared: shared.clone(), owned: Vec::new(), _source: std::marker::PhantomData };
             f(&ra)
