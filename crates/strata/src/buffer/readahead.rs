@@ -427,3 +427,32 @@ impl BufferManager {
         self.counters.prefetch_wasted.get()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::PageId;
+
+    #[test]
+    fn done_is_contiguous_over_chunks_finished_out_of_order_and_skips() {
+        let (_dir, bm) = crate::testutil::bm(1 << 20, 4096);
+        let pids: Vec<PageId> = (0..100).map(|i| PageId::new(0, false, i)).collect();
+        let s = new_stream(&bm, &pids[..]);
+        s.finish(10..20);
+        s.finish(30..40);
+        assert_eq!(s.done.load(Ordering::Relaxed), 0, "0..10 is not finished yet");
+        s.finish(0..10);
+        assert_eq!(s.done.load(Ordering::Relaxed), 20, "0..20 now; 30..40 waits for 20..30");
+        s.finish(20..30);
+        assert_eq!(s.done.load(Ordering::Relaxed), 40);
+        assert!(s.finished.lock().is_empty());
+        // A chunk taken past the floor counts the positions it jumps over as finished.
+        s.requested.store(100, Ordering::Relaxed);
+        s.next.store(40, Ordering::Relaxed);
+        s.floor.store(70, Ordering::Relaxed);
+        assert_eq!(s.take_chunk(8), Some(70..78));
+        assert_eq!(s.done.load(Ordering::Relaxed), 70, "40..70 skipped: consumers passed it");
+        s.finish(70..78);
+        assert_eq!(s.done.load(Ordering::Relaxed), 78);
+    }
+}
