@@ -57,11 +57,18 @@ pub fn plot(report: &Value, path: &Path) -> Result<(), String> {
             }
         }
     }
+    // Batched random reads (`--queue-depth`) count batches as operations; their pages/s
+    // compare across thread counts.
+    let (metric, unit) = if runs.iter().any(|r| r["engines"].as_object().into_iter().flatten().any(|(_, v)| v.get("pages_per_sec").is_some())) {
+        ("pages_per_sec", "pages")
+    } else {
+        ("ops_per_sec", "operations")
+    };
     let varying = varying_params(report);
     let labels: Vec<String> = runs.iter().map(|r| run_label(&r["params"], &varying)).collect();
     let values: Vec<Vec<Option<f64>>> = runs
         .iter()
-        .map(|r| engines.iter().map(|e| r["engines"].get(e).and_then(|x| x.get("ops_per_sec")).and_then(Value::as_f64).filter(|&v| v > 0.0)).collect())
+        .map(|r| engines.iter().map(|e| r["engines"].get(e).and_then(|x| x.get(metric)).and_then(Value::as_f64).filter(|&v| v > 0.0)).collect())
         .collect();
     let all: Vec<f64> = values.iter().flatten().flatten().copied().collect();
     let ymax = all.iter().copied().fold(1.0, f64::max) * 3.0;
@@ -78,7 +85,7 @@ pub fn plot(report: &Value, path: &Path) -> Result<(), String> {
     let bench = report["bench"].as_str().unwrap_or("?");
     let m = &report["machine"];
     let title = format!(
-        "strata bench {bench}: operations/s per engine (log scale) — {} cores, {}, kernel {}",
+        "strata bench {bench}: {unit}/s per engine (log scale) — {} cores, {}, kernel {}",
         m["cores"],
         m["memory_bytes"].as_u64().map(short_size).unwrap_or_else(|| "?".into()),
         m["kernel"].as_str().unwrap_or("?")
@@ -94,7 +101,7 @@ pub fn plot(report: &Value, path: &Path) -> Result<(), String> {
         .configure_mesh()
         .disable_x_mesh()
         .x_labels(0)
-        .y_desc("operations / s")
+        .y_desc(format!("{unit} / s"))
         .y_label_formatter(&|v| fmt_ops(*v))
         .label_style((FONT, 14))
         .axis_desc_style((FONT, 15))

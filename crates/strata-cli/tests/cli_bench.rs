@@ -186,10 +186,17 @@ fn bench_engine_selection_rounds_and_memory() {
         assert_eq!(r["engines"].as_object().unwrap().len(), 1);
         assert!(r["ratios"].as_object().unwrap().is_empty(), "no baseline, no ratio");
     }
+    let v = bench(&["random-read", "--pool", "1MiB", "--page-size", "4KiB", "--ops", "50", "--threads", "1", "--memory", "in", "--engines", "strata,raw", "--rounds", "3"]);
+    for r in &check_shape(&v, "random-read", &["strata", "raw"]) {
+        assert_eq!(r["params"]["rounds"], 3);
+        for name in ["strata", "raw"] {
+            assert_eq!(r["engines"][name]["rounds_ops_per_sec"].as_array().unwrap().len(), 3, "{r}");
+        }
+    }
     for (args, want) in [
         (&["scan", "--engines", "strata,hashpool"][..], "no engine \"hashpool\""),
         (&["scan", "--rounds", "0"][..], "--rounds must be at least 1"),
-        (&["random-read", "--rounds", "2"][..], "--rounds applies to scan only"),
+        (&["fix", "--rounds", "2"][..], "--rounds applies to scan and random-read only"),
         (&["random-read", "--memory", "sideways"][..], "--memory must be in or out"),
         (&["fix", "--engines", "strata"][..], "--engines applies to random-read and scan only"),
     ] {

@@ -351,17 +351,6 @@ fn commit_measure(s: &CommitSetup<'_>, group: bool, cfg: &RunCfg, seed: u64) -> 
     Ok(m)
 }
 
-/// The round with the median throughput, with every round's throughput added.
-fn median_round(rs: Vec<EResult<Map<String, Value>>>) -> EResult<Map<String, Value>> {
-    let mut ok = rs.into_iter().collect::<EResult<Vec<_>>>()?;
-    let rate = |m: &Map<String, Value>| m.get("ops_per_sec").and_then(Value::as_f64).unwrap_or(0.0);
-    let all: Vec<f64> = ok.iter().map(rate).collect();
-    ok.sort_by(|a, b| rate(a).total_cmp(&rate(b)));
-    let mut m = ok.swap_remove(ok.len() / 2);
-    m.insert("rounds_ops_per_sec".into(), json!(all));
-    Ok(m)
-}
-
 pub(super) fn run_commit(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
     let o = ctx.opts;
     let page_size = o.page_sizes.as_ref().and_then(|v| v.first().copied()).unwrap_or(4096);
@@ -395,7 +384,7 @@ pub(super) fn run_commit(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
         }
         let mut engines = Map::new();
         for ((name, _), rs) in COMMIT_ENGINES.iter().zip(results) {
-            engines.insert((*name).into(), crate::harness::engine_value(median_round(rs)));
+            engines.insert((*name).into(), super::median_round(rs, "ops_per_sec"));
         }
         let rate = |n: &str| engines.get(n).and_then(|e| e.get("ops_per_sec")).and_then(Value::as_f64);
         let mut ratios = Map::new();

@@ -12,7 +12,7 @@ use strata::PageId;
 use super::Ctx;
 use crate::dataset::{DataSet, FileSpec};
 use crate::engines::{HashPool, StrataStore};
-use crate::harness::{engine_value, measure, measure_store, run_value, RunCfg, Step};
+use crate::harness::{measure, measure_store, run_value, RunCfg, Step};
 use crate::workload::{content_word, touch, word, Rng};
 use crate::{EResult, EngineError, Page, PageStore};
 
@@ -21,18 +21,6 @@ const ROUNDS: usize = 3;
 
 /// One engine's measurement of one round.
 type Runner<'a> = dyn Fn(&RunCfg) -> EResult<Map<String, Value>> + 'a;
-
-/// The round with the median throughput, with every round's throughput added; the first error
-/// if any round failed.
-fn median_round(rs: Vec<EResult<Map<String, Value>>>) -> EResult<Map<String, Value>> {
-    let mut ok = rs.into_iter().collect::<EResult<Vec<_>>>()?;
-    let rate = |m: &Map<String, Value>| m.get("ops_per_sec").and_then(Value::as_f64).unwrap_or(0.0);
-    let all: Vec<f64> = ok.iter().map(rate).collect();
-    ok.sort_by(|a, b| rate(a).total_cmp(&rate(b)));
-    let mut m = ok.swap_remove(ok.len() / 2);
-    m.insert("rounds_ops_per_sec".into(), json!(all));
-    Ok(m)
-}
 
 struct Memory {
     words: Vec<AtomicU64>,
@@ -166,7 +154,7 @@ pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
             }
             let mut engines = Map::new();
             for ((name, _), rs) in runners.iter().zip(results) {
-                engines.insert((*name).into(), engine_value(median_round(rs)));
+                engines.insert((*name).into(), super::median_round(rs, "ops_per_sec"));
             }
 
             let params = json!({

@@ -16,6 +16,7 @@ use serde_json::{json, Map, Value};
 
 use crate::dataset::{DataFile, DataSet, ScratchDir};
 use crate::engines::{CgroupCap, HashPool, MmapStore, RawStore, StrataStore};
+use crate::harness::engine_value;
 use crate::{EResult, EngineError, PageStore};
 
 /// The benchmark names.
@@ -56,8 +57,8 @@ pub struct Options {
     pub engines: Option<Vec<String>>,
     /// `random-read`: run only the `in`-memory or only the `out`-of-memory data set.
     pub memory: Option<String>,
-    /// `scan`: rounds per engine (each on a freshly opened engine, engines alternating); the
-    /// median round is reported (default 3).
+    /// `scan`, `random-read`: rounds per engine (each on a freshly opened engine, engines in
+    /// rotating order); the median round is reported (default: scan 3, random-read 1).
     pub rounds: Option<usize>,
 }
 
@@ -137,8 +138,8 @@ pub fn run(name: &str, opts: &Options) -> Result<Value, String> {
         }
     }
     if let Some(r) = opts.rounds {
-        if name != "scan" {
-            return Err(format!("--rounds applies to scan only, not to {name}"));
+        if name != "scan" && name != "random-read" {
+            return Err(format!("--rounds applies to scan and random-read only, not to {name}"));
         }
         if r == 0 {
             return Err("--rounds must be at least 1".into());
@@ -209,6 +210,26 @@ pub(crate) fn with_engine<T>(name: &str, ds: &DataSet, pool: u64, page_size: usi
         "raw" => f(&RawStore::open(&ds.files, chunk)?),
         other => Err(EngineError(format!("unknown engine {other}"))),
     }
+}
+
+/// One engine's figures in each round of one run.
+pub(crate) type Rounds = Vec<EResult<Map<String, Value>>>;
+
+/// An engine's figures: those of its median round by `key`, with `"rounds_<key>"` listing
+/// every round's; if any round failed, that failure (an engine that cannot complete a run
+/// reports `{"failed": reason}`).
+pub(crate) fn median_round(rounds: Rounds, key: &str) -> Value {
+    let mut ok = match rounds.into_iter().collect::<EResult<Vec<_>>>() {
+        Ok(ok) if !ok.is_empty() => ok,
+        Ok(_) => return engine_value(Err(EngineError("no round ran".into()))),
+        Err(e) => return engine_value(Err(e)),
+    };
+    let of = |m: &Map<String, Value>| m.get(key).and_then(Value::as_f64).unwrap_or(0.0);
+    let all: Vec<f64> = ok.iter().map(of).collect();
+    ok.sort_by(|a, b| of(a).total_cmp(&of(b)));
+    let mut m = ok.swap_remove(ok.len() / 2);
+    m.insert(format!("rounds_{key}"), json!(all));
+    Value::Object(m)
 }
 
 /// A note for the output when mmap could not be capped.

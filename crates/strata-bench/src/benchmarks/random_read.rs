@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::{json, Map, Value};
 
-use super::{mmap_cap_note, short_size, with_engine, Ctx};
+use super::{median_round, mmap_cap_note, short_size, with_engine, Ctx, Rounds};
 use crate::dataset::{DataSet, FileSpec};
 use crate::harness::{engine_value, measure, measure_store, run_value, RunCfg, Step};
 use crate::workload::{prefault, probe, Distribution, Rng, Sampler};
@@ -55,6 +55,7 @@ pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
         pages: Vec<Page>,
         salts: Vec<u64>,
     }
+    let rounds = o.rounds.unwrap_or(1).max(1);
     let mut runs = Vec::new();
     for (k, &ps) in sizes.iter().enumerate() {
         for (memory, data) in [("in", data_in), ("out", data_out)] {
@@ -78,64 +79,75 @@ pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
                     let st = |seed: u64| St { rng: Rng::new(seed), acc: 0, pages: Vec::with_capacity(batch), salts: Vec::with_capacity(batch) };
                     let make = |t: usize| st(0x5EED ^ ((t as u64) << 40) ^ n);
                     let make_warm = |t: usize| st(0x3A3B ^ ((t as u64) << 40) ^ n);
+                    let names = ctx.engines(&ENGINES);
+                    let mut results: Vec<Rounds> = vec![Vec::new(); names.len()];
+                    for round in 0..rounds {
+                        for j in 0..names.len() {
+                            // Rotating order, so that no engine always follows the same one.
+                            let e = (j + round) % names.len();
+                            let name = names[e];
+                            ctx.progress(|| format!("{} {memory} {} t{threads}: {name} (round {}/{rounds})", short_size(ps), dist.name(), round + 1));
+                            let r = with_engine(name, &ds, pool, ps as usize, 1 << 20, |store: &dyn PageStore| {
+                                let op = |st: &mut St| {
+                                    let i = sampler.sample(&mut st.rng);
+                                    let salt = st.rng.next_u64();
+                                    store.read(Page::new(k as u16, i), &mut |d| st.acc ^= probe(d, salt))?;
+                                    std::hint::black_box(st.acc);
+                                    Ok(Step::Did { bytes: ps })
+                                };
+                                // The same per page, `batch` pages per operation through read_batch.
+                                let op_batch = |st: &mut St| {
+                                    st.pages.clear();
+                                    st.salts.clear();
+                                    for _ in 0..batch {
+                                        st.pages.push(Page::new(k as u16, sampler.sample(&mut st.rng)));
+                                        st.salts.push(st.rng.next_u64());
+                                    }
+                                    let (acc, salts) = (&mut st.acc, &st.salts);
+                                    store.read_batch(&st.pages, &mut |j, d| *acc ^= probe(d, salts[j]))?;
+                                    std::hint::black_box(st.acc);
+                                    Ok(Step::Did { bytes: batch as u64 * ps })
+                                };
+                                if name != "raw" {
+                                    // Fill the cache (in: every page; out: a pool's worth), in
+                                    // parallel, then (out) let the workload shape its contents.
+                                    let fill = n.min(pool / ps);
+                                    let cursor = AtomicU64::new(0);
+                                    let fill_cfg = RunCfg { seconds: None, ops: None, ..cfg };
+                                    measure(
+                                        &fill_cfg,
+                                        |_| (),
+                                        |_| {
+                                            let i = cursor.fetch_add(1, Ordering::Relaxed);
+                                            if i >= fill {
+                                                return Ok(Step::Done);
+                                            }
+                                            store.read(Page::new(k as u16, i), &mut |d| {
+                                                std::hint::black_box(prefault(d));
+                                            })?;
+                                            Ok(Step::Did { bytes: ps })
+                                        },
+                                    )?;
+                                    if memory == "out" {
+                                        measure(&warm, make_warm, op)?;
+                                    }
+                                }
+                                if batched {
+                                    let mut m = measure_store(store, &cfg, make, op_batch)?;
+                                    let batches = m.get("ops_per_sec").and_then(Value::as_f64).unwrap_or(0.0);
+                                    m.insert("pages_per_sec".into(), json!((batches * batch as f64).round()));
+                                    Ok(m)
+                                } else {
+                                    measure_store(store, &cfg, make, op)
+                                }
+                            });
+                            results[e].push(r);
+                        }
+                    }
                     let mut engines = Map::new();
-                    for name in ctx.engines(&ENGINES) {
-                        ctx.progress(|| format!("{} {memory} {} t{threads}: {name}", short_size(ps), dist.name()));
-                        let r = with_engine(name, &ds, pool, ps as usize, 1 << 20, |store: &dyn PageStore| {
-                            let op = |st: &mut St| {
-                                let i = sampler.sample(&mut st.rng);
-                                let salt = st.rng.next_u64();
-                                store.read(Page::new(k as u16, i), &mut |d| st.acc ^= probe(d, salt))?;
-                                std::hint::black_box(st.acc);
-                                Ok(Step::Did { bytes: ps })
-                            };
-                            // The same per page, `batch` pages per operation through read_batch.
-                            let op_batch = |st: &mut St| {
-                                st.pages.clear();
-                                st.salts.clear();
-                                for _ in 0..batch {
-                                    st.pages.push(Page::new(k as u16, sampler.sample(&mut st.rng)));
-                                    st.salts.push(st.rng.next_u64());
-                                }
-                                let (acc, salts) = (&mut st.acc, &st.salts);
-                                store.read_batch(&st.pages, &mut |j, d| *acc ^= probe(d, salts[j]))?;
-                                std::hint::black_box(st.acc);
-                                Ok(Step::Did { bytes: batch as u64 * ps })
-                            };
-                            if name != "raw" {
-                                // Fill the cache (in: every page; out: a pool's worth), in
-                                // parallel, then (out) let the workload shape its contents.
-                                let fill = n.min(pool / ps);
-                                let cursor = AtomicU64::new(0);
-                                let fill_cfg = RunCfg { seconds: None, ops: None, ..cfg };
-                                measure(
-                                    &fill_cfg,
-                                    |_| (),
-                                    |_| {
-                                        let i = cursor.fetch_add(1, Ordering::Relaxed);
-                                        if i >= fill {
-                                            return Ok(Step::Done);
-                                        }
-                                        store.read(Page::new(k as u16, i), &mut |d| {
-                                            std::hint::black_box(prefault(d));
-                                        })?;
-                                        Ok(Step::Did { bytes: ps })
-                                    },
-                                )?;
-                                if memory == "out" {
-                                    measure(&warm, make_warm, op)?;
-                                }
-                            }
-                            if batched {
-                                let mut m = measure_store(store, &cfg, make, op_batch)?;
-                                let batches = m.get("ops_per_sec").and_then(Value::as_f64).unwrap_or(0.0);
-                                m.insert("pages_per_sec".into(), json!((batches * batch as f64).round()));
-                                Ok(m)
-                            } else {
-                                measure_store(store, &cfg, make, op)
-                            }
-                        });
-                        engines.insert(name.into(), engine_value(r));
+                    for (name, rs) in names.iter().zip(results) {
+                        let v = if rounds == 1 { engine_value(rs.into_iter().next().expect("one round")) } else { median_round(rs, "ops_per_sec") };
+                        engines.insert((*name).into(), v);
                     }
                     let mut params = json!({
                         "threads": threads,
@@ -151,6 +163,9 @@ pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
                     if o.queue_depth.is_some() {
                         params["batch"] = json!(batch);
                     }
+                    if rounds > 1 {
+                        params["rounds"] = json!(rounds);
+                    }
                     if let Distribution::Zipf(theta) = dist {
                         params["zipf_theta"] = json!(theta);
                     }
@@ -165,7 +180,7 @@ pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
         ));
     }
     ctx.notes.push(format!(
-        "random-read: in = data 7/8 of the pool (fits with every engine's metadata), out = 4x the pool; each engine opened cold per run, warmed, then measured for {seconds} s; raw is never warmed (it has no cache). Latency sampled every 8th op in memory, every op out of memory."
+        "random-read: in = data 7/8 of the pool (fits with every engine's metadata), out = 4x the pool; each engine opened cold per run, warmed, then measured for {seconds} s; raw is never warmed (it has no cache). Latency sampled every 8th op in memory, every op out of memory. {rounds} round(s) per engine and run (engines in rotating order, each round on a freshly opened engine); with more than one, an engine's figures are its median round by ops/s and rounds_ops_per_sec lists every round."
     ));
     Ok(runs)
 }

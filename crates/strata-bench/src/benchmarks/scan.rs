@@ -11,9 +11,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::{json, Map, Value};
 
-use super::{mmap_cap_note, short_size, with_engine, Ctx};
+use super::{median_round, mmap_cap_note, short_size, with_engine, Ctx, Rounds};
 use crate::dataset::{DataSet, FileSpec};
-use crate::harness::{engine_value, measure_store, run_value, RunCfg, Step};
+use crate::harness::{measure_store, run_value, RunCfg, Step};
 use crate::workload::sum_words;
 use crate::{EResult, PageStore};
 
@@ -21,9 +21,6 @@ pub(super) const ENGINES: [&str; 4] = ["strata", "strata-auto", "mmap", "raw"];
 const MORSEL: u64 = 1 << 20;
 /// Rounds per engine by default: the median of three smooths a shared machine's noise.
 const DEFAULT_ROUNDS: usize = 3;
-
-/// One engine's figures in each round of one phase.
-type Rounds = Vec<EResult<Map<String, Value>>>;
 
 /// One pass over the file: threads take morsels from a shared cursor and sum every word.
 /// Figures plus `"checksum"`, the sum.
@@ -51,30 +48,6 @@ fn scan_pass(store: &dyn PageStore, threads: usize, ops: Option<u64>, pages: u64
     )?;
     m.insert("checksum".into(), sum.load(Ordering::Relaxed).into());
     Ok(m)
-}
-
-/// The figures of the median round by bytes/s (a failed round counts as the slowest; all
-/// failed: the first failure), with `"rounds_bytes_per_sec"`: every round's bytes/s.
-fn median_round(rounds: Rounds) -> Value {
-    let bps = |m: &Map<String, Value>| m.get("bytes_per_sec").and_then(Value::as_f64).unwrap_or(0.0);
-    let all: Vec<Value> = rounds.iter().map(|r| r.as_ref().map_or(Value::Null, |m| json!(bps(m)))).collect();
-    let mut ok: Vec<Map<String, Value>> = Vec::new();
-    let mut first_err = None;
-    for r in rounds {
-        match r {
-            Ok(m) => ok.push(m),
-            Err(e) => first_err = first_err.or(Some(e)),
-        }
-    }
-    if ok.is_empty() {
-        return engine_value(Err(first_err.unwrap_or_else(|| crate::EngineError("no round ran".into()))));
-    }
-    let n = all.len();
-    // Failed rounds are the slowest: the median of n rounds is the (n/2)-th fastest.
-    ok.sort_by(|a, b| bps(b).total_cmp(&bps(a)));
-    let mut m = ok.swap_remove((n / 2).min(ok.len() - 1));
-    m.insert("rounds_bytes_per_sec".into(), Value::Array(all));
-    Value::Object(m)
 }
 
 pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
@@ -122,7 +95,7 @@ pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
             let mut figures = Map::new();
             let mut sums = Vec::new();
             for (name, rs) in engines.iter().zip(by_engine) {
-                let v = median_round(rs);
+                let v = median_round(rs, "bytes_per_sec");
                 if let Some(c) = v.get("checksum").and_then(Value::as_u64) {
                     sums.push(c);
                 }
