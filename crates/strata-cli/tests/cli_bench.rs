@@ -186,7 +186,23 @@ fn bench_engine_selection_rounds_and_memory() {
         assert_eq!(r["engines"].as_object().unwrap().len(), 1);
         assert!(r["ratios"].as_object().unwrap().is_empty(), "no baseline, no ratio");
     }
-    let v = bench(&["random-read", "--pool", "1MiB", "--page-size", "4KiB", "--ops", "50", "--threads", "1", "--memory", "in", "--engines", "strata,raw", "--rounds", "3"]);
+    let v = bench(&[
+        "random-read",
+        "--pool",
+        "1MiB",
+        "--page-size",
+        "4KiB",
+        "--ops",
+        "50",
+        "--threads",
+        "1",
+        "--memory",
+        "in",
+        "--engines",
+        "strata,raw",
+        "--rounds",
+        "3",
+    ]);
     for r in &check_shape(&v, "random-read", &["strata", "raw"]) {
         assert_eq!(r["params"]["rounds"], 3);
         for name in ["strata", "raw"] {

@@ -582,6 +582,12 @@ fn stress(run: Run) {
         write_page(bm, &pages, i, false);
     }
     if let Some(c) = cleaner {
+        // Its own thread: bounded time to have cleaned something if it was never scheduled
+        // during the run (the pages just rewritten are dirty).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while c.stats().pages_cleaned == 0 && std::time::Instant::now() < deadline {
+            thread::sleep(std::time::Duration::from_millis(10));
+        }
         let cs = c.stop();
         assert!(cs.pages_cleaned > 0 && cs.errors == 0, "the cleaner wrote pages ahead of the clock: {cs:?}");
         eprintln!("stress: cleaner {cs:?}, {} dirty victims written by evictions", st.dirty_victims);

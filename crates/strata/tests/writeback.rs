@@ -197,6 +197,12 @@ fn cleaner_thread_under_concurrent_writers() {
                 });
             }
         });
+        // The cleaner runs on its own thread: give it (bounded) time if the writers finished
+        // before it was scheduled; the pool still holds dirty pages the clock has marked.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while db.cleaner_stats().unwrap().pages_cleaned == 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         let cs = db.cleaner_stats().unwrap();
         let st = bm.stats();
         assert!(cs.pages_cleaned > 0 && st.pages_cleaned == cs.pages_cleaned, "{name}: {cs:?} {st:?}");
