@@ -1038,7 +1038,13 @@ impl BufferManager {
                     st.unlock_still_evicted();
                     break;
                 }
-                if n == 0 && self.remote.is_some() && self.remote_versions.lock().contains_key(&pid) {
+                let in_tier = self.remote.is_some() && self.remote_versions.lock().contains_key(&pid);
+                if in_tier && n > 0 {
+                    // A disk run ends before a page the remote tier holds.
+                    st.unlock_still_evicted();
+                    break;
+                }
+                if in_tier {
                     // The remote tier has it: load it from there on its own.
                     if self.try_reserve(size).is_err() {
                         st.unlock_still_evicted();
@@ -1056,10 +1062,6 @@ impl BufferManager {
                     }
                     // Not usable there: read it from disk, as the first page of a run.
                     self.release(size);
-                } else if n > 0 && self.remote.is_some() && self.remote_versions.lock().contains_key(&pid) {
-                    // A disk run ends before a page the remote tier holds.
-                    st.unlock_still_evicted();
-                    break;
                 }
                 n += 1;
                 i += 1;
@@ -1160,7 +1162,7 @@ impl BufferManager {
         loop {
             let w = st.load();
             match w.state() {
-                UNLOCKED | MARKED | PREFETCHED | PREFETCHED_MARKED => {
+                _ if w.is_unlatched() => {
                     if st.try_lock_exclusive(w) {
                         self.count_hit(w);
                         break;
