@@ -140,15 +140,17 @@ where
     Ok(Outcome { ops, bytes, seconds: (end - begin).as_secs_f64(), hist, sample_every: sample, threads })
 }
 
-/// Minor page faults of this process so far.
-fn minor_faults() -> u64 {
+/// This process's resource usage so far: (minor page faults, user CPU seconds, system CPU
+/// seconds), all threads together (an engine's background I/O threads included).
+fn usage() -> (u64, f64, f64) {
     // SAFETY: getrusage fills the zeroed struct we pass; RUSAGE_SELF is always valid.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: as above.
     if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
-        return 0;
+        return (0, 0.0, 0.0);
     }
-    ru.ru_minflt as u64
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (ru.ru_minflt as u64, secs(ru.ru_utime), secs(ru.ru_stime))
 }
 
 fn us(ns: u64) -> f64 {
@@ -189,14 +191,22 @@ where
     O: Fn(&mut S) -> EResult<Step> + Sync,
 {
     let before = store.counters();
-    let faults = minor_faults();
+    let (faults0, user0, sys0) = usage();
     let o = measure(cfg, make, op)?;
-    let faults = minor_faults().saturating_sub(faults);
+    let (faults1, user1, sys1) = usage();
     let io = store.counters().since(&before);
     let mut m = figures(&o, Some(io));
     // Page faults taken by the process in the window (only this engine runs): the cost of
     // handing frames back to the OS and faulting them in again shows here.
-    m.insert("minor_faults".into(), faults.into());
+    m.insert("minor_faults".into(), faults1.saturating_sub(faults0).into());
+    // CPU time of the whole process in the window: what an operation costs the machine,
+    // whatever the device's speed (throughput alone mixes the two).
+    let (user, sys) = ((user1 - user0).max(0.0), (sys1 - sys0).max(0.0));
+    m.insert("cpu_user_seconds".into(), json!((user * 1e3).round() / 1e3));
+    m.insert("cpu_sys_seconds".into(), json!((sys * 1e3).round() / 1e3));
+    if o.ops > 0 {
+        m.insert("cpu_us_per_op".into(), json!(((user + sys) * 1e6 / o.ops as f64 * 1e3).round() / 1e3));
+    }
     for (k, v) in store.describe() {
         m.entry(k).or_insert(v);
     }

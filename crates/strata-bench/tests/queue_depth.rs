@@ -32,6 +32,7 @@ fn random_read_batches_at_the_queue_depth() {
     let runs = r["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 2 * 2 * 2, "in/out x uniform/zipf x 2 thread counts: {r}");
     let mut prefetched_out = 0;
+    let mut cpu_seconds = 0.0;
     for run in runs {
         let p = &run["params"];
         let threads = num(p, "threads");
@@ -43,6 +44,12 @@ fn random_read_batches_at_the_queue_depth() {
             assert!(e.get("failed").is_none(), "{name} failed: {run}");
             assert_eq!(num(e, "ops"), 20 * threads, "{name}: --ops counts batches per thread: {e}");
             assert!(e["pages_per_sec"].as_f64().is_some_and(|x| x > 0.0), "{name}: {e}");
+            // The CPU the window cost, per batch and per page.
+            let f = |k: &str| e[k].as_f64().unwrap_or_else(|| panic!("{name}: {k} missing in {e}"));
+            let (user, sys, per_op, per_page) = (f("cpu_user_seconds"), f("cpu_sys_seconds"), f("cpu_us_per_op"), f("cpu_us_per_page"));
+            assert!(user >= 0.0 && sys >= 0.0, "{name}: {e}");
+            assert!((per_page * batch as f64 - per_op).abs() <= 1e-3 * batch as f64 + 1e-9, "{name}: per page = per batch / batch: {e}");
+            cpu_seconds += user + sys;
         }
         assert!(run["ratios"]["raw"].as_f64().is_some_and(|x| x > 0.0), "strata/raw ratio: {run}");
         // raw is never warmed and has no cache: its window read exactly the batches' pages.
@@ -55,6 +62,7 @@ fn random_read_batches_at_the_queue_depth() {
             prefetched_out += num(&run["engines"]["strata"], "pages_prefetched");
         }
     }
+    assert!(cpu_seconds > 0.0, "the windows' CPU time is measured: {r}");
     assert!(prefetched_out > 0, "strata's batches load pages through prefetch out of memory: {r}");
     assert!(r["notes"].as_array().unwrap().iter().any(|n| n.as_str().is_some_and(|s| s.contains("--queue-depth 8"))), "a note explains the batches");
 }

@@ -136,6 +136,9 @@ pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
                                     let mut m = measure_store(store, &cfg, make, op_batch)?;
                                     let batches = m.get("ops_per_sec").and_then(Value::as_f64).unwrap_or(0.0);
                                     m.insert("pages_per_sec".into(), json!((batches * batch as f64).round()));
+                                    if let Some(c) = m.get("cpu_us_per_op").and_then(Value::as_f64) {
+                                        m.insert("cpu_us_per_page".into(), json!((c / batch as f64 * 1e3).round() / 1e3));
+                                    }
                                     Ok(m)
                                 } else {
                                     measure_store(store, &cfg, make, op)
@@ -176,7 +179,7 @@ pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
     }
     if let Some(q) = o.queue_depth {
         ctx.notes.push(format!(
-            "random-read --queue-depth {q}: where {q} is larger than the thread count, each measured operation reads a batch of max(1, {q} / threads) random pages (params: batch, queue_depth = batch x threads), so ops, ops_per_sec and latencies are per batch and pages_per_sec = ops_per_sec x batch; raw reads a batch through io_uring (batch_io_uring says whether it could), strata with one batch load (prefetch) then a fix per page, hashpool and mmap page after page (their queue depth stays the thread count); fill and warm-up read one page per operation. Where {q} is not larger than the thread count the reads are synchronous (batch 1, queue_depth = threads)."
+            "random-read --queue-depth {q}: where {q} is larger than the thread count, each measured operation reads a batch of max(1, {q} / threads) random pages (params: batch, queue_depth = batch x threads), so ops, ops_per_sec, cpu_us_per_op and latencies are per batch and pages_per_sec = ops_per_sec x batch (cpu_us_per_page = cpu_us_per_op / batch); raw reads a batch through io_uring (batch_io_uring says whether it could), strata with one batch load (prefetch) then a fix per page, hashpool and mmap page after page (their queue depth stays the thread count); fill and warm-up read one page per operation. Where {q} is not larger than the thread count the reads are synchronous (batch 1, queue_depth = threads)."
         ));
     }
     ctx.notes.push(format!(
