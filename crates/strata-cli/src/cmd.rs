@@ -1,14 +1,15 @@
 //! The subcommands that work on a database.
 
+use std::cell::RefCell;
 use std::fs::File;
-use std::io::BufReader;
-use std::path::Path;
+use std::io::{BufReader, BufWriter, Write};
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clap::Subcommand;
 use serde::Serialize;
 use strata::access::ValueFormat;
-use strata::ops::{bfs, distinct, groupby_mod, join_count, scan_gt, sort_column, ScanResult};
+use strata::ops::{bfs, distinct, groupby_mod_counts, join_count, scan_gt, sort_column, ModCounts, ScanResult};
 use strata::util::Bytes;
 use strata::{Config, Database, Error};
 
@@ -49,9 +50,9 @@ pub enum QueryOp {
 
 /// The JSON object every query prints (contract: docs/cli.md).
 #[derive(Serialize)]
-struct QueryOutput {
-    op: &'static str,
-    result: serde_json::Value,
+/// Everything of a query's JSON after `op` and `result`, which are written first (a result
+/// may be streamed; see [`print_query_json`]).
+struct QueryTail {
     seconds: f64,
     pool_bytes: u64,
     peak_resident_bytes: u64,
@@ -242,18 +243,110 @@ pub fn stats(dir: &Path, json: bool) -> Result<(), Error> {
 }
 
 /// A query's outcome: its name in the contract, the `result` object, and a line for people.
-struct Outcome {
+struct Outcome<'a> {
     op: &'static str,
-    result: serde_json::Value,
+    result: Body<'a>,
     text: String,
 }
 
-fn to_json<T: Serialize>(v: &T) -> Result<serde_json::Value, Error> {
-    serde_json::to_value(v).map_err(|e| Error::InvalidInput(format!("cannot encode result: {e}")))
+/// A query's `result` object: a small value, or the counts of a `groupby`, which are merged
+/// from temporary pages while they are written (up to 2^24 of them: never all in the heap).
+enum Body<'a> {
+    Value(serde_json::Value),
+    Counts(Box<RefCell<CountsOut<'a>>>),
+}
+
+/// The counts of a `groupby`: the first few already read (for the line for people), the rest
+/// still in the merge.
+struct CountsOut<'a> {
+    head: Vec<u64>,
+    rest: ModCounts<'a>,
+    /// Why reading the rest failed (the writer only carries a message).
+    failed: Option<Error>,
+}
+
+impl Body<'_> {
+    /// The error that stopped streaming the result, if one did.
+    fn take_error(&self) -> Option<Error> {
+        match self {
+            Body::Value(_) => None,
+            Body::Counts(c) => c.borrow_mut().failed.take(),
+        }
+    }
+}
+
+impl Serialize for Body<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        match self {
+            Body::Value(v) => v.serialize(s),
+            Body::Counts(c) => {
+                let groups = c.borrow().rest.groups();
+                let mut st = s.serialize_struct("GroupbyModResult", 2)?;
+                st.serialize_field("groups", &groups)?;
+                st.serialize_field("counts", &StreamedCounts(c))?;
+                st.end()
+            }
+        }
+    }
+}
+
+/// `[count of remainder 0, ...]`, read from the merge as it is written.
+struct StreamedCounts<'c, 'a>(&'c RefCell<CountsOut<'a>>);
+
+impl Serialize for StreamedCounts<'_, '_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{Error as _, SerializeSeq};
+        let mut c = self.0.borrow_mut();
+        let mut seq = s.serialize_seq(Some(c.rest.modulus() as usize))?;
+        for v in std::mem::take(&mut c.head) {
+            seq.serialize_element(&v)?;
+        }
+        loop {
+            match c.rest.next_count() {
+                Ok(Some(v)) => seq.serialize_element(&v)?,
+                Ok(None) => break,
+                Err(e) => {
+                    let msg = e.to_string();
+                    c.failed = Some(e);
+                    return Err(S::Error::custom(msg));
+                }
+            }
+        }
+        seq.end()
+    }
+}
+
+/// Writes a query's JSON object to stdout: `op` and `result` first (streamed, so a large
+/// result never sits in memory as text), then the fields of `tail()`, computed once the
+/// result has been written (the time and the statistics include the streaming).
+fn print_query_json(op: &str, result: &Body<'_>, tail: impl FnOnce() -> QueryTail) -> Result<(), Error> {
+    let stdout = std::io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    let encode = |e: serde_json::Error| match (e.io_error_kind(), result.take_error()) {
+        // Reading the result back failed: that error, typed.
+        (_, Some(failed)) => failed,
+        (Some(_), None) => Error::Io { op: "write", path: PathBuf::from("<stdout>"), source: e.into() },
+        (None, None) => Error::InvalidInput(format!("cannot encode output: {e}")),
+    };
+    let io = |e: std::io::Error| Error::Io { op: "write", path: PathBuf::from("<stdout>"), source: e };
+    write!(out, "{{\"op\":").map_err(io)?;
+    serde_json::to_writer(&mut out, op).map_err(encode)?;
+    write!(out, ",\"result\":").map_err(io)?;
+    serde_json::to_writer(&mut out, result).map_err(encode)?;
+    let tail = serde_json::to_string(&tail()).map_err(encode)?;
+    // `tail` is a non-empty object: its fields continue this one.
+    let fields = tail.strip_prefix('{').ok_or_else(|| Error::Inconsistent(format!("query tail is not an object: {tail}")))?;
+    writeln!(out, ",{fields}").map_err(io)?;
+    out.flush().map_err(io)
+}
+
+fn to_json<'a, T: Serialize>(v: &T) -> Result<Body<'a>, Error> {
+    serde_json::to_value(v).map(Body::Value).map_err(|e| Error::InvalidInput(format!("cannot encode result: {e}")))
 }
 
 /// Runs one query operation.
-fn run_query(db: &Database, op: &QueryOp, threads: usize) -> Result<Outcome, Error> {
+fn run_query<'a>(db: &'a Database, op: &QueryOp, threads: usize) -> Result<Outcome<'a>, Error> {
     match op {
         QueryOp::Scan { column, gt } => {
             let col = db.column(column)?;
@@ -277,9 +370,14 @@ fn run_query(db: &Database, op: &QueryOp, threads: usize) -> Result<Outcome, Err
                 return Err(Error::InvalidInput("--mod must be at least 1 (remainders modulo 0 are undefined)".into()));
             }
             let col = db.column(column)?;
-            let r = groupby_mod(db.buffer(), &col, *modulus, threads)?;
-            let text = format!("groups {} counts {:?}{}", r.groups, &r.counts[..r.counts.len().min(16)], if r.counts.len() > 16 { " ..." } else { "" });
-            Ok(Outcome { op: "groupby", result: to_json(&r)?, text })
+            let mut rest = groupby_mod_counts(db.buffer(), &col, *modulus, threads)?;
+            let mut head = Vec::new();
+            while head.len() < 16 {
+                let Some(c) = rest.next_count()? else { break };
+                head.push(c);
+            }
+            let text = format!("groups {} counts {head:?}{}", rest.groups(), if rest.modulus() > 16 { " ..." } else { "" });
+            Ok(Outcome { op: "groupby", result: Body::Counts(Box::new(RefCell::new(CountsOut { head, rest, failed: None }))), text })
         }
         QueryOp::Distinct { column } => {
             let col = db.column(column)?;
@@ -305,34 +403,34 @@ pub fn query(config: Config, threads: usize, json: bool, remote: &crate::remote_
     let db = Database::open(remote.apply(config)?)?;
     warn_if_buffered(&db, json);
     let start = Instant::now();
-    let outcome = run_query(&db, &op, threads)?;
-    let seconds = start.elapsed().as_secs_f64();
-    let st = db.buffer().stats();
-    if json {
-        print_json(&QueryOutput {
-            op: outcome.op,
-            result: outcome.result,
-            seconds,
-            pool_bytes: pool,
-            peak_resident_bytes: st.peak_resident_bytes,
-            bytes_read: st.bytes_read,
-            bytes_written: st.bytes_written,
-            threads,
-            peak_rss_bytes: strata::util::peak_rss_bytes(),
-            io: IoOutput::of(&st),
-            remote: st.remote,
-        })?;
-    } else {
-        println!(
-            "{}: {} ({seconds:.3} s, peak resident {} of {} pool, read {})",
-            outcome.op,
-            outcome.text,
-            Bytes(st.peak_resident_bytes),
-            Bytes(pool),
-            Bytes(st.bytes_read)
-        );
-        if let Some(r) = st.remote {
-            println!("remote tier: {r}");
+    // The outcome (a groupby's merge latches temporary pages) ends before the database.
+    {
+        let outcome = run_query(&db, &op, threads)?;
+        if json {
+            print_query_json(outcome.op, &outcome.result, || {
+                let st = db.buffer().stats();
+                QueryTail {
+                    seconds: start.elapsed().as_secs_f64(),
+                    pool_bytes: pool,
+                    peak_resident_bytes: st.peak_resident_bytes,
+                    bytes_read: st.bytes_read,
+                    bytes_written: st.bytes_written,
+                    threads,
+                    peak_rss_bytes: strata::util::peak_rss_bytes(),
+                    io: IoOutput::of(&st),
+                    remote: st.remote,
+                }
+            })?;
+        } else {
+            // What is left of a result (the rest of a groupby's merge) is not needed.
+            let Outcome { op: name, result, text } = outcome;
+            drop(result);
+            let seconds = start.elapsed().as_secs_f64();
+            let st = db.buffer().stats();
+            println!("{name}: {text} ({seconds:.3} s, peak resident {} of {} pool, read {})", Bytes(st.peak_resident_bytes), Bytes(pool), Bytes(st.bytes_read));
+            if let Some(r) = st.remote {
+                println!("remote tier: {r}");
+            }
         }
     }
     db.close()

@@ -92,11 +92,13 @@ fn ref_join(fa: ValueFormat, a: &[u64], fb: ValueFormat, b: &[u64]) -> JoinResul
 struct Groups(Vec<Group>);
 
 impl GroupSink for Groups {
-    fn add(&mut self, g: &Group) {
+    fn add(&mut self, g: &Group) -> strata::Result<()> {
         self.0.push(*g);
+        Ok(())
     }
-    fn merge(&mut self, other: Self) {
+    fn merge(&mut self, other: Self) -> strata::Result<()> {
         self.0.extend(other.0);
+        Ok(())
     }
 }
 
@@ -283,4 +285,43 @@ fn empty_columns_and_single_values() {
         assert!(groupby_mod(bm, &one, 0, 1).is_err(), "modulus 0 is refused");
     }
     assert_clean(&db);
+}
+
+#[test]
+fn a_modulus_far_larger_than_the_pool_streams_its_counts_from_temporary_pages() {
+    // 2^20 remainders (8 MiB of counts, 16 MiB of pairs) from a 1 MiB pool: the counts come
+    // out of a merge of sorted runs in temporary pages, in remainder order.
+    let t = tempfile::tempdir().unwrap();
+    let pool = 1 << 20;
+    let db = db(t.path(), pool);
+    let mut rng = Rng(9);
+    let m = 1u64 << 20;
+    for (format, mask) in [(ValueFormat::U32le, 0xffff_ffff), (ValueFormat::I64le, u64::MAX)] {
+        let raw: Vec<u64> = (0..700_000).map(|_| rng.next() & mask).collect();
+        let name = format.name();
+        let col = import(&db, name, format, &raw);
+        let bm = db.buffer();
+        let want = ref_mod(format, &raw, m);
+        for (modulus, threads) in [(m, 2usize), (m - 3, 1)] {
+            let want = if modulus == m { want.clone() } else { ref_mod(format, &raw, modulus) };
+            let mut it = strata::ops::groupby_mod_counts(bm, &col, modulus, threads).unwrap();
+            assert_eq!((it.modulus(), it.groups()), (modulus, want.groups), "{format:?} mod {modulus}");
+            let mut got = Vec::new();
+            while let Some(c) = it.next_count().unwrap() {
+                got.push(c);
+            }
+            assert!(it.next_count().unwrap().is_none(), "no count after the last remainder");
+            assert_eq!(got.len(), want.counts.len(), "{format:?} mod {modulus}");
+            assert!(got == want.counts, "{format:?} mod {modulus}: counts differ from the reference");
+            drop(it);
+            assert!(bm.peak_bytes() <= pool, "peak {} > pool {pool}", bm.peak_bytes());
+        }
+        // Dropping the counts half-read frees the merge's pages.
+        let mut it = strata::ops::groupby_mod_counts(bm, &col, m, 2).unwrap();
+        for _ in 0..m / 2 {
+            it.next_count().unwrap();
+        }
+        drop(it);
+        assert_clean(&db);
+    }
 }

@@ -203,9 +203,11 @@ fn cleaner_thread_under_concurrent_writers() {
         while db.cleaner_stats().unwrap().pages_cleaned == 0 && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
+        // The cleaner may still be running: the manager counts a round's pages before the
+        // cleaner adds them to its own count, so read the cleaner's first.
         let cs = db.cleaner_stats().unwrap();
         let st = bm.stats();
-        assert!(cs.pages_cleaned > 0 && st.pages_cleaned == cs.pages_cleaned, "{name}: {cs:?} {st:?}");
+        assert!(cs.pages_cleaned > 0 && st.pages_cleaned >= cs.pages_cleaned, "{name}: {cs:?} {st:?}");
         assert_eq!(cs.errors, 0);
         assert!(st.peak_resident_bytes <= 512 << 10);
         bm.check_invariants().unwrap();

@@ -23,7 +23,9 @@
 //!    separated eventually (the hash is a bijection).
 //!
 //! Groups are handed to a [`GroupSink`] per worker; sinks are merged at the end. On top of
-//! it: [`groupby_mod`] (`strata query groupby COLUMN --mod M`) and [`distinct`]
+//! it: [`groupby_mod_counts`] (`strata query groupby COLUMN --mod M`: the groups go to sorted
+//! runs of temporary pages and are merged into remainder order as the counts are read, so
+//! even a modulus of 2^24 stays inside the pool) and [`distinct`]
 //! (`strata query distinct COLUMN`).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -36,6 +38,7 @@ use super::spill::{
     cache_bits, drain_all, entries, for_each_raw, hash64, largest_page, payload_of, rd64, scatter, shifted, table_capacity, wr64, Partitions, Plan, Run,
     Stager, Table, WorkPage, BATCH, CACHE_KEYS,
 };
+use crate::access::extsort::{Merger, Plan as SortPlan, Run as ExtRun, RunWriter};
 use crate::access::{Column, TempPage, ValueFormat};
 use crate::buffer::BufferManager;
 use crate::error::{Error, Result};
@@ -73,12 +76,13 @@ pub struct Group {
     pub max: i128,
 }
 
-/// Receives groups. One sink per worker thread; sinks are merged at the end.
+/// Receives groups. One sink per worker thread; sinks are merged at the end. A sink that
+/// keeps what it receives in temporary pages can fail; its error ends the aggregation.
 pub trait GroupSink: Send {
     /// Called once per group (in no particular order).
-    fn add(&mut self, g: &Group);
+    fn add(&mut self, g: &Group) -> Result<()>;
     /// Folds another worker's sink into this one.
-    fn merge(&mut self, other: Self)
+    fn merge(&mut self, other: Self) -> Result<()>
     where
         Self: Sized;
 }
@@ -439,7 +443,7 @@ impl<'a, K: Fn(u64) -> u64 + Sync> Agg<'a, '_, K> {
             })?;
         }
         for e in table.entries() {
-            sink.add(&l.group(e));
+            sink.add(&l.group(e))?;
         }
         let sub = of.finish()?;
         self.aggregate_sub(sub, depth, table.bytes(), sink)
@@ -522,7 +526,7 @@ impl<'a, K: Fn(u64) -> u64 + Sync> Agg<'a, '_, K> {
                 self.fold_or_spill(&mut table, &mut of, true, k, shifted(hash64(k), c2), r)?;
             }
             for e in table.entries() {
-                sink.add(&l.group(e));
+                sink.add(&l.group(e))?;
             }
         }
         let sub = of.finish()?;
@@ -573,10 +577,7 @@ fn run_workers<S: GroupSink>(threads: usize, worker: &(impl Fn() -> Result<S> + 
             out = Some(match (out, r) {
                 (None, r) => r,
                 (Some(Err(e)), _) | (Some(Ok(_)), Err(e)) => Err(e),
-                (Some(Ok(mut a)), Ok(b)) => {
-                    a.merge(b);
-                    Ok(a)
-                }
+                (Some(Ok(mut a)), Ok(b)) => a.merge(b).map(|()| a),
             });
         }
         out.unwrap_or_else(|| Err(Error::Inconsistent("no aggregation worker".into())))
@@ -621,7 +622,7 @@ where
             // One worker: its table's keys never went to the partitions; they are complete.
             let g = first.page.shared()?;
             for e in entries(g.data(), l.size, first.slots) {
-                sink.add(&l.group(e));
+                sink.add(&l.group(e))?;
             }
             Some(sp)
         }
@@ -667,7 +668,7 @@ where
                 st.flush(&sp.states)?;
             }
             for e in table.entries() {
-                sink.add(&l.group(e));
+                sink.add(&l.group(e))?;
             }
             sub
         }
@@ -675,7 +676,7 @@ where
     drop(first);
     drop(rest);
     if let Some(sp) = spill {
-        sink.merge(agg.aggregate_spill(sp, 1, &make_sink)?);
+        sink.merge(agg.aggregate_spill(sp, 1, &make_sink)?)?;
     }
     let c = &agg.counters;
     let stats = SpillStats {
@@ -700,20 +701,111 @@ pub struct GroupbyModResult {
     pub counts: Vec<u64>,
 }
 
-struct PairSink(Vec<(u64, u64)>);
+/// Collects the groups of a worker as (remainder, count) pairs in sorted runs of temporary
+/// pages; the heap holds at most one run page's worth of pairs (sorted, then written out).
+struct PairRuns<'a> {
+    bm: &'a BufferManager,
+    run_page: u64,
+    cap: usize,
+    buf: Vec<u128>,
+    runs: Vec<ExtRun<'a>>,
+}
 
-impl GroupSink for PairSink {
-    fn add(&mut self, g: &Group) {
-        self.0.push((g.key, g.count));
+impl<'a> PairRuns<'a> {
+    fn new(bm: &'a BufferManager, plan: SortPlan) -> PairRuns<'a> {
+        let cap = ((plan.run_page as usize).saturating_sub(crate::storage::PAGE_HEADER_SIZE) / 16).max(1);
+        PairRuns { bm, run_page: plan.run_page, cap, buf: Vec::new(), runs: Vec::new() }
     }
-    fn merge(&mut self, other: Self) {
-        self.0.extend(other.0);
+
+    fn flush(&mut self) -> Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        self.buf.sort_unstable();
+        let mut w = RunWriter::<u128>::new(self.bm, self.run_page);
+        w.extend(&self.buf)?;
+        self.runs.push(w.finish());
+        self.buf.clear();
+        Ok(())
+    }
+}
+
+impl GroupSink for PairRuns<'_> {
+    fn add(&mut self, g: &Group) -> Result<()> {
+        // The remainder in the high half orders the pairs by remainder.
+        self.buf.push(u128::from(g.key) << 64 | u128::from(g.count));
+        if self.buf.len() >= self.cap {
+            self.flush()?;
+        }
+        Ok(())
+    }
+    fn merge(&mut self, mut other: Self) -> Result<()> {
+        other.flush()?;
+        self.runs.append(&mut other.runs);
+        Ok(())
+    }
+}
+
+/// The counts of a [`groupby_mod_counts`] in remainder order, merged on the fly from sorted
+/// runs in temporary pages: a modulus of 2^24 needs no 128 MiB array, only pages of the pool
+/// (some latched until the counts are read or this is dropped).
+pub struct ModCounts<'a> {
+    modulus: u64,
+    groups: u64,
+    /// The remainder whose count comes next.
+    next: u64,
+    /// The next non-empty group from the merge (remainder, count).
+    ahead: Option<(u64, u64)>,
+    merger: Merger<'a, u128>,
+}
+
+impl ModCounts<'_> {
+    /// The modulus M: [`next_count`](Self::next_count) yields M counts.
+    pub fn modulus(&self) -> u64 {
+        self.modulus
+    }
+
+    /// Non-empty groups.
+    pub fn groups(&self) -> u64 {
+        self.groups
+    }
+
+    /// The count of the next remainder (0, 1, ..., M-1); `None` after the last.
+    pub fn next_count(&mut self) -> Result<Option<u64>> {
+        if self.next == self.modulus {
+            return Ok(None);
+        }
+        if self.ahead.is_none() {
+            self.ahead = self.pull()?;
+        }
+        let r = self.next;
+        self.next += 1;
+        match self.ahead {
+            Some((k, c)) if k == r => {
+                self.ahead = None;
+                Ok(Some(c))
+            }
+            Some((k, _)) if k < r => Err(Error::Inconsistent(format!("group {k} of modulus {} came out of order", self.modulus))),
+            _ => Ok(Some(0)),
+        }
+    }
+
+    /// The next group from the merge (a second pair of the same remainder would mean an
+    /// incomplete aggregation: [`next_count`](Self::next_count) reports it as out of order).
+    fn pull(&mut self) -> Result<Option<(u64, u64)>> {
+        let Some(first) = self.merger.next()? else { return Ok(None) };
+        let key = (first >> 64) as u64;
+        if key >= self.modulus {
+            return Err(Error::Inconsistent(format!("remainder {key} of modulus {}", self.modulus)));
+        }
+        Ok(Some((key, first as u64)))
     }
 }
 
 /// Counts the values of `column` per remainder modulo `m` (`v.rem_euclid(m)` for signed
-/// values), with `threads` workers.
-pub fn groupby_mod(bm: &BufferManager, column: &Column, m: u64, threads: usize) -> Result<GroupbyModResult> {
+/// values), with `threads` workers; the counts are read in order from the returned
+/// [`ModCounts`] (working memory in the pool, whatever `m`).
+pub fn groupby_mod_counts<'a>(bm: &'a BufferManager, column: &Column, m: u64, threads: usize) -> Result<ModCounts<'a>> {
     if m == 0 {
         return Err(Error::InvalidInput("--mod must be at least 1".into()));
     }
@@ -721,24 +813,36 @@ pub fn groupby_mod(bm: &BufferManager, column: &Column, m: u64, threads: usize) 
         return Err(Error::InvalidInput(format!("--mod {m} is too large: the result holds one count per remainder, at most {MAX_MODULUS}")));
     }
     let signed = column.format == ValueFormat::I64le;
-    let (sink, _) = if m.is_power_of_two() {
+    let plan = SortPlan::new(bm);
+    let sink = || PairRuns::new(bm, plan);
+    let (mut pairs, _) = if m.is_power_of_two() {
         // Two's complement: the low bits are the non-negative remainder for i64 too.
         let mask = m - 1;
-        aggregate(bm, column, Aggregates::COUNT, move |raw| raw & mask, threads, || PairSink(Vec::new()))?
+        aggregate(bm, column, Aggregates::COUNT, move |raw| raw & mask, threads, sink)?
     } else if signed {
         let mi = m as i64;
-        aggregate(bm, column, Aggregates::COUNT, move |raw| (raw as i64).rem_euclid(mi) as u64, threads, || PairSink(Vec::new()))?
+        aggregate(bm, column, Aggregates::COUNT, move |raw| (raw as i64).rem_euclid(mi) as u64, threads, sink)?
     } else if column.format == ValueFormat::U32le {
         let m32 = m as u32;
-        aggregate(bm, column, Aggregates::COUNT, move |raw| (raw as u32 % m32) as u64, threads, || PairSink(Vec::new()))?
+        aggregate(bm, column, Aggregates::COUNT, move |raw| (raw as u32 % m32) as u64, threads, sink)?
     } else {
-        aggregate(bm, column, Aggregates::COUNT, move |raw| raw % m, threads, || PairSink(Vec::new()))?
+        aggregate(bm, column, Aggregates::COUNT, move |raw| raw % m, threads, sink)?
     };
-    let mut counts = vec![0u64; m as usize];
-    for &(k, c) in &sink.0 {
-        counts[k as usize] += c;
+    pairs.flush()?;
+    // Every group is complete after the aggregation: one pair per non-empty remainder.
+    let groups = pairs.runs.iter().map(|r| r.len()).sum();
+    let merger = Merger::new(bm, std::mem::take(&mut pairs.runs), plan, plan.fan_in(plan.budget), false)?;
+    Ok(ModCounts { modulus: m, groups, next: 0, ahead: None, merger })
+}
+
+/// [`groupby_mod_counts`] with the counts collected into a vector (`m` x 8 bytes of heap).
+pub fn groupby_mod(bm: &BufferManager, column: &Column, m: u64, threads: usize) -> Result<GroupbyModResult> {
+    let mut it = groupby_mod_counts(bm, column, m, threads)?;
+    let mut counts = Vec::with_capacity(m as usize);
+    while let Some(c) = it.next_count()? {
+        counts.push(c);
     }
-    Ok(GroupbyModResult { groups: sink.0.len() as u64, counts })
+    Ok(GroupbyModResult { groups: it.groups(), counts })
 }
 
 /// Result of [`distinct`].
@@ -771,16 +875,18 @@ impl TopSink {
 }
 
 impl GroupSink for TopSink {
-    fn add(&mut self, g: &Group) {
+    fn add(&mut self, g: &Group) -> Result<()> {
         self.r.groups += 1;
         let v = if self.signed { g.key as i64 as i128 } else { g.key as i128 };
         self.offer(v, g.count);
+        Ok(())
     }
-    fn merge(&mut self, other: Self) {
+    fn merge(&mut self, other: Self) -> Result<()> {
         self.r.groups += other.r.groups;
         if let Some(v) = other.r.top_value {
             self.offer(v, other.r.top_count);
         }
+        Ok(())
     }
 }
 
@@ -801,11 +907,13 @@ mod tests {
     #[derive(Debug)]
     struct All(Vec<Group>);
     impl GroupSink for All {
-        fn add(&mut self, g: &Group) {
+        fn add(&mut self, g: &Group) -> Result<()> {
             self.0.push(*g);
+            Ok(())
         }
-        fn merge(&mut self, other: Self) {
+        fn merge(&mut self, other: Self) -> Result<()> {
             self.0.extend(other.0);
+            Ok(())
         }
     }
 

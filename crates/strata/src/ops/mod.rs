@@ -9,7 +9,9 @@ pub(crate) mod spill;
 pub mod torture;
 
 pub use bfs::{bfs, BfsResult};
-pub use groupby::{aggregate, distinct, groupby_mod, Aggregates, DistinctResult, Group, GroupSink, GroupbyModResult, SpillStats};
+pub use groupby::{
+    aggregate, distinct, groupby_mod, groupby_mod_counts, Aggregates, DistinctResult, Group, GroupSink, GroupbyModResult, ModCounts, SpillStats,
+};
 pub use join::{join_count, join_count_with_stats, JoinResult, JoinStats};
 pub use scan::{scan_gt, ScanResult};
 pub use sort::{sort_column, SortResult};
