@@ -101,6 +101,8 @@ pub fn plot(report: &Value, path: &Path) -> Result<(), String> {
         .configure_mesh()
         .disable_x_mesh()
         .x_labels(0)
+        // A log axis with the default light lines draws a dense grey band at some decades.
+        .y_max_light_lines(0)
         .y_desc(format!("{unit} / s"))
         .y_label_formatter(&|v| fmt_ops(*v))
         .label_style((FONT, 14))

@@ -1,0 +1,22 @@
+//! Redraws a saved benchmark report: `cargo run --release -p strata-bench --example replot --
+//! REPORT.json OUT.png` (the chart `strata bench --plot` draws).
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let [_, report, out] = args.as_slice() else {
+        eprintln!("usage: replot REPORT.json OUT.png");
+        std::process::exit(2);
+    };
+    let text = std::fs::read_to_string(report).unwrap_or_else(|e| {
+        eprintln!("replot: cannot read {report}: {e}");
+        std::process::exit(1);
+    });
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap_or_else(|e| {
+        eprintln!("replot: {report} is not JSON: {e}");
+        std::process::exit(1);
+    });
+    if let Err(e) = strata_bench::plot::plot(&v, std::path::Path::new(out)) {
+        eprintln!("replot: {e}");
+        std::process::exit(1);
+    }
+}
