@@ -2,14 +2,16 @@
 
 use std::cell::RefCell;
 use std::fs::File;
-use std::io::{BufReader, BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::io::BufReader;
+use std::path::Path;
 use std::time::Instant;
 
 use clap::Subcommand;
 use serde::Serialize;
 use strata::access::ValueFormat;
-use strata::ops::{bfs, distinct, groupby_mod_counts, join_count, scan_gt, sort_column, ModCounts, ScanResult};
+use strata::ops::{bfs, distinct, groupby_mod_counts, join_count, scan_gt, sort_column_stream, ScanResult};
+
+use crate::query_out::{print_query_json, Body, CountsOut, Outcome, SortedOut};
 use strata::util::Bytes;
 use strata::{Config, Database, Error};
 
@@ -242,105 +244,6 @@ pub fn stats(dir: &Path, json: bool) -> Result<(), Error> {
     Ok(())
 }
 
-/// A query's outcome: its name in the contract, the `result` object, and a line for people.
-struct Outcome<'a> {
-    op: &'static str,
-    result: Body<'a>,
-    text: String,
-}
-
-/// A query's `result` object: a small value, or the counts of a `groupby`, which are merged
-/// from temporary pages while they are written (up to 2^24 of them: never all in the heap).
-enum Body<'a> {
-    Value(serde_json::Value),
-    Counts(Box<RefCell<CountsOut<'a>>>),
-}
-
-/// The counts of a `groupby`: the first few already read (for the line for people), the rest
-/// still in the merge.
-struct CountsOut<'a> {
-    head: Vec<u64>,
-    rest: ModCounts<'a>,
-    /// Why reading the rest failed (the writer only carries a message).
-    failed: Option<Error>,
-}
-
-impl Body<'_> {
-    /// The error that stopped streaming the result, if one did.
-    fn take_error(&self) -> Option<Error> {
-        match self {
-            Body::Value(_) => None,
-            Body::Counts(c) => c.borrow_mut().failed.take(),
-        }
-    }
-}
-
-impl Serialize for Body<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeStruct;
-        match self {
-            Body::Value(v) => v.serialize(s),
-            Body::Counts(c) => {
-                let groups = c.borrow().rest.groups();
-                let mut st = s.serialize_struct("GroupbyModResult", 2)?;
-                st.serialize_field("groups", &groups)?;
-                st.serialize_field("counts", &StreamedCounts(c))?;
-                st.end()
-            }
-        }
-    }
-}
-
-/// `[count of remainder 0, ...]`, read from the merge as it is written.
-struct StreamedCounts<'c, 'a>(&'c RefCell<CountsOut<'a>>);
-
-impl Serialize for StreamedCounts<'_, '_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::{Error as _, SerializeSeq};
-        let mut c = self.0.borrow_mut();
-        let mut seq = s.serialize_seq(Some(c.rest.modulus() as usize))?;
-        for v in std::mem::take(&mut c.head) {
-            seq.serialize_element(&v)?;
-        }
-        loop {
-            match c.rest.next_count() {
-                Ok(Some(v)) => seq.serialize_element(&v)?,
-                Ok(None) => break,
-                Err(e) => {
-                    let msg = e.to_string();
-                    c.failed = Some(e);
-                    return Err(S::Error::custom(msg));
-                }
-            }
-        }
-        seq.end()
-    }
-}
-
-/// Writes a query's JSON object to stdout: `op` and `result` first (streamed, so a large
-/// result never sits in memory as text), then the fields of `tail()`, computed once the
-/// result has been written (the time and the statistics include the streaming).
-fn print_query_json(op: &str, result: &Body<'_>, tail: impl FnOnce() -> QueryTail) -> Result<(), Error> {
-    let stdout = std::io::stdout();
-    let mut out = BufWriter::new(stdout.lock());
-    let encode = |e: serde_json::Error| match (e.io_error_kind(), result.take_error()) {
-        // Reading the result back failed: that error, typed.
-        (_, Some(failed)) => failed,
-        (Some(_), None) => Error::Io { op: "write", path: PathBuf::from("<stdout>"), source: e.into() },
-        (None, None) => Error::InvalidInput(format!("cannot encode output: {e}")),
-    };
-    let io = |e: std::io::Error| Error::Io { op: "write", path: PathBuf::from("<stdout>"), source: e };
-    write!(out, "{{\"op\":").map_err(io)?;
-    serde_json::to_writer(&mut out, op).map_err(encode)?;
-    write!(out, ",\"result\":").map_err(io)?;
-    serde_json::to_writer(&mut out, result).map_err(encode)?;
-    let tail = serde_json::to_string(&tail()).map_err(encode)?;
-    // `tail` is a non-empty object: its fields continue this one.
-    let fields = tail.strip_prefix('{').ok_or_else(|| Error::Inconsistent(format!("query tail is not an object: {tail}")))?;
-    writeln!(out, ",{fields}").map_err(io)?;
-    out.flush().map_err(io)
-}
-
 fn to_json<'a, T: Serialize>(v: &T) -> Result<Body<'a>, Error> {
     serde_json::to_value(v).map(Body::Value).map_err(|e| Error::InvalidInput(format!("cannot encode result: {e}")))
 }
@@ -351,46 +254,39 @@ fn run_query<'a>(db: &'a Database, op: &QueryOp, threads: usize) -> Result<Outco
         QueryOp::Scan { column, gt } => {
             let col = db.column(column)?;
             let r: ScanResult = scan_gt(db.buffer(), &col, *gt, threads)?;
-            Ok(Outcome { op: "scan", result: to_json(&r)?, text: format!("count {} sum {}", r.count, r.sum) })
+            Ok(Outcome { op: "scan", result: to_json(&r)?, text: Some(format!("count {} sum {}", r.count, r.sum)) })
         }
         QueryOp::Sort { column, top } => {
             let col = db.column(column)?;
-            let r = sort_column(db.buffer(), &col, *top, threads)?;
-            let text = format!("first {:?} last {:?} checksum {}", r.first, r.last, r.checksum);
-            Ok(Outcome { op: "sort", result: to_json(&r)?, text })
+            let stream = sort_column_stream(db.buffer(), &col, *top, threads)?;
+            Ok(Outcome { op: "sort", result: Body::Sorted(Box::new(RefCell::new(SortedOut { stream, failed: None }))), text: None })
         }
         QueryOp::Bfs { graph, source } => {
             let g = db.graph(graph)?;
             let r = bfs(db.buffer(), &g, *source, threads)?;
             let text = format!("reached {} max_depth {} depth_sum {}", r.reached, r.max_depth, r.depth_sum);
-            Ok(Outcome { op: "bfs", result: to_json(&r)?, text })
+            Ok(Outcome { op: "bfs", result: to_json(&r)?, text: Some(text) })
         }
         QueryOp::Groupby { column, modulus } => {
             if *modulus == 0 {
                 return Err(Error::InvalidInput("--mod must be at least 1 (remainders modulo 0 are undefined)".into()));
             }
             let col = db.column(column)?;
-            let mut rest = groupby_mod_counts(db.buffer(), &col, *modulus, threads)?;
-            let mut head = Vec::new();
-            while head.len() < 16 {
-                let Some(c) = rest.next_count()? else { break };
-                head.push(c);
-            }
-            let text = format!("groups {} counts {head:?}{}", rest.groups(), if rest.modulus() > 16 { " ..." } else { "" });
-            Ok(Outcome { op: "groupby", result: Body::Counts(Box::new(RefCell::new(CountsOut { head, rest, failed: None }))), text })
+            let counts = CountsOut::new(groupby_mod_counts(db.buffer(), &col, *modulus, threads)?)?;
+            Ok(Outcome { op: "groupby", result: Body::Counts(Box::new(RefCell::new(counts))), text: None })
         }
         QueryOp::Distinct { column } => {
             let col = db.column(column)?;
             let r = distinct(db.buffer(), &col, threads)?;
             let top = r.top_value.map_or_else(|| "none".to_string(), |v| v.to_string());
             let text = format!("groups {} top_value {top} top_count {}", r.groups, r.top_count);
-            Ok(Outcome { op: "distinct", result: to_json(&r)?, text })
+            Ok(Outcome { op: "distinct", result: to_json(&r)?, text: Some(text) })
         }
         QueryOp::Join { column_a, column_b } => {
             let a = db.column(column_a)?;
             let b = db.column(column_b)?;
             let r = join_count(db.buffer(), &a, &b, threads)?;
-            Ok(Outcome { op: "join", result: to_json(&r)?, text: format!("matches {} checksum {}", r.matches, r.checksum) })
+            Ok(Outcome { op: "join", result: to_json(&r)?, text: Some(format!("matches {} checksum {}", r.matches, r.checksum)) })
         }
     }
 }
@@ -422,9 +318,8 @@ pub fn query(config: Config, threads: usize, json: bool, remote: &crate::remote_
                 }
             })?;
         } else {
-            // What is left of a result (the rest of a groupby's merge) is not needed.
-            let Outcome { op: name, result, text } = outcome;
-            drop(result);
+            let name = outcome.op;
+            let text = outcome.into_text()?;
             let seconds = start.elapsed().as_secs_f64();
             let st = db.buffer().stats();
             println!("{name}: {text} ({seconds:.3} s, peak resident {} of {} pool, read {})", Bytes(st.peak_resident_bytes), Bytes(pool), Bytes(st.bytes_read));
@@ -478,12 +373,13 @@ pub fn demo(dir: &Path, pool: u64, count: u64) -> Result<(), Error> {
     for q in &queries {
         let t = Instant::now();
         let out = run_query(&db, q, threads)?;
-        let mut text = out.text;
+        let op = out.op;
+        let mut text = out.into_text()?;
         if text.len() > 100 {
             text.truncate(97);
             text.push_str("...");
         }
-        println!("{:<10} {:>8.3}  {text}", out.op, t.elapsed().as_secs_f64());
+        println!("{op:<10} {:>8.3}  {text}", t.elapsed().as_secs_f64());
     }
     let st = db.buffer().stats();
     println!();

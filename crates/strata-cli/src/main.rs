@@ -6,6 +6,7 @@ mod cmd;
 mod gen;
 mod graph_cmd;
 mod progress;
+mod query_out;
 mod remote_args;
 mod torture_cmd;
 

@@ -305,3 +305,47 @@ fn structures_written_with_a_large_pool_work_through_a_tiny_one() {
     assert_eq!(temp_pages(&d), 0);
     d.check().unwrap();
 }
+
+#[test]
+fn a_top_far_larger_than_the_pool_streams_first_and_last_from_temporary_pages() {
+    // 400 K i64 values, top 300 K (first and last overlap): 4.8 MiB of result from a 1 MiB pool.
+    let dir = tempfile::tempdir().unwrap();
+    let pool = 1 << 20;
+    let db = db(&dir, 4096, pool);
+    let mut r = Rng(17);
+    let vals: Vec<i128> = (0..400_000).map(|_| (r.next() as i64 >> 20) as i128).collect();
+    import_values(&db, "v", ValueFormat::I64le, &vals);
+    let col = db.column("v").unwrap();
+    let want = sort_reference(vals, 300_000);
+    for threads in [1, 2] {
+        let mut s = strata::ops::sort_column_stream(db.buffer(), &col, 300_000, threads).unwrap();
+        assert_eq!((s.len(), s.top()), (400_000, 300_000));
+        let mut first = Vec::new();
+        while let Some(v) = s.next_first().unwrap() {
+            first.push(v);
+        }
+        let mut last = Vec::new();
+        while let Some(v) = s.next_last().unwrap() {
+            last.push(v);
+        }
+        assert!(first == want.first && last == want.last, "threads {threads}: first/last differ from the reference");
+        assert_eq!(s.checksum().unwrap(), want.checksum);
+        assert!(s.next_first().unwrap().is_none() && s.next_last().unwrap().is_none());
+        drop(s);
+        assert_eq!(temp_pages(&db), 0, "every temporary page is freed");
+    }
+    // The last values without reading the first ones; then a stream dropped half-read.
+    let mut s = strata::ops::sort_column_stream(db.buffer(), &col, 300_000, 2).unwrap();
+    assert_eq!(s.checksum().unwrap(), want.checksum);
+    assert_eq!(s.next_first().unwrap(), None, "the first values were passed by the merge");
+    assert_eq!(s.next_last().unwrap(), Some(want.last[0]));
+    drop(s);
+    let mut s = strata::ops::sort_column_stream(db.buffer(), &col, 300_000, 1).unwrap();
+    for _ in 0..1000 {
+        s.next_first().unwrap();
+    }
+    drop(s);
+    assert_eq!(temp_pages(&db), 0, "a half-read stream frees its pages");
+    assert!(db.buffer().peak_bytes() <= pool);
+    db.check().unwrap();
+}

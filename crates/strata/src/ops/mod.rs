@@ -14,4 +14,4 @@ pub use groupby::{
 };
 pub use join::{join_count, join_count_with_stats, JoinResult, JoinStats};
 pub use scan::{scan_gt, ScanResult};
-pub use sort::{sort_column, SortResult};
+pub use sort::{sort_column, sort_column_stream, SortResult, SortStream};

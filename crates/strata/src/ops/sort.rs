@@ -5,9 +5,11 @@
 //! from the pool, see [`crate::access::extsort::Plan`]), and sorts and spills the workspace
 //! to a run of small temporary pages whenever it is full. The runs are then k-way merged
 //! (multi-pass if there are more than the pool allows at once); the merged stream is folded
-//! into the result without being materialised: the first K values, a ring of the last K,
-//! and the position-weighted checksum. Working memory is the buffer manager's, never the
-//! heap's: a pool of a few MiB sorts columns many times its size.
+//! into the result without being materialised ([`SortStream`]): the first K values as they
+//! come, the last K set aside in a run of temporary pages (their positions are known from the
+//! column's length), and the position-weighted checksum. Working memory is the buffer
+//! manager's, never the heap's, whatever K: a pool of a few MiB sorts columns many times its
+//! size.
 //!
 //! i64 values are sorted as u64 keys with the sign bit flipped (which maps signed order onto
 //! unsigned order).
@@ -16,10 +18,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde::Serialize;
 
-use crate::access::extsort::{Merger, Plan, Record, Run, RunGen};
+use crate::access::extsort::{Merger, Plan, Record, Run, RunCursor, RunGen, RunWriter};
 use crate::access::{Column, ValueFormat};
 use crate::buffer::BufferManager;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// Result of [`sort_column`] (contract: `sort COLUMN [--top K]`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -36,14 +38,175 @@ pub struct SortResult {
 const SIGN: u64 = 1 << 63;
 
 /// Sorts `column` completely (ascending; i64 columns as signed) with `threads` threads and
-/// returns its `top` smallest and largest values and the position-weighted checksum.
+/// returns its `top` smallest and largest values and the position-weighted checksum
+/// ([`sort_column_stream`] with the values collected: 2 x `top` values of heap).
 pub fn sort_column(bm: &BufferManager, column: &Column, top: usize, threads: usize) -> Result<SortResult> {
-    match column.format {
-        ValueFormat::U32le => sort_impl::<u32>(bm, column, top, threads, u32::load, |k| k as i128, |k| k as u64),
-        ValueFormat::U64le => sort_impl::<u64>(bm, column, top, threads, u64::load, |k| k as i128, |k| k),
-        // Flipping the sign bit maps i64 order onto u64 order.
-        ValueFormat::I64le => sort_impl::<u64>(bm, column, top, threads, |b| u64::load(b) ^ SIGN, |k| (k ^ SIGN) as i64 as i128, |k| k ^ SIGN),
+    let mut s = sort_column_stream(bm, column, top, threads)?;
+    let mut out = SortResult { first: Vec::with_capacity(s.top()), last: Vec::with_capacity(s.top()), checksum: 0 };
+    while let Some(v) = s.next_first()? {
+        out.first.push(v);
     }
+    while let Some(v) = s.next_last()? {
+        out.last.push(v);
+    }
+    out.checksum = s.checksum()?;
+    Ok(out)
+}
+
+/// The sorted stream of a [`sort_column_stream`]: its `top` smallest values are read while
+/// the merge runs, the `top` largest are set aside in a run of temporary pages as the merge
+/// passes them (their positions are known: the column's length is), and the checksum is
+/// complete once the merge is. Working memory is the pool's whatever `top` is.
+pub struct SortStream<'a> {
+    bm: &'a BufferManager,
+    plan: Plan,
+    merger: Merge<'a>,
+    format: ValueFormat,
+    n: u64,
+    keep: u64,
+    /// Values taken from the merge so far (= the position of the next one).
+    taken: u64,
+    /// First values handed out.
+    firsts: u64,
+    checksum: u64,
+    /// The largest `keep` values (as stored words) while the merge passes them...
+    tail: Option<RunWriter<'a, u64>>,
+    /// ... and once it is done, to be read back.
+    last: Option<RunCursor<'a, u64>>,
+}
+
+/// The merge of the runs of one key type; yields each value as its stored 64-bit word.
+enum Merge<'a> {
+    U32(Merger<'a, u32>),
+    U64(Merger<'a, u64>),
+    /// i64 as u64 keys with the sign bit flipped.
+    I64(Merger<'a, u64>),
+}
+
+impl Merge<'_> {
+    #[inline]
+    fn next_word(&mut self) -> Result<Option<u64>> {
+        Ok(match self {
+            Merge::U32(m) => m.next()?.map(u64::from),
+            Merge::U64(m) => m.next()?,
+            Merge::I64(m) => m.next()?.map(|k| k ^ SIGN),
+        })
+    }
+}
+
+impl SortStream<'_> {
+    /// Values in the column.
+    pub fn len(&self) -> u64 {
+        self.n
+    }
+
+    /// Whether the column is empty.
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// How many values [`next_first`](Self::next_first) and [`next_last`](Self::next_last)
+    /// each yield: `top`, or the column's length if smaller.
+    pub fn top(&self) -> usize {
+        self.keep as usize
+    }
+
+    fn value(&self, word: u64) -> i128 {
+        match self.format {
+            ValueFormat::I64le => word as i64 as i128,
+            _ => word as i128,
+        }
+    }
+
+    /// Takes the next value from the merge into the checksum (and the tail run if it is one
+    /// of the largest); its word.
+    fn take(&mut self) -> Result<Option<u64>> {
+        let Some(w) = self.merger.next_word()? else { return Ok(None) };
+        self.taken += 1;
+        self.checksum = self.checksum.wrapping_add(self.taken.wrapping_mul(w));
+        if self.taken > self.n - self.keep {
+            if self.tail.is_none() {
+                self.tail = Some(RunWriter::new(self.bm, self.plan.run_page));
+            }
+            self.tail.as_mut().expect("tail run").push(w)?;
+        }
+        Ok(Some(w))
+    }
+
+    /// The next of the `top` smallest values, ascending; `None` after the last.
+    pub fn next_first(&mut self) -> Result<Option<i128>> {
+        if self.firsts == self.keep {
+            return Ok(None);
+        }
+        let w = self.take()?.ok_or_else(|| short(self.taken, self.n))?;
+        self.firsts += 1;
+        Ok(Some(self.value(w)))
+    }
+
+    /// Runs the merge to its end (skipping what [`next_first`](Self::next_first) has not
+    /// handed out).
+    fn finish_merge(&mut self) -> Result<()> {
+        if self.last.is_some() {
+            return Ok(());
+        }
+        self.firsts = self.keep;
+        while self.take()?.is_some() {}
+        if self.taken != self.n {
+            return Err(short(self.taken, self.n));
+        }
+        let run = self.tail.take().map(RunWriter::finish);
+        self.last = Some(match run {
+            Some(r) => r.cursor(),
+            None => RunWriter::<u64>::new(self.bm, self.plan.run_page).finish().cursor(),
+        });
+        Ok(())
+    }
+
+    /// The next of the `top` largest values, ascending; `None` after the last. The first
+    /// call completes the merge.
+    pub fn next_last(&mut self) -> Result<Option<i128>> {
+        self.finish_merge()?;
+        let w = self.last.as_mut().expect("merge finished").next()?;
+        Ok(w.map(|w| self.value(w)))
+    }
+
+    /// Sum over i of (i+1) * v_i mod 2^64 over the sorted sequence; completes the merge.
+    pub fn checksum(&mut self) -> Result<u64> {
+        self.finish_merge()?;
+        Ok(self.checksum)
+    }
+}
+
+fn short(taken: u64, n: u64) -> Error {
+    Error::Inconsistent(format!("the sort's merge ended after {taken} of {n} values"))
+}
+
+/// Sorts `column` (ascending; i64 columns as signed) with `threads` threads into runs of
+/// temporary pages and returns the merge of them, read in order through [`SortStream`].
+pub fn sort_column_stream<'a>(bm: &'a BufferManager, column: &Column, top: usize, threads: usize) -> Result<SortStream<'a>> {
+    let plan = Plan::new(bm);
+    // The merge keeps one page per run and the output page (of the tail run) latched.
+    let fan_in = plan.fan_in(plan.budget);
+    let (merger, n) = match column.format {
+        ValueFormat::U32le => {
+            let runs = column_runs(bm, column, threads, plan, u32::load)?;
+            let n = runs.iter().map(|r| r.len()).sum();
+            (Merge::U32(Merger::new(bm, runs, plan, fan_in, false)?), n)
+        }
+        ValueFormat::U64le => {
+            let runs = column_runs(bm, column, threads, plan, u64::load)?;
+            let n = runs.iter().map(|r| r.len()).sum();
+            (Merge::U64(Merger::new(bm, runs, plan, fan_in, false)?), n)
+        }
+        ValueFormat::I64le => {
+            // Flipping the sign bit maps i64 order onto u64 order.
+            let runs = column_runs(bm, column, threads, plan, |b| u64::load(b) ^ SIGN)?;
+            let n = runs.iter().map(|r| r.len()).sum();
+            (Merge::I64(Merger::new(bm, runs, plan, fan_in, false)?), n)
+        }
+    };
+    let keep = (top as u64).min(n);
+    Ok(SortStream { bm, plan, merger, format: column.format, n, keep, taken: 0, firsts: 0, checksum: 0, tail: None, last: None })
 }
 
 /// Sorts the values of `column` (decoded to keys by `key`) into runs with `threads` threads.
@@ -95,37 +258,6 @@ fn column_runs<'a, T: Record>(bm: &'a BufferManager, column: &Column, threads: u
             None => Ok(runs),
         }
     })
-}
-
-fn sort_impl<T: Record>(
-    bm: &BufferManager,
-    column: &Column,
-    top: usize,
-    threads: usize,
-    key: impl Fn(&[u8]) -> T + Sync,
-    value: impl Fn(T) -> i128,
-    word: impl Fn(T) -> u64,
-) -> Result<SortResult> {
-    let plan = Plan::new(bm);
-    let runs = column_runs(bm, column, threads, plan, key)?;
-    let n: u64 = runs.iter().map(|r| r.len()).sum();
-    let keep = (top as u64).min(n) as usize;
-    let mut merger = Merger::<T>::new(bm, runs, plan, plan.fan_in(plan.budget), false)?;
-    let mut out = SortResult { first: Vec::with_capacity(keep), last: Vec::with_capacity(keep), checksum: 0 };
-    let tail = n - keep as u64;
-    let mut i = 0u64;
-    while let Some(k) = merger.next()? {
-        if i < keep as u64 {
-            out.first.push(value(k));
-        }
-        if i >= tail {
-            out.last.push(value(k));
-        }
-        i += 1;
-        out.checksum = out.checksum.wrapping_add(i.wrapping_mul(word(k)));
-    }
-    debug_assert_eq!(i, n);
-    Ok(out)
 }
 
 #[cfg(test)]
