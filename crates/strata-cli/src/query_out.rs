@@ -128,8 +128,8 @@ impl Serialize for Body<'_> {
             }
             Body::Sorted(o) => {
                 let mut st = s.serialize_struct("SortResult", 3)?;
-                st.serialize_field("first", &First(o))?;
-                st.serialize_field("last", &Last(o))?;
+                st.serialize_field("first", &Values { out: o, last: false })?;
+                st.serialize_field("last", &Values { out: o, last: true })?;
                 let sum = {
                     let mut o = o.borrow_mut();
                     let SortedOut { stream, failed } = &mut *o;
@@ -160,31 +160,24 @@ impl Serialize for Counts<'_, '_> {
     }
 }
 
-/// The sort's K smallest values, read from the merge as they are written.
-struct First<'c, 'a>(&'c RefCell<SortedOut<'a>>);
-
-impl Serialize for First<'_, '_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut o = self.0.borrow_mut();
-        let SortedOut { stream, failed } = &mut *o;
-        let mut seq = s.serialize_seq(Some(stream.top()))?;
-        while let Some(v) = stream.next_first().map_err(|e| fail(failed, e))? {
-            seq.serialize_element(&v)?;
-        }
-        seq.end()
-    }
+/// The sort's K smallest values (`last` false), read from the merge as they are written, or
+/// its K largest (the merge is completed first).
+struct Values<'c, 'a> {
+    out: &'c RefCell<SortedOut<'a>>,
+    last: bool,
 }
 
-/// The sort's K largest values (the merge is completed first).
-struct Last<'c, 'a>(&'c RefCell<SortedOut<'a>>);
-
-impl Serialize for Last<'_, '_> {
+impl Serialize for Values<'_, '_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut o = self.0.borrow_mut();
+        let mut o = self.out.borrow_mut();
         let SortedOut { stream, failed } = &mut *o;
         let mut seq = s.serialize_seq(Some(stream.top()))?;
-        while let Some(v) = stream.next_last().map_err(|e| fail(failed, e))? {
-            seq.serialize_element(&v)?;
+        loop {
+            let next = if self.last { stream.next_last() } else { stream.next_first() };
+            match next.map_err(|e| fail(failed, e))? {
+                Some(v) => seq.serialize_element(&v)?,
+                None => break,
+            }
         }
         seq.end()
     }
