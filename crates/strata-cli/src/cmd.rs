@@ -10,12 +10,11 @@ use clap::Subcommand;
 use serde::Serialize;
 use strata::access::ValueFormat;
 use strata::ops::{bfs, distinct, groupby_mod_counts, join_count, scan_gt, sort_column_stream, ScanResult};
-
-use crate::query_out::{print_query_json, Body, CountsOut, Outcome, SortedOut};
 use strata::util::Bytes;
 use strata::{Config, Database, Error};
 
 use crate::progress;
+use crate::query_out::{print_query_json, Body, CountsOut, Outcome, SortedOut};
 
 /// A query operation.
 #[derive(Subcommand, Clone)]
@@ -50,10 +49,9 @@ pub enum QueryOp {
     Join { column_a: String, column_b: String },
 }
 
-/// The JSON object every query prints (contract: docs/cli.md).
+/// The fields of a query's JSON object (contract: docs/cli.md) after `op` and `result`,
+/// which are written first (a result may be streamed; see [`print_query_json`]).
 #[derive(Serialize)]
-/// Everything of a query's JSON after `op` and `result`, which are written first (a result
-/// may be streamed; see [`print_query_json`]).
 struct QueryTail {
     seconds: f64,
     pool_bytes: u64,
