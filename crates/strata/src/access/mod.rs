@@ -10,6 +10,7 @@ pub mod catalog;
 pub mod column;
 pub mod extsort;
 pub mod graph;
+pub mod table;
 pub mod temp;
 
 pub use catalog::Catalog;

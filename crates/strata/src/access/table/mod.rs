@@ -1,0 +1,5 @@
+//! Tables: rows of typed, nullable columns in a B+-tree keyed by row id, with PAX leaves.
+
+pub mod schema;
+
+pub use schema::{ColumnDef, ColumnType, Schema, Value};
