@@ -1704,6 +1704,7 @@ impl BufferManager {
                 ..t.stats()
             }),
             reserved_bytes: reserved,
+            madvise_failures: super::region::madvise_failures(),
             direct_io: direct,
             classes,
         }
