@@ -86,6 +86,7 @@ struct IoOutput {
     sequential_windows: u64,
     dirty_victims: u64,
     pages_cleaned: u64,
+    madvise_failures: u64,
 }
 
 impl IoOutput {
@@ -106,6 +107,7 @@ impl IoOutput {
             sequential_windows: st.sequential_windows,
             dirty_victims: st.dirty_victims,
             pages_cleaned: st.pages_cleaned,
+            madvise_failures: st.madvise_failures,
         }
     }
 }

@@ -230,5 +230,7 @@ fn query_reports_io_and_runs_with_a_cleaner() {
     assert!(plain["io"]["dirty_victims"].as_u64().unwrap() > 0, "the sort spilled: {}", plain["io"]);
     assert_eq!(plain["io"]["pages_cleaned"], 0);
     assert!(cleaned["io"]["pages_cleaned"].is_u64());
+    // The sort's evictions returned every frame's memory: no madvise failed.
+    assert_eq!(plain["io"]["madvise_failures"], 0, "{}", plain["io"]);
     assert!(cleaned["peak_resident_bytes"].as_u64().unwrap() <= 512 << 10);
 }

@@ -65,6 +65,10 @@ pub struct TierCounters {
     pub write_errors: u64,
     /// Lookups that failed (server gone, timeout, error reply).
     pub get_errors: u64,
+    /// Of those, the ones that failed at once, without touching the network, because the
+    /// server was marked down and the retry interval had not passed (or another lookup was
+    /// probing it). The rest waited on a connection or a connection attempt.
+    pub gets_failed_fast: u64,
     /// Connections replaced after the server closed one or had been found gone (writer and
     /// lookups).
     pub reconnects: u64,
@@ -87,6 +91,7 @@ struct Counters {
     dropped_offline: AtomicU64,
     write_errors: AtomicU64,
     get_errors: AtomicU64,
+    gets_failed_fast: AtomicU64,
     reconnects: AtomicU64,
     budget_evictions: AtomicU64,
     stored_bytes: AtomicU64,
@@ -182,6 +187,13 @@ fn fatal(e: &RedisError) -> bool {
 /// server): worth one fresh attempt.
 fn dropped(e: &RedisError) -> bool {
     e.is_connection_dropped()
+}
+
+/// Why [`Shared::fresh`] gave no connection.
+struct NoConn {
+    message: String,
+    /// Refused without a connection attempt: the server is marked down.
+    at_once: bool,
 }
 
 struct Health {
@@ -286,12 +298,13 @@ impl Shared {
     }
 
     /// A new read connection, unless the server is known to be down.
-    fn fresh(&self) -> Result<Conn, String> {
+    fn fresh(&self) -> Result<Conn, NoConn> {
         {
             let mut h = lock(&self.health);
             if h.failures > 0 {
                 if h.probing || Instant::now() < h.until {
-                    return Err(format!("{}: server unreachable (retrying every {:?})", self.url, self.config.retry_interval));
+                    let message = format!("{}: server unreachable (retrying every {:?})", self.url, self.config.retry_interval);
+                    return Err(NoConn { message, at_once: true });
                 }
                 h.probing = true;
             }
@@ -310,7 +323,7 @@ impl Shared {
             Err(e) => {
                 h.failures += 1;
                 h.until = Instant::now() + self.config.retry_interval;
-                Err(self.message(&e))
+                Err(NoConn { message: self.message(&e), at_once: false })
             }
         }
     }
@@ -342,14 +355,22 @@ impl Shared {
         let pooled = lock(&self.pool).pop();
         let (mut conn, was_pooled) = match pooled {
             Some(c) => (c, true),
-            None => (self.fresh()?, false),
+            None => match self.fresh() {
+                Ok(c) => (c, false),
+                Err(no) => {
+                    if no.at_once {
+                        add(&self.counters.gets_failed_fast, 1);
+                    }
+                    return Err(no.message);
+                }
+            },
         };
         let mut result = run(&mut conn);
         if was_pooled {
             if let Err(e) = &result {
                 if dropped(e) {
                     lock(&self.pool).clear();
-                    conn = self.fresh()?;
+                    conn = self.fresh().map_err(|no| no.message)?;
                     add(&self.counters.reconnects, 1);
                     result = run(&mut conn);
                 }
@@ -629,6 +650,7 @@ impl RedisTier {
             dropped_offline: get(&c.dropped_offline),
             write_errors: get(&c.write_errors),
             get_errors: get(&c.get_errors),
+            gets_failed_fast: get(&c.gets_failed_fast),
             reconnects: get(&c.reconnects),
             budget_evictions: get(&c.budget_evictions),
             stored_bytes: get(&c.stored_bytes),

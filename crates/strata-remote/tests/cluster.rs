@@ -2,8 +2,6 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
-
 use common::*;
 use strata::{Config, Database, PAGE_HEADER_SIZE};
 
@@ -77,11 +75,11 @@ fn cluster_serves_hits_spreads_pages_and_keeps_chunks_together() {
     // One node killed: its pages fail or miss, the others still hit, results stay right.
     settle(&tier);
     cluster.nodes[2].kill();
-    let started = Instant::now();
+    let guard = hang_guard("a pass and a scan with one cluster node killed");
     assert_eq!(read_pages(&db, &col, &order), want);
     let s = scan(&db, &col, gt);
+    drop(guard);
     assert_eq!((s.count, s.sum), expected_scan(&vals, gt));
-    assert!(started.elapsed() < Duration::from_secs(20), "took {:?}", started.elapsed());
     let r = remote(&db);
     assert!(r.errors > 0, "{r:?}");
     db.check().unwrap();

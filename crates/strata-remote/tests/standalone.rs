@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use strata::{Config, Database, PAGE_HEADER_SIZE};
-use strata_remote::{RedisTier, RemoteConfig, RemoteError};
+use strata_remote::{RedisTier, RemoteConfig, RemoteError, DEFAULT_RETRY_INTERVAL};
 
 const MAXMEMORY: u64 = 256 << 20;
 
@@ -70,25 +70,24 @@ fn server_killed_mid_query_falls_back_to_disk() {
 
     // Kill the server a third into the second pass.
     let hits = remote(&db).hits;
-    let started = Instant::now();
     let (head, tail) = order.split_at(order.len() / 3);
     let mut got = read_pages(&db, &col, head);
     server.kill();
+    let (before, started) = (tier.counters(), Instant::now());
     got.extend(read_pages(&db, &col, tail));
+    assert_failed_fast(&before, &tier.counters(), started.elapsed(), DEFAULT_RETRY_INTERVAL);
     got.sort_unstable();
-    let took = started.elapsed();
     assert_eq!(got, want);
     let r = remote(&db);
     assert!(r.hits > hits, "hits before the kill: {r:?}");
     assert!(r.errors > 0, "lookups after the kill failed and were counted: {r:?}");
-    assert!(took < Duration::from_secs(10), "the pass took {took:?}: lookups must fail fast");
 
-    // A whole query while the server is gone: correct, from disk, and quick.
+    // A whole query while the server is gone: correct, from disk, and its lookups fail fast.
     let gt = 1i128 << 38;
-    let started = Instant::now();
+    let (before, started) = (tier.counters(), Instant::now());
     let s = scan(&db, &col, gt);
+    assert_failed_fast(&before, &tier.counters(), started.elapsed(), DEFAULT_RETRY_INTERVAL);
     assert_eq!((s.count, s.sum), expected_scan(&vals, gt));
-    assert!(started.elapsed() < Duration::from_secs(10));
     settle(&tier);
     let c = tier.counters();
     assert!(c.get_errors > 0 && c.dropped_offline > 0, "{c:?}");
@@ -100,7 +99,10 @@ fn server_killed_mid_query_falls_back_to_disk() {
 fn hung_server_costs_timeouts_not_stalls() {
     let vals = values(VALUES, 9);
     let server = Server::unix(MAXMEMORY);
-    let tier = tier(&server.url(), "t9");
+    // A retry interval well above the response timeout: a tier that waited for the timeout
+    // on every lookup would then exceed what assert_failed_fast allows per interval.
+    let retry = Duration::from_secs(2);
+    let tier = tier_with(RemoteConfig::new(&server.url()).unwrap().prefix("t9").retry_interval(retry));
     let dir = tempfile::tempdir().unwrap();
     let db = database(dir.path(), Some(tier.clone()));
     let col = import(&db, "v", &vals);
@@ -115,21 +117,21 @@ fn hung_server_costs_timeouts_not_stalls() {
     // down and lookups fail at once, with one probe per retry interval.
     server.pause();
     let errors = remote(&db).errors;
-    let started = Instant::now();
+    let (before, started) = (tier.counters(), Instant::now());
     assert_eq!(read_pages(&db, &col, &order), want);
-    let took = started.elapsed();
+    assert_failed_fast(&before, &tier.counters(), started.elapsed(), retry);
     server.resume();
     let r = remote(&db);
     assert!(r.errors > errors, "{r:?}");
-    assert!(took < Duration::from_secs(5), "a pass over a frozen server took {took:?}");
 
-    // Thawed: work resumes.
-    std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(read_pages(&db, &col, &order), want);
-    settle(&tier);
-    let hits = remote(&db).hits;
-    assert_eq!(read_pages(&db, &col, &order), want);
-    assert!(remote(&db).hits > hits, "{:?}", remote(&db));
+    // Thawed: work resumes once a probe finds the server again (after the retry interval).
+    wait_until("hits again after the thaw", || {
+        assert_eq!(read_pages(&db, &col, &order), want);
+        settle(&tier);
+        let hits = remote(&db).hits;
+        assert_eq!(read_pages(&db, &col, &order), want);
+        remote(&db).hits > hits
+    });
 }
 
 #[test]
@@ -169,13 +171,13 @@ fn flushed_or_restarted_server_costs_misses_not_results() {
     assert!(r.misses + r.errors > misses + errors, "{r:?}");
 
     // Work resumes: after the retry interval the writer reconnects and stores again.
-    std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(read_pages(&db, &col, &order), want);
-    settle(&tier);
-    let hits = remote(&db).hits;
-    assert_eq!(read_pages(&db, &col, &order), want);
-    let r = remote(&db);
-    assert!(r.hits > hits, "hits again after the restart: {r:?}");
+    wait_until("hits again after the restart", || {
+        assert_eq!(read_pages(&db, &col, &order), want);
+        settle(&tier);
+        let hits = remote(&db).hits;
+        assert_eq!(read_pages(&db, &col, &order), want);
+        remote(&db).hits > hits
+    });
     assert!(server.dbsize() > 0);
     assert!(tier.counters().reconnects > 0, "{:?}", tier.counters());
 }
@@ -257,10 +259,10 @@ fn wrong_password_is_a_clear_error_without_the_password() {
     // Nobody listening: a connect error, quickly.
     drop((db, tier, alice));
     drop(server);
-    let started = Instant::now();
+    let guard = hang_guard("connecting to a closed port");
     let e = RedisTier::connect(RemoteConfig::new(&format!("redis://:{secret}@127.0.0.1:{port}")).unwrap()).unwrap_err();
+    drop(guard);
     assert!(matches!(e, RemoteError::Connect { .. }) && !e.to_string().contains(secret), "{e:?}");
-    assert!(started.elapsed() < Duration::from_secs(2));
 }
 
 /// Pages of 2 MiB, stored as two 1 MiB chunks each.

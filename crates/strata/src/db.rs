@@ -189,6 +189,20 @@ impl Database {
         self.catalog.lock().store(self.bm.backend().as_ref(), self.bm.dir())
     }
 
+    /// Simulates the death of the process, for crash tests and the recovery benchmark: the
+    /// cleaner thread stops (a dead process runs no thread), nothing else of this database
+    /// runs (no rollback of open transactions, no checkpoint, no close; its memory and open
+    /// files are leaked), and the directory lock is released as the kernel releases it when
+    /// a process dies, so that the database can be opened (and recovered) again in this
+    /// process. Leak the open transactions first (`std::mem::forget`).
+    pub fn crash(mut self) {
+        if let Some(c) = self.cleaner.take() {
+            c.stop();
+        }
+        drop(self.bm.take_dir_lock());
+        std::mem::forget(self);
+    }
+
     /// Checkpoints and closes.
     pub fn close(mut self) -> Result<()> {
         if let Some(c) = self.cleaner.take() {

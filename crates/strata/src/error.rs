@@ -31,6 +31,14 @@ pub enum Error {
     #[error("{} is not a strata database (no valid meta file); create one with `strata create`", path.display())]
     NotADatabase { path: PathBuf },
 
+    /// Another open of the database (in this or another process) holds its directory lock.
+    #[error(
+        "database {} is in use by {}: only one process may open a database at a time; wait for it to finish (or stop it) and retry",
+        dir.display(),
+        pid.map(|p| format!("process {p}")).unwrap_or_else(|| "another process".to_owned())
+    )]
+    Locked { dir: PathBuf, pid: Option<u32> },
+
     /// `create` refuses to overwrite.
     #[error("{} already holds a database or other files; refusing to overwrite", path.display())]
     AlreadyExists { path: PathBuf },

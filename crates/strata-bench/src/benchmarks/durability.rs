@@ -11,8 +11,8 @@
 //!   plus 1 KiB range writes, so that the log grows fast) until the log since the last
 //!   checkpoint holds about the target size, with every page resident (so nothing is written
 //!   back before the crash: everything since the checkpoint is only in the log), some
-//!   transactions left uncommitted (losers), then a "crash" (`std::mem::forget` of the open
-//!   database: no rollback, no checkpoint, no close), and `Database::open` timed with a pool
+//!   transactions left uncommitted (losers), then a "crash" (`Database::crash`: the open
+//!   database is leaked, no rollback, no checkpoint, no close), and `Database::open` timed with a pool
 //!   8x smaller than the pages (it runs analysis, redo with eviction, undo and a checkpoint).
 //!   Baseline engine `clean-open`: the same database opened after a clean close (nothing to
 //!   replay). Every committed value (and the losers' absence) is checked after both opens.
@@ -648,11 +648,12 @@ pub(super) fn run_recovery(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
         let work = count.snap().since(&start);
         let workload_seconds = t0.elapsed().as_secs_f64();
         // The crash: nothing of the open database runs any more (no rollback of the losers,
-        // no checkpoint, no close). Its memory and file descriptors are leaked.
+        // no checkpoint, no close). Its memory and file descriptors are leaked; its
+        // directory lock is released, as at a process's death.
         for tx in early.into_iter().chain(late) {
             std::mem::forget(tx);
         }
-        std::mem::forget(db);
+        db.crash();
 
         ctx.progress(|| format!("recovery: opening after a crash with {} of log", super::short_size(work.log_bytes_written)));
         let (db, rec_secs, rec_io) = timed_open(&dir, &count, pool, page_size)?;
@@ -698,7 +699,7 @@ pub(super) fn run_recovery(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
         runs.push(json!({ "params": params, "engines": engines, "ratios": ratios, "verified": bad_rec + bad_clean == 0 }));
     }
     ctx.notes.push(
-        "recovery: per log size, committed transactions (8 writes of 1 KiB and 2 u64 increments on random pages of database_bytes, 8x pool_bytes, each) until the log written since the last checkpoint reaches data_bytes (--data sets the largest; --ops N: exactly N transactions instead), run in a pool that holds every page (workload_pool_bytes: nothing is written back before the crash, so redo has every change to apply; steal of uncommitted changes is exercised by strata's crash tests, not here), 4 losers (2 begun before the workload, 2 after) left uncommitted, then a crash (std::mem::forget of the open database: no rollback, no checkpoint, no close) and Database::open timed with pool_bytes (recovery evicts) and the log and data files dropped from the OS page cache (posix_fadvise DONTNEED). The open includes strata's analysis, redo, undo and the checkpoint after recovery. Baseline clean-open: the same database opened after a clean close (nothing to replay). ops_per_sec = opens per second (one open each; p50_us = p99_us = that open), bytes_per_sec and log_mb_per_sec = log bytes written since the checkpoint / open time. Records redone are not observable from outside strata (its recovery report is private); log_bytes_read, pages_read and pages_written show the work. 'verified': every committed value present and every loser change absent after recovery and after the clean reopen (checked, the run fails otherwise). checkpoints_during_workload > 0 means strata checkpointed by itself and the log replayed is shorter than log_bytes.".into(),
+        "recovery: per log size, committed transactions (8 writes of 1 KiB and 2 u64 increments on random pages of database_bytes, 8x pool_bytes, each) until the log written since the last checkpoint reaches data_bytes (--data sets the largest; --ops N: exactly N transactions instead), run in a pool that holds every page (workload_pool_bytes: nothing is written back before the crash, so redo has every change to apply; steal of uncommitted changes is exercised by strata's crash tests, not here), 4 losers (2 begun before the workload, 2 after) left uncommitted, then a crash (Database::crash: the open database is leaked, no rollback, no checkpoint, no close; its directory lock is released as at a process's death) and Database::open timed with pool_bytes (recovery evicts) and the log and data files dropped from the OS page cache (posix_fadvise DONTNEED). The open includes strata's analysis, redo, undo and the checkpoint after recovery. Baseline clean-open: the same database opened after a clean close (nothing to replay). ops_per_sec = opens per second (one open each; p50_us = p99_us = that open), bytes_per_sec and log_mb_per_sec = log bytes written since the checkpoint / open time. Records redone are not observable from outside strata (its recovery report is private); log_bytes_read, pages_read and pages_written show the work. 'verified': every committed value present and every loser change absent after recovery and after the clean reopen (checked, the run fails otherwise). checkpoints_during_workload > 0 means strata checkpointed by itself and the log replayed is shorter than log_bytes.".into(),
     );
     ctx.notes.push(PLOT_NOTE.into());
     tmpfs_note(ctx, "recovery's log reads and fsyncs cost less there than on a disk.");

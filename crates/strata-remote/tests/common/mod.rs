@@ -16,7 +16,65 @@ use std::time::{Duration, Instant};
 
 use strata::access::{Column, ValueFormat};
 use strata::{Config, Database, PageId};
-use strata_remote::{RedisTier, RemoteConfig};
+use strata_remote::{RedisTier, RemoteConfig, TierCounters};
+
+/// Bound on anything these tests wait for (a server starting, the writer draining, the
+/// tier coming back): far beyond what it takes on any machine, however loaded, so that it
+/// fails only on a real hang. No test asserts how long something took.
+pub const HANG: Duration = Duration::from_secs(120);
+
+/// Waits until `cond` holds, trying it again every few milliseconds; fails (naming `what`)
+/// only after [`HANG`].
+pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + HANG;
+    while !cond() {
+        assert!(Instant::now() < deadline, "{what}: not after {HANG:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Fails the whole test process if it is not dropped within [`HANG`]: turns a hang of the
+/// code it covers into a failure instead of a stuck CI job.
+pub struct HangGuard(Option<std::sync::mpsc::Sender<()>>);
+
+pub fn hang_guard(what: &'static str) -> HangGuard {
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(HANG) {
+            eprintln!("{what}: still running after {HANG:?}, hung; aborting");
+            std::process::abort();
+        }
+    });
+    HangGuard(Some(tx))
+}
+
+impl Drop for HangGuard {
+    fn drop(&mut self) {
+        // Dropping the sender wakes the guard thread (disconnected), which then exits.
+        self.0.take();
+    }
+}
+
+/// Asserts that lookups failed fast between two snapshots of the tier's counters taken
+/// `elapsed` apart while the server was unreachable (gone or frozen): some lookups failed at
+/// once, and the others, those that waited on a connection or a connection attempt, are at
+/// most the connections that may have been in use when the server was found down plus one
+/// probe per `retry` interval (the tier's promise). The allowance grows with the time the
+/// pass took, so a slow machine cannot fail this; a tier that waited on the network for
+/// every lookup would exceed it.
+pub fn assert_failed_fast(before: &TierCounters, after: &TierCounters, elapsed: Duration, retry: Duration) {
+    let fast = after.gets_failed_fast - before.gets_failed_fast;
+    let waited = (after.get_errors - after.gets_failed_fast) - (before.get_errors - before.gets_failed_fast);
+    let probes = (elapsed.as_secs_f64() / retry.as_secs_f64()).ceil() as u64 + 1;
+    // 16 pooled connections (the tier keeps at most that many idle) plus a few lookups in
+    // flight on other threads.
+    let in_use = 16 + 8;
+    assert!(fast > 0, "no lookup failed fast: {after:?}");
+    assert!(
+        waited <= in_use + probes,
+        "{waited} lookups waited on the network in {elapsed:?} ({fast} failed fast): more than {in_use} + one probe per {retry:?}"
+    );
+}
 
 /// Finds `name` on PATH.
 fn which(name: &str) -> Option<PathBuf> {
@@ -100,7 +158,7 @@ impl Server {
         let log = std::fs::File::create(self.dir.path().join("server.log")).unwrap();
         let child = Command::new(server).args(&self.args).stdin(Stdio::null()).stdout(log.try_clone().unwrap()).stderr(log).spawn().expect("start the server");
         self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + HANG;
         loop {
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
                 panic!("the server exited ({status}) at start:\n{}", self.log());
@@ -112,7 +170,7 @@ impl Server {
             if ready {
                 return;
             }
-            assert!(Instant::now() < deadline, "the server did not answer PING within 10 s:\n{}", self.log());
+            assert!(Instant::now() < deadline, "the server did not answer PING within {HANG:?}:\n{}", self.log());
             std::thread::sleep(Duration::from_millis(10));
         }
     }
@@ -146,7 +204,7 @@ impl Server {
             Listen::Tls(_) => panic!("the harness has no direct connection to a TLS server"),
         };
         let redis = redis::RedisConnectionInfo { password: self.password.clone(), ..Default::default() };
-        redis::Client::open(redis::ConnectionInfo { addr, redis })?.get_connection_with_timeout(Duration::from_secs(2))
+        redis::Client::open(redis::ConnectionInfo { addr, redis })?.get_connection_with_timeout(HANG)
     }
 
     /// A direct connection (behind the tier's back).
@@ -241,14 +299,14 @@ impl Cluster {
         }
         let out = cmd.args(["--cluster-replicas", "0", "--cluster-yes"]).stdin(Stdio::null()).output().expect("run redis-cli --cluster create");
         assert!(out.status.success(), "cluster create failed:\n{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + HANG;
         for n in &nodes {
             loop {
                 let info: String = n.cmd(&[b"CLUSTER", b"INFO"]);
                 if info.lines().any(|l| l.trim() == "cluster_state:ok") {
                     break;
                 }
-                assert!(Instant::now() < deadline, "cluster not ok after 20 s:\n{info}");
+                assert!(Instant::now() < deadline, "cluster not ok after {HANG:?}:\n{info}");
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
@@ -359,7 +417,7 @@ pub fn remote(db: &Database) -> strata::buffer::RemoteStats {
 
 /// Waits until the writer has sent everything queued.
 pub fn settle(tier: &RedisTier) {
-    assert!(tier.flush(Duration::from_secs(10)), "the tier's writer did not drain its queue in 10 s");
+    assert!(tier.flush(HANG), "the tier's writer did not drain its queue in {HANG:?}");
 }
 
 /// Key of chunk `chunk` of `pid` under `prefix`.

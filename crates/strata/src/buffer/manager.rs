@@ -43,6 +43,7 @@ use super::state::{EVICTED, LOCKED, MARKED, PREFETCHED, PREFETCHED_MARKED, UNLOC
 use super::stats::{ClassStats, Counters, IoStats, Stats};
 use crate::error::{Error, Result};
 use crate::storage::backend::{atomic_word, OpenMode};
+use crate::storage::dirlock::DirLock;
 use crate::storage::doublewrite::DoubleWrite;
 use crate::storage::layout::{class_file, temp_file};
 use crate::storage::meta::FORMAT_VERSION;
@@ -51,7 +52,7 @@ use crate::storage::wal::{CheckpointInfo, Wal, FIRST_LSN};
 use crate::storage::{AllocTable, ClassBitmap, IoBufMut, Meta, PageId, ReadReq, SizeClasses, StorageBackend, WriteReq, PAGE_HEADER_SIZE};
 
 /// What a create writes before the meta file (and their temporary names, `NAME.*`).
-const CREATE_FILES: &[&str] = &["alloc.table"];
+const CREATE_FILES: &[&str] = &["alloc.table", crate::storage::dirlock::LOCK_FILE];
 
 /// How many slots an evictor takes from the clock per step.
 const CLOCK_BATCH: usize = 64;
@@ -137,6 +138,10 @@ pub struct BufferManager {
     pub(super) id: u64,
     /// Whether sequential misses load windows ahead ([`super::sequential`]).
     pub(super) sequential_readahead: bool,
+    /// The database directory's lock (`None` on backends without one). Declared last so
+    /// that it is released only after everything else is dropped; taken out early only by
+    /// [`BufferManager::crash`].
+    dir_lock: Mutex<Option<DirLock>>,
 }
 
 // Guards are tied to the manager by lifetime; the manager itself is shared between threads.
@@ -201,6 +206,24 @@ fn check_pool(classes: SizeClasses, pool: u64) -> Result<u64> {
     Ok(rs_bytes)
 }
 
+/// Refuses to create a database in `dir` when it exists with files other than those an
+/// interrupted create leaves.
+fn refuse_existing(be: &dyn StorageBackend, dir: &Path, init_files: &[&str]) -> Result<()> {
+    if !be.exists(dir) {
+        return Ok(());
+    }
+    let entries = be.list_dir(dir).map_err(|e| Error::io("list", dir, e))?;
+    // A create that was interrupted before it wrote the meta file (which goes last) left only
+    // files of its own: that is no database, and creating again replaces them. Anything else
+    // is refused.
+    let ours = |e: &String| CREATE_FILES.iter().chain(init_files).any(|f| e == f || e.starts_with(&format!("{f}.")));
+    if entries.iter().all(ours) {
+        Ok(())
+    } else {
+        Err(Error::AlreadyExists { path: dir.to_owned() })
+    }
+}
+
 fn resident_set_too_big(pool: u64, rs_bytes: u64) -> Error {
     Error::InvalidConfig(format!(
         "a pool of {} needs a resident-page table of {}, which cannot be allocated; choose a smaller pool",
@@ -223,17 +246,7 @@ impl BufferManager {
     pub fn create_with(config: Config, init_files: &[&str], init: impl FnOnce(&dyn StorageBackend, &Path) -> Result<()>) -> Result<BufferManager> {
         let be = &config.backend;
         let dir = &config.dir;
-        if be.exists(dir) {
-            let entries = be.list_dir(dir).map_err(|e| Error::io("list", dir, e))?;
-            // A create that was interrupted before it wrote the meta file (which goes last)
-            // left only files of its own: that is no database, and creating again replaces
-            // them. Anything else is refused.
-            let ours = |e: &String| CREATE_FILES.iter().chain(init_files).any(|f| e == f || e.starts_with(&format!("{f}.")));
-            let interrupted_create = entries.iter().all(ours);
-            if !entries.is_empty() && !interrupted_create {
-                return Err(Error::AlreadyExists { path: dir.clone() });
-            }
-        }
+        refuse_existing(be.as_ref(), dir, init_files)?;
         let min_page = config.min_page.unwrap_or(super::config::DEFAULT_MIN_PAGE);
         let classes = SizeClasses::new(min_page)
             .ok_or_else(|| Error::InvalidConfig(format!("min_page must be a power of two between 4 KiB and 64 GiB, got {min_page}")))?;
@@ -241,16 +254,31 @@ impl BufferManager {
         // leave a database behind (a retry would then fail with AlreadyExists).
         check_pool(classes, config.pool_size)?;
         be.create_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
+        let lock = be.lock_dir(dir)?;
+        // Again under the lock: a concurrent create may have finished since the check above.
+        refuse_existing(be.as_ref(), dir, init_files)?;
         AllocTable::new(classes.count()).store(be.as_ref(), dir)?;
         init(be.as_ref(), dir)?;
         let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
         // The meta file goes last: a directory without it is not a database.
         Meta { version: FORMAT_VERSION, classes, created }.store(be.as_ref(), dir)?;
-        Self::open(config)
+        Self::open_locked(config, lock)
     }
 
-    /// Opens an existing database.
+    /// Opens an existing database, holding its directory lock (see
+    /// [`crate::storage::dirlock`]) until the manager is dropped: while another open holds
+    /// it, in this process or another, this fails with [`Error::Locked`] and touches nothing.
     pub fn open(config: Config) -> Result<BufferManager> {
+        // A directory that holds no database is refused before a lock file is put into it
+        // (open_locked reads the meta file again, under the lock).
+        Meta::load(config.backend.as_ref(), &config.dir)?;
+        let lock = config.backend.lock_dir(&config.dir)?;
+        Self::open_locked(config, lock)
+    }
+
+    /// [`open`](Self::open) once the directory lock is taken (`None` for backends without
+    /// one); the manager keeps `lock` until it is dropped.
+    fn open_locked(config: Config, lock: Option<DirLock>) -> Result<BufferManager> {
         let be = config.backend.clone();
         let dir = config.dir.clone();
         let meta = Meta::load(be.as_ref(), &dir)?;
@@ -318,6 +346,7 @@ impl BufferManager {
             nonce: AtomicU64::new(checkpoint.map_or(0, |c| c.nonce)),
             warm_restart: config.warm_restart,
             warm_report: Mutex::new(None),
+            dir_lock: Mutex::new(lock),
         };
         bm.last_checkpoint.store(bm.wal.end(), Ordering::Relaxed);
         debug_assert_eq!(rs_bytes, bm.resident.read().memory_bytes());
@@ -1594,6 +1623,21 @@ impl BufferManager {
         r
     }
 
+    /// Simulates the death of the process, for crash tests and the recovery benchmark:
+    /// nothing more of this manager runs (no checkpoint, no close; its memory and open
+    /// files are leaked), and the directory lock is released, as the kernel releases it when
+    /// a process dies, so that the database can be opened again in this process.
+    pub fn crash(self) {
+        drop(self.take_dir_lock());
+        std::mem::forget(self);
+    }
+
+    /// Takes the directory lock out of the manager (for [`crash`](Self::crash) and
+    /// `Database::crash`, which then leak the manager).
+    pub(crate) fn take_dir_lock(&self) -> Option<DirLock> {
+        self.dir_lock.lock().take()
+    }
+
     // ----------------------------------------------------------------- introspection
 
     /// A snapshot of the statistics.
@@ -1660,6 +1704,7 @@ impl BufferManager {
                 ..t.stats()
             }),
             reserved_bytes: reserved,
+            madvise_failures: super::region::madvise_failures(),
             direct_io: direct,
             classes,
         }

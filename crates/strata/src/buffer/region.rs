@@ -109,9 +109,13 @@ impl Region {
                 ));
             }
             // Transparent huge pages would back 2 MiB when one 4 KiB page is touched and
-            // break the resident-byte accounting; opt out. Failure is harmless.
+            // break the resident-byte accounting; opt out. A failure does not stop the
+            // growth, but is counted, except EINVAL: a kernel without THP refuses the advice,
+            // and there is nothing to opt out of.
             // SAFETY: advising a range we just mapped.
-            unsafe { libc::madvise(p, bytes as usize, libc::MADV_NOHUGEPAGE) };
+            if unsafe { libc::madvise(p, bytes as usize, libc::MADV_NOHUGEPAGE) } != 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL) {
+                MADVISE_FAILURES.fetch_add(1, Ordering::Relaxed);
+            }
             self.buckets[b].store(p.cast(), Ordering::Release);
             self.mapped_bytes.fetch_add(bytes, Ordering::Relaxed);
             self.limit.store((1u64 << self.c0) * ((2u64 << b) - 1), Ordering::Release);
@@ -159,6 +163,17 @@ pub(crate) struct Discard {
 /// again).
 static NO_PROCESS_MADVISE: AtomicBool = AtomicBool::new(false);
 
+/// `madvise` calls of this process that failed: `MADV_DONTNEED` of a discarded range (its
+/// memory was not returned) and `MADV_NOHUGEPAGE` of a new bucket (but for EINVAL: no THP).
+/// A refused `process_madvise` is not counted (its ranges then go through `madvise`).
+static MADVISE_FAILURES: AtomicU64 = AtomicU64::new(0);
+
+/// How many `madvise` calls failed in this process so far (every region of every buffer
+/// manager: the kernel's answer to advice is a property of the process, not of a pool).
+pub(crate) fn madvise_failures() -> u64 {
+    MADVISE_FAILURES.load(Ordering::Relaxed)
+}
+
 /// `PIDFD_SELF` (Linux 6.14+): a pidfd meaning the calling process, never a real descriptor.
 const PIDFD_SELF: libc::c_int = -10000;
 
@@ -205,7 +220,11 @@ impl Discard {
         }
         for range in &self.ranges[done..] {
             // SAFETY: as above, for one range.
-            unsafe { libc::madvise(range.iov_base, range.iov_len, libc::MADV_DONTNEED) };
+            if unsafe { libc::madvise(range.iov_base, range.iov_len, libc::MADV_DONTNEED) } != 0 {
+                // The memory stays resident (and keeps its bytes) although the pool no
+                // longer counts it: nothing to retry, but it must show.
+                MADVISE_FAILURES.fetch_add(1, Ordering::Relaxed);
+            }
         }
         self.ranges.clear();
     }
@@ -296,6 +315,33 @@ mod tests {
                 let discarded = i % 3 == 0 || (10..14).contains(&i);
                 assert_eq!(v, if discarded { 0 } else { i + 1 }, "entry {i} (fallback {fallback})");
             }
+        }
+        NO_PROCESS_MADVISE.store(false, Ordering::Relaxed);
+    }
+
+    /// A range the kernel refuses (not page-aligned) is counted as a failed madvise, and
+    /// the other ranges of the batch are still discarded.
+    #[test]
+    fn a_failed_madvise_is_counted() {
+        let r = Region::new(12, 16 << 10);
+        r.ensure(8).unwrap();
+        for i in 0..8 {
+            // SAFETY: entries below limit are mapped and 4 KiB each.
+            unsafe { (r.addr(i) as *mut u64).write(i + 1) };
+        }
+        let before = madvise_failures();
+        let mut batch = Discard::default();
+        r.discard_later(1, 1, &mut batch);
+        // EINVAL: the start is not page-aligned (process_madvise, where tried, refuses the
+        // whole batch the same way, and the ranges then go through madvise one by one).
+        batch.ranges.push(libc::iovec { iov_base: r.addr(3).wrapping_add(8).cast(), iov_len: 4096 });
+        r.discard_later(5, 1, &mut batch);
+        batch.run();
+        assert_eq!(madvise_failures(), before + 1);
+        for i in 0..8u64 {
+            // SAFETY: as above.
+            let v = unsafe { (r.addr(i) as *const u64).read() };
+            assert_eq!(v, if i == 1 || i == 5 { 0 } else { i + 1 }, "entry {i}");
         }
         NO_PROCESS_MADVISE.store(false, Ordering::Relaxed);
     }

@@ -143,6 +143,10 @@ pub struct Stats {
     pub evictions: u64,
     /// Virtual memory reserved for frames and state words.
     pub reserved_bytes: u64,
+    /// `madvise` calls that failed, in this process (all buffer managers together): mostly
+    /// `MADV_DONTNEED` of evicted or freed frames, whose memory then stayed resident
+    /// although the pool no longer counts it. Expected to be 0.
+    pub madvise_failures: u64,
     /// Whether data files bypass the OS page cache.
     pub direct_io: bool,
     /// Per size class (only classes in use).

@@ -15,6 +15,8 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
+use super::dirlock::DirLock;
+
 /// Alignment required of buffers and offsets for direct I/O.
 pub const DIRECT_IO_ALIGN: usize = 4096;
 
@@ -330,6 +332,13 @@ pub trait StorageBackend: Send + Sync + fmt::Debug {
     fn io_name(&self) -> String {
         "posix".to_owned()
     }
+    /// Takes the exclusive lock on the database directory `dir` (which exists), held until
+    /// the returned value is dropped; fails with [`crate::Error::Locked`] while another open
+    /// holds it. The default locks the real directory ([`DirLock`]); a backend whose files
+    /// are not on the real filesystem (the simulation) returns `None`, as do wrappers of it.
+    fn lock_dir(&self, dir: &Path) -> crate::Result<Option<DirLock>> {
+        DirLock::acquire(dir).map(Some)
+    }
 }
 
 /// The real filesystem, with `O_DIRECT` for page data.
@@ -597,6 +606,9 @@ impl StorageBackend for FaultyBackend {
     }
     fn io_name(&self) -> String {
         format!("{} with injected faults", self.inner.io_name())
+    }
+    fn lock_dir(&self, dir: &Path) -> crate::Result<Option<DirLock>> {
+        self.inner.lock_dir(dir)
     }
 }
 

@@ -2,6 +2,7 @@
 //!
 //! * [`backend`]: the [`StorageBackend`]/[`StorageFile`] traits every byte to disk goes
 //!   through (O_DIRECT by default, buffered fallback), plus a fault-injecting wrapper.
+//! * [`dirlock`]: the database directory's lock (one open of a database at a time).
 //! * [`layout`]: page ids, size classes and where a page lives in which file.
 //! * [`page`]: the on-disk page header (CRC-32C, page id, LSN) and its verification.
 //! * [`meta`]: the database's meta file, written atomically.
@@ -11,6 +12,7 @@
 
 pub mod alloc_table;
 pub mod backend;
+pub mod dirlock;
 pub mod doublewrite;
 pub mod layout;
 pub mod meta;
@@ -23,6 +25,7 @@ pub mod wal;
 pub use alloc_table::{AllocTable, ClassBitmap};
 pub use backend::{AlignedBuf, FaultyBackend, FileBackend, IoBufMut, StorageBackend, StorageFile};
 pub use backend::{ReadReq, WriteReq};
+pub use dirlock::DirLock;
 pub use layout::{PageId, SizeClasses, MAX_CLASSES};
 pub use meta::Meta;
 pub use page::PAGE_HEADER_SIZE;

@@ -30,6 +30,8 @@
 //!   keep working on the unlinked file, which no crash image contains);
 //!   [`StorageBackend::create_dir_all`] creates directories durably at once;
 //!   [`StorageBackend::sync_dir`] is a no-op (but counts as a sync point).
+//! * [`StorageBackend::lock_dir`] takes no lock (nothing outside this process can reach the
+//!   files).
 //! * Like a real filesystem, creating a file (by `open` or `write_atomic`) needs its parent
 //!   directory to exist (a path with an empty parent, such as `x`, is at the root, which
 //!   always exists); otherwise the error is [`io::ErrorKind::NotFound`]. `open(create =
@@ -548,6 +550,12 @@ impl StorageBackend for SimBackend {
             s.capture(true);
         }
         Ok(())
+    }
+
+    /// No lock: the simulated files live in this process's memory, where no other process
+    /// can open them.
+    fn lock_dir(&self, _dir: &Path) -> crate::Result<Option<super::DirLock>> {
+        Ok(None)
     }
 }
 

@@ -201,6 +201,9 @@ impl StorageBackend for UringBackend {
     fn sync_dir(&self, path: &Path) -> io::Result<()> {
         self.files.sync_dir(path)
     }
+    fn lock_dir(&self, dir: &Path) -> crate::Result<Option<super::DirLock>> {
+        self.files.lock_dir(dir)
+    }
     fn io_name(&self) -> String {
         match &self.fallback {
             None => "io_uring".to_owned(),
