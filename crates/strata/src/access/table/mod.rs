@@ -1,6 +1,7 @@
 //! Tables: rows of typed, nullable columns in a B+-tree keyed by row id, with PAX leaves.
 
 pub mod csv;
+pub mod parquet;
 pub mod schema;
 pub mod text;
 
