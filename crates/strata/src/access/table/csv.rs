@@ -20,7 +20,7 @@
 //! - Every record must have as many fields as the header (or the schema, or the first record):
 //!   a ragged row is an error.
 //! - At most [`MAX_RECORD_BYTES`] bytes of field text in one record and
-//!   [`MAX_COLUMNS`](super::schema::MAX_COLUMNS) fields: the reader holds one record at a time,
+//!   [`MAX_COLUMNS`] fields: the reader holds one record at a time,
 //!   so its memory is bounded whatever the file.
 //!
 //! Error messages name the file, the physical line where the record starts (1-based, the
@@ -31,7 +31,7 @@
 //! field from an unquoted one: both come out as the same empty field, and its author declined
 //! to add that because it would change `csv-core`'s API (BurntSushi/rust-csv#114). NULL versus
 //! the empty string is part of strata's contract, so this module has its own small streaming
-//! tokenizer ([`Tokenizer`]) over a `BufReader`.
+//! tokenizer (`Tokenizer`) over a `BufReader`.
 
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -403,8 +403,9 @@ fn header_names(path: &Path, rec: &Record) -> Result<Vec<String>> {
 ///
 /// With `given`, checks the file against it: every record has `given.len()` fields (the
 /// header too, whose names are otherwise ignored: the schema's names win) and every field
-/// parses as its column's type. Without it, infers a schema: names from the header (see
-/// [`header_names`]) or `c0`, `c1`, ... without one; each column's type is the narrowest of
+/// parses as its column's type. Without it, infers a schema: names from the header (an
+/// empty name becomes `c<i>`, a repeated one gets `_2`, `_3`, ... appended) or `c0`, `c1`,
+/// ... without one; each column's type is the narrowest of
 /// `i64`, `f64`, `date`, `bool` (in that order) that every non-NULL field parses as, else
 /// `str` (also for a column of only NULLs, and for a column holding an integer too large for
 /// `i64`); `bytes` is never inferred. Every record must have as many fields as the header, or
