@@ -23,6 +23,7 @@ pub mod benchmarks;
 pub mod dataset;
 pub mod engines;
 pub mod harness;
+pub mod kv;
 pub mod machine;
 pub mod plot;
 pub mod workload;
