@@ -7,6 +7,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use serde::Serialize;
 
+use crate::access::btree::{BTree, TreeReport};
 use crate::access::{Catalog, Column, Graph, ValueFormat};
 use crate::buffer::{BufferManager, Cleaner, CleanerOptions, CleanerStats, Config};
 use crate::error::{Error, Result};
@@ -31,8 +32,18 @@ pub struct CheckReport {
     pub columns: u64,
     /// Graphs checked.
     pub graphs: u64,
+    /// Key-value trees checked, by name.
+    pub trees: std::collections::BTreeMap<String, TreeReport>,
     /// Allocated pages that no column references (left by an interrupted import; harmless).
     pub unreferenced_pages: u64,
+}
+
+/// Checks the name of a new object.
+fn check_name(kind: &str, name: &str) -> Result<()> {
+    if name.is_empty() || name.len() > 255 || name.chars().any(|c| c.is_control()) {
+        return Err(Error::InvalidInput(format!("invalid {kind} name {name:?}")));
+    }
+    Ok(())
 }
 
 impl Database {
@@ -114,6 +125,33 @@ impl Database {
         next.store(self.bm.backend().as_ref(), self.bm.dir())?;
         *self.catalog.lock() = next;
         Ok(col)
+    }
+
+    /// Creates the key-value B+-tree `name` (see [`crate::access::btree`]): durable when
+    /// this returns.
+    pub fn create_tree(&self, name: &str) -> Result<BTree> {
+        check_name("tree", name)?;
+        // One creator at a time, so that two cannot both take the name.
+        let mut catalog = self.catalog.lock();
+        if catalog.contains(name) {
+            return Err(Error::InvalidInput(format!("an object named {name:?} already exists")));
+        }
+        let mut tx = self.begin();
+        let tree = BTree::create(&mut tx)?;
+        tx.commit()?;
+        let mut next = catalog.clone();
+        next.trees.insert(name.to_owned(), tree);
+        if let Err(e) = next.store(self.bm.backend().as_ref(), self.bm.dir()) {
+            // The pages stay allocated but unreferenced (reported by `check`, harmless).
+            return Err(e);
+        }
+        *catalog = next;
+        Ok(tree)
+    }
+
+    /// The key-value tree `name`.
+    pub fn tree(&self, name: &str) -> Result<BTree> {
+        self.catalog.lock().tree(name).copied()
     }
 
     /// The graph `name`.
@@ -214,6 +252,22 @@ impl Database {
             }
             // Counts per page and in total, and the CSR structure.
             graph.verify(&self.bm, name)?;
+        }
+        for (name, tree) in &catalog.trees {
+            let mut problem = None;
+            let r = tree.check(&self.bm, &mut |pid| {
+                if problem.is_none() {
+                    if !allocated.contains(&pid) {
+                        problem = Some(format!("tree {name:?} references page {pid}, which is not allocated"));
+                    } else if !referenced.insert(pid) {
+                        problem = Some(format!("page {pid} is referenced twice (tree {name:?})"));
+                    }
+                }
+            })?;
+            if let Some(p) = problem {
+                return Err(Error::Inconsistent(p));
+            }
+            report.trees.insert(name.clone(), r);
         }
         report.unreferenced_pages = (allocated.len() - referenced.len()) as u64;
         self.bm.check_invariants()?;

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::btree::BTree;
 use super::column::Column;
 use super::graph::Graph;
 use crate::error::{Error, Result};
@@ -26,6 +27,9 @@ pub struct Catalog {
     /// Graphs by name (absent in catalogs written before graphs existed).
     #[serde(default)]
     pub graphs: BTreeMap<String, Graph>,
+    /// Key-value B+-trees by name (absent in catalogs written before trees existed).
+    #[serde(default)]
+    pub trees: BTreeMap<String, BTree>,
 }
 
 impl Catalog {
@@ -75,6 +79,16 @@ impl Catalog {
     /// The column `name`.
     pub fn column(&self, name: &str) -> Result<&Column> {
         self.columns.get(name).ok_or_else(|| Error::NotFound { kind: "column", name: name.to_owned() })
+    }
+
+    /// The key-value tree `name`.
+    pub fn tree(&self, name: &str) -> Result<&BTree> {
+        self.trees.get(name).ok_or_else(|| Error::NotFound { kind: "tree", name: name.to_owned() })
+    }
+
+    /// Whether any object (column, graph, tree) is called `name`.
+    pub fn contains(&self, name: &str) -> bool {
+        self.columns.contains_key(name) || self.graphs.contains_key(name) || self.trees.contains_key(name)
     }
 
     /// The graph `name`.

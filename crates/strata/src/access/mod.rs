@@ -6,6 +6,7 @@
 //! * [`graph`]: directed graphs in CSR form, imported from edge lists.
 //! * [`extsort`]: external-sort building blocks over temporary pages (runs, merge).
 
+pub mod btree;
 pub mod catalog;
 pub mod column;
 pub mod extsort;

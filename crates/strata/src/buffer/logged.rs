@@ -37,7 +37,7 @@ impl BufferManager {
 
     /// Logs and applies the change of payload bytes `at..at + src.len()` of the latched page
     /// to `src`, as part of transaction `txid` whose previous record is `prev_lsn`. Returns
-    /// the record (for the transaction's undo list).
+    /// the record (for the transaction's undo list; its after-image is left empty).
     pub(crate) fn log_write(&self, g: &mut ExclusiveGuard<'_>, txid: u64, prev_lsn: u64, at: usize, src: &[u8]) -> Result<Record> {
         let pid = g.pid();
         if pid.is_temp() {
@@ -52,7 +52,8 @@ impl BufferManager {
         g.write(at, src);
         g.set_page_lsn(lsn);
         let before = Cow::Owned(before);
-        Ok(Record { lsn, txid, prev_lsn, body: Body::Update { pid, offset: at as u32, before, after: Cow::Owned(src.to_vec()) } })
+        // Undo needs the before-image only; the after-image is in the log.
+        Ok(Record { lsn, txid, prev_lsn, body: Body::Update { pid, offset: at as u32, before, after: Cow::Owned(Vec::new()) } })
     }
 
     /// Logs a transaction's allocation of a page whose payload holds `bytes`; returns it

@@ -31,9 +31,10 @@
 
 pub mod lock;
 
+use std::collections::HashSet;
 use std::time::Duration;
 
-use crate::buffer::BufferManager;
+use crate::buffer::{BufferManager, ExclusiveGuard};
 use crate::error::{Error, Result};
 use crate::storage::wal::{Body, Record};
 use crate::storage::PageId;
@@ -50,6 +51,8 @@ pub struct Transaction<'a> {
     last_lsn: u64,
     undo: Vec<Record>,
     held: Vec<PageId>,
+    /// The same pages as `held`, for [`holds`](Self::holds).
+    held_set: HashSet<PageId>,
     frees: Vec<PageId>,
     active: bool,
     lock_wait: Duration,
@@ -59,7 +62,7 @@ impl<'a> Transaction<'a> {
     /// Begins a transaction on `bm`, isolated by `locks` (one table per database).
     pub fn begin(bm: &'a BufferManager, locks: &'a LockTable) -> Transaction<'a> {
         let txid = bm.tx_begin();
-        Transaction { bm, locks, txid, last_lsn: 0, undo: Vec::new(), held: Vec::new(), frees: Vec::new(), active: true, lock_wait: DEFAULT_LOCK_WAIT }
+        Transaction { bm, locks, txid, last_lsn: 0, undo: Vec::new(), held: Vec::new(), held_set: HashSet::new(), frees: Vec::new(), active: true, lock_wait: DEFAULT_LOCK_WAIT }
     }
 
     /// Sets how long lock waits last before [`Error::LockTimeout`].
@@ -89,8 +92,55 @@ impl<'a> Transaction<'a> {
         }
         if self.locks.acquire(pid, self.txid, self.lock_wait)? {
             self.held.push(pid);
+            self.held_set.insert(pid);
         }
         Ok(())
+    }
+
+    /// Whether the transaction holds the lock on `pid`.
+    pub fn holds(&self, pid: PageId) -> bool {
+        self.held_set.contains(&pid)
+    }
+
+    /// The buffer manager the transaction works on.
+    pub(crate) fn buffer(&self) -> &'a BufferManager {
+        self.bm
+    }
+
+    /// Logs and applies a change of payload bytes `at..at + src.len()` of a page that the
+    /// caller has latched exclusively and that this transaction has locked (access methods
+    /// that find their pages with optimistic latches use this). If logging fails the
+    /// transaction is rolled back once the caller has released its latches, and must not be
+    /// used further.
+    pub(crate) fn write_latched(&mut self, g: &mut ExclusiveGuard<'_>, at: usize, src: &[u8]) -> Result<()> {
+        self.check_active()?;
+        debug_assert!(self.holds(g.pid()), "write of page {} without its lock", g.pid());
+        match self.bm.log_write(g, self.txid, self.last_lsn, at, src) {
+            Ok(rec) => {
+                self.last_lsn = rec.lsn;
+                self.undo.push(rec);
+                Ok(())
+            }
+            Err(e) => {
+                // The rollback needs the latches the caller holds: defer it to the drop.
+                Err(e)
+            }
+        }
+    }
+
+    /// Like [`alloc`](Self::alloc), but returns the new page still latched.
+    pub(crate) fn alloc_latched(&mut self, bytes: usize) -> Result<ExclusiveGuard<'a>> {
+        self.check_active()?;
+        let (g, rec) = self.bm.log_alloc(bytes, self.txid, self.last_lsn)?;
+        let pid = g.pid();
+        // Nobody else knows the id yet, so the lock is free.
+        let got = self.locks.acquire(pid, self.txid, self.lock_wait);
+        debug_assert!(matches!(got, Ok(true)));
+        self.held.push(pid);
+        self.held_set.insert(pid);
+        self.last_lsn = rec.lsn;
+        self.undo.push(rec);
+        Ok(g)
     }
 
     /// Reads payload bytes `at..at + dst.len()` of `pid` (locking it).
@@ -148,6 +198,7 @@ impl<'a> Transaction<'a> {
         drop(g);
         debug_assert!(matches!(got, Ok(true)));
         self.held.push(pid);
+        self.held_set.insert(pid);
         self.last_lsn = rec.lsn;
         self.undo.push(rec);
         Ok(pid)
@@ -220,6 +271,7 @@ impl<'a> Transaction<'a> {
                     // until recovery rolls them back on the next open.
                     self.active = false;
                     self.held.clear();
+                    self.held_set.clear();
                     self.undo.clear();
                     return Err(e);
                 }
@@ -242,6 +294,7 @@ impl<'a> Transaction<'a> {
         self.bm.tx_end(self.txid);
         self.locks.release(self.txid, &self.held);
         self.held.clear();
+        self.held_set.clear();
         self.undo.clear();
     }
 }

@@ -1,0 +1,597 @@
+//! A B+-tree over the buffer manager: ordered byte-string keys (up to [`MAX_KEY`] bytes;
+//! `u64` ids as 8 big-endian bytes), values of any size up to the largest page the pool
+//! can hold, variable-size leaves, optimistic lock coupling, and every change logged.
+//!
+//! ```no_run
+//! # fn demo(db: &strata::Database) -> strata::Result<()> {
+//! let tree = db.create_tree("kv")?;
+//! let mut tx = db.begin();
+//! tree.insert(&mut tx, b"key", b"value")?;       // insert or replace
+//! tx.commit()?;                                   // durable when this returns
+//! let mut out = Vec::new();
+//! assert!(tree.get(db.buffer(), b"key", &mut out)?);
+//! tree.scan(db.buffer(), b"", &mut |k, v| { println!("{k:?} {v:?}"); true })?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Pages
+//! Inner nodes live in the smallest size class. A leaf is allocated in the smallest class
+//! that holds what it must: ordinary leaves are pages of the smallest class, a value of
+//! 20 MiB gets a leaf of a class that holds it whole (never chopped into pieces). The root
+//! is an inner node whose page never changes (a root split moves its entries into two new
+//! children), so the catalog names a tree by its root page once.
+//!
+//! # Concurrency: optimistic lock coupling
+//! Readers descend with optimistic guards only (no shared-memory writes): a child's
+//! version is taken, then the parent is validated, so the child was the parent's child at
+//! that moment; the leaf's bytes are copied out and validated. Any failed validation
+//! restarts the descent. Writers descend the same way, upgrade the leaf to the exclusive
+//! latch (which fails if it changed), validate the parent, and change the leaf. A leaf
+//! without room is split by a separate step that latches exactly the nodes it changes (the
+//! node and its parent; a full parent is split first), after which the operation restarts.
+//! A page found evicted is loaded by the fix, like any other.
+//!
+//! # Transactions and durability
+//! Every change is a logged write of the transaction passed in ([`crate::Transaction`]):
+//! a crash loses no committed change and leaves no half-split tree (a split is part of the
+//! transaction that needed it and is rolled back with it). The transaction locks each page
+//! it changes until it ends (undo is physical), so writers of different leaves proceed in
+//! parallel and writers of one leaf take turns; lock waits happen with no latch held.
+//! Readers take no locks: they see the latest state of each leaf, committed or not.
+//! After an error from a tree operation, abort the transaction.
+
+mod check;
+mod leaf;
+pub mod node;
+
+use serde::{Deserialize, Serialize};
+
+pub use check::TreeReport;
+pub use node::MAX_KEY;
+
+use crate::buffer::{BufferManager, ExclusiveGuard, OptimisticGuard};
+use crate::error::{Error, Result};
+use crate::storage::{layout::class_file, PageId, PAGE_HEADER_SIZE};
+use crate::txn::Transaction;
+use node::{Entries, Src, HDR, KIND_INNER, KIND_LEAF, SLOT, W_TREE, W_UPPER};
+
+/// Leaves larger than this are scanned under a shared latch instead of copied out.
+const SCAN_COPY_LIMIT: usize = 256 << 10;
+/// Optimistic restarts of a lookup before it falls back to shared latches.
+const OPTIMISTIC_TRIES: usize = 64;
+/// Structural changes one insert may need (a huge value in a full leaf needs three).
+const MAX_SPLITS_PER_INSERT: usize = 64;
+
+/// A B+-tree, named by its root page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BTree {
+    root: u64,
+}
+
+/// An inner node on a descent, with the slot followed (`count` for `upper`).
+struct Step<'a> {
+    g: OptimisticGuard<'a>,
+    idx: usize,
+}
+
+/// A validated descent: the inner nodes from the root down, and the leaf.
+struct Path<'a> {
+    inner: Vec<Step<'a>>,
+    leaf: OptimisticGuard<'a>,
+}
+
+impl BTree {
+    /// Creates an empty tree (a root and one empty leaf), as part of `tx`.
+    pub fn create(tx: &mut Transaction<'_>) -> Result<BTree> {
+        let mut leaf = tx.alloc_latched(1)?;
+        let img = node::build(leaf.len(), KIND_LEAF, &Entries::default(), 0..0, 0, 0);
+        write_image(tx, &mut leaf, &img)?;
+        let leaf_pid = leaf.pid();
+        drop(leaf);
+        let mut root = tx.alloc_latched(1)?;
+        let img = node::build(root.len(), KIND_INNER, &Entries::default(), 0..0, leaf_pid.raw(), 0);
+        write_image(tx, &mut root, &img)?;
+        Ok(BTree { root: root.pid().raw() })
+    }
+
+    /// The tree whose root is `root` (as [`root`](Self::root) returned).
+    pub fn open(root: PageId) -> BTree {
+        BTree { root: root.raw() }
+    }
+
+    /// The root page, which never changes.
+    pub fn root(&self) -> PageId {
+        PageId::from_raw(self.root)
+    }
+
+    /// The largest value a key of `key_len` bytes can have in `bm`'s pool: a leaf holding
+    /// it alone must fit the largest size class the pool can hold.
+    pub fn max_value(bm: &BufferManager, key_len: usize) -> usize {
+        let classes = bm.classes();
+        let mut best = 0usize;
+        for c in 0..classes.count() as u8 {
+            let size = classes.page_size(c);
+            // Room for a few other pages (parent, sibling) beside the leaf.
+            if size + 4 * classes.min_page() <= bm.pool_size() && size <= u32::MAX as u64 {
+                best = size as usize;
+            }
+        }
+        best.saturating_sub(PAGE_HEADER_SIZE + HDR + SLOT + key_len)
+    }
+
+    fn check_entry(bm: &BufferManager, key: &[u8], value_len: usize) -> Result<()> {
+        if key.len() > MAX_KEY {
+            return Err(Error::InvalidInput(format!("key of {} bytes is longer than the longest key, {MAX_KEY} bytes", key.len())));
+        }
+        let max = BTree::max_value(bm, key.len());
+        if value_len > max {
+            return Err(Error::InvalidInput(format!(
+                "value of {value_len} bytes is larger than the largest value this pool can hold in one page ({max} bytes, pool {} bytes): raise the pool size",
+                bm.pool_size()
+            )));
+        }
+        Ok(())
+    }
+
+    fn corrupt(bm: &BufferManager, pid: PageId, what: &str) -> Error {
+        Error::corruption(class_file(bm.dir(), pid.class()), Some(pid), format!("B+-tree node: {what}"))
+    }
+
+    /// `Err(corruption)` if `g` validates (its bytes really are impossible), else `Ok(None)`
+    /// (a writer intervened: restart).
+    fn restart_or_corrupt<T>(bm: &BufferManager, g: &OptimisticGuard<'_>, what: &str) -> Result<Option<T>> {
+        if g.validate() {
+            Err(BTree::corrupt(bm, g.pid(), what))
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// Descends optimistically to the leaf for `key`. `None`: restart.
+    fn descend<'a>(&self, bm: &'a BufferManager, key: &[u8], buf: &mut Vec<u8>) -> Result<Option<Path<'a>>> {
+        let mut inner: Vec<Step<'a>> = Vec::new();
+        let mut g = bm.fix_optimistic(self.root())?;
+        loop {
+            let kind = g.read_u64(0) as u8;
+            if kind != KIND_INNER {
+                if inner.is_empty() {
+                    return BTree::restart_or_corrupt(bm, &g, "the root is not an inner node");
+                }
+                if kind != KIND_LEAF && kind != node::KIND_PAX {
+                    return BTree::restart_or_corrupt(bm, &g, "unknown node kind");
+                }
+                return Ok(Some(Path { inner, leaf: g }));
+            }
+            let h = match node::header(&g) {
+                Ok(h) => h,
+                Err(_) => return BTree::restart_or_corrupt(bm, &g, "impossible header"),
+            };
+            let (idx, child) = match node::inner_child(&g, &h, key, buf) {
+                Ok(x) => x,
+                Err(_) => return BTree::restart_or_corrupt(bm, &g, "impossible slot"),
+            };
+            if !g.validate() {
+                return Ok(None);
+            }
+            let c = match bm.fix_optimistic(PageId::from_raw(child)) {
+                Ok(c) => c,
+                Err(e) => return if g.validate() { Err(e) } else { Ok(None) },
+            };
+            if !g.validate() {
+                return Ok(None);
+            }
+            if inner.len() > 48 {
+                return Err(BTree::corrupt(bm, g.pid(), "the tree is deeper than any real tree (a cycle?)"));
+            }
+            inner.push(Step { g, idx });
+            g = c;
+        }
+    }
+
+    /// Looks `key` up; on a hit its value is copied into `out` and `true` returned.
+    pub fn get(&self, bm: &BufferManager, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        let mut buf = Vec::new();
+        for _ in 0..OPTIMISTIC_TRIES {
+            let Some(path) = self.descend(bm, key, &mut buf)? else { continue };
+            let g = &path.leaf;
+            match leaf::find(g, key, &mut buf) {
+                Ok(Some((off, len))) => {
+                    out.resize(len, 0);
+                    g.read(off, out);
+                    if g.validate() {
+                        return Ok(true);
+                    }
+                }
+                Ok(None) => {
+                    if g.validate() {
+                        return Ok(false);
+                    }
+                }
+                Err(_) => {
+                    BTree::restart_or_corrupt::<()>(bm, g, "impossible leaf")?;
+                }
+            }
+        }
+        self.get_shared(bm, key, out)
+    }
+
+    /// [`get`](Self::get) with shared latches, coupled top-down (always terminates).
+    fn get_shared(&self, bm: &BufferManager, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        let mut buf = Vec::new();
+        let mut g = bm.fix_shared(self.root())?;
+        for _ in 0..64 {
+            let d = g.data();
+            let h = node::header(d).map_err(|_| BTree::corrupt(bm, g.pid(), "impossible header"))?;
+            if h.kind == KIND_LEAF {
+                return match leaf::find(d, key, &mut buf).map_err(|_| BTree::corrupt(bm, g.pid(), "impossible leaf"))? {
+                    Some((off, len)) => {
+                        out.clear();
+                        out.extend_from_slice(&d[off..off + len]);
+                        Ok(true)
+                    }
+                    None => Ok(false),
+                };
+            }
+            let (_, child) = node::inner_child(d, &h, key, &mut buf).map_err(|_| BTree::corrupt(bm, g.pid(), "impossible slot"))?;
+            let c = bm.fix_shared(PageId::from_raw(child))?;
+            g = c;
+        }
+        Err(BTree::corrupt(bm, g.pid(), "the tree is deeper than any real tree (a cycle?)"))
+    }
+
+    /// Inserts `key` with `value`, replacing the value if the key is present.
+    pub fn insert(&self, tx: &mut Transaction<'_>, key: &[u8], value: &[u8]) -> Result<()> {
+        let bm = tx.buffer();
+        BTree::check_entry(bm, key, value.len())?;
+        let mut buf = Vec::new();
+        let mut splits = 0;
+        loop {
+            let Some(path) = self.descend(bm, key, &mut buf)? else { continue };
+            let Some(mut g) = self.latch_leaf(tx, path)? else { continue };
+            if leaf::upsert(tx, &mut g, key, value, &mut buf)? {
+                return Ok(());
+            }
+            g.release_unchanged();
+            splits += 1;
+            if splits > MAX_SPLITS_PER_INSERT {
+                return Err(Error::Inconsistent(format!("insert of a {}-byte value did not find room after {splits} splits", value.len())));
+            }
+            self.make_room(tx, key, SLOT + key.len() + value.len(), &mut buf)?;
+        }
+    }
+
+    /// Removes `key`; returns whether it was present. Empty leaves stay in the tree.
+    pub fn remove(&self, tx: &mut Transaction<'_>, key: &[u8]) -> Result<bool> {
+        let bm = tx.buffer();
+        let mut buf = Vec::new();
+        loop {
+            let Some(path) = self.descend(bm, key, &mut buf)? else { continue };
+            let Some(mut g) = self.latch_leaf(tx, path)? else { continue };
+            return leaf::remove(tx, &mut g, key, &mut buf);
+        }
+    }
+
+    /// Takes the transaction's lock on the path's leaf (waiting with no latch held), then
+    /// its exclusive latch, and validates the parent. `None`: restart.
+    fn latch_leaf<'a>(&self, tx: &mut Transaction<'_>, path: Path<'a>) -> Result<Option<ExclusiveGuard<'a>>> {
+        let pid = path.leaf.pid();
+        if !tx.holds(pid) {
+            drop(path);
+            tx.lock(pid)?;
+            return Ok(None);
+        }
+        let Ok(g) = path.leaf.upgrade() else { return Ok(None) };
+        if !path.inner.last().expect("a leaf has a parent").g.validate() {
+            g.release_unchanged();
+            return Ok(None);
+        }
+        if g.data()[0] != KIND_LEAF {
+            return Err(Error::InvalidInput(format!("page {pid} is a table leaf, not a key-value leaf: use the table's methods")));
+        }
+        Ok(Some(g))
+    }
+
+    /// One structural change that makes room for an entry of `need` bytes (slot included)
+    /// for `key`: splits the leaf, or the lowest ancestor whose parent has room for a
+    /// separator (the root in place, by moving its halves into two new children).
+    fn make_room(&self, tx: &mut Transaction<'_>, key: &[u8], need: usize, buf: &mut Vec<u8>) -> Result<()> {
+        let bm = tx.buffer();
+        let Some(mut path) = self.descend(bm, key, buf)? else { return Ok(()) };
+        // The node to split is at `level` (path.inner.len() = the leaf).
+        let mut level = path.inner.len();
+        while level > 0 {
+            let parent = &path.inner[level - 1].g;
+            let Ok(h) = node::header(parent) else { return Ok(()) };
+            if h.heap - (HDR + h.count * SLOT) + h.dead >= SLOT + MAX_KEY {
+                break;
+            }
+            level -= 1;
+        }
+        if !path.inner.iter().all(|s| s.g.validate()) {
+            return Ok(());
+        }
+        // Locks first, with no latch held.
+        let mut wanted = vec![if level == path.inner.len() { path.leaf.pid() } else { path.inner[level].g.pid() }];
+        if level > 0 {
+            wanted.push(path.inner[level - 1].g.pid());
+        }
+        let mut waited = false;
+        for pid in wanted {
+            if !tx.holds(pid) {
+                tx.lock(pid)?;
+                waited = true;
+            }
+        }
+        if waited {
+            return Ok(());
+        }
+        if level == 0 {
+            let root = path.inner.swap_remove(0);
+            let Ok(g) = root.g.upgrade() else { return Ok(()) };
+            return split_root(tx, g);
+        }
+        let parent_step = path.inner.remove(level - 1);
+        let idx = parent_step.idx;
+        let Ok(mut pg) = parent_step.g.upgrade() else { return Ok(()) };
+        let target = if level - 1 == path.inner.len() { path.leaf } else { path.inner.remove(level - 1).g };
+        let Ok(mut ng) = target.upgrade() else {
+            pg.release_unchanged();
+            return Ok(());
+        };
+        if ng.data()[0] == KIND_LEAF {
+            split_leaf(tx, &mut pg, idx, ng, key, need, buf)
+        } else {
+            split_inner(tx, &mut pg, idx, &mut ng)
+        }
+    }
+
+    /// Calls `f(key, value)` for every entry with a key at or after `start`, in key order,
+    /// until `f` returns false. Each leaf is copied out and validated before its entries
+    /// are handed out (leaves larger than 256 KiB are read under a shared latch instead), and
+    /// the next leaf is reached through the parent without a new descent. Do not change the
+    /// tree from inside `f`.
+    pub fn scan(&self, bm: &BufferManager, start: &[u8], f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
+        let mut from = start.to_vec();
+        let mut inclusive = true;
+        let mut page = Vec::new();
+        let mut buf = Vec::new();
+        'descend: loop {
+            let Some(mut path) = self.descend(bm, &from, &mut buf)? else { continue };
+            let Some(mut fence) = fence_of(&path, &mut buf) else { continue };
+            let mut parent = path.inner.pop().expect("a leaf has a parent");
+            let mut leaf = path.leaf;
+            loop {
+                let more = if leaf.len() <= SCAN_COPY_LIMIT {
+                    page.resize(leaf.len(), 0);
+                    leaf.read(0, &mut page);
+                    if !leaf.validate() {
+                        continue 'descend;
+                    }
+                    emit(bm, leaf.pid(), &page, &from, inclusive, f)?
+                } else {
+                    let s = bm.fix_shared(leaf.pid())?;
+                    if !parent.g.validate() {
+                        continue 'descend;
+                    }
+                    emit(bm, leaf.pid(), s.data(), &from, inclusive, f)?
+                };
+                if !more {
+                    return Ok(());
+                }
+                let Some(next_from) = fence.take() else { return Ok(()) };
+                from = next_from;
+                inclusive = true;
+                // The next leaf through the parent, if it is a slot's child (for `upper`, the
+                // fence of the next leaf lies above: descend again).
+                let i = parent.idx + 1;
+                let Ok(h) = node::header(&parent.g) else { continue 'descend };
+                if i >= h.count {
+                    continue 'descend;
+                }
+                let Ok((off, len, _, child)) = node::slot(&parent.g, i) else { continue 'descend };
+                let mut next_fence = vec![0u8; len];
+                parent.g.read(off, &mut next_fence);
+                if !parent.g.validate() {
+                    continue 'descend;
+                }
+                let Ok(next) = bm.fix_optimistic(PageId::from_raw(child)) else { continue 'descend };
+                if !parent.g.validate() {
+                    continue 'descend;
+                }
+                parent.idx = i;
+                leaf = next;
+                fence = Some(next_fence);
+            }
+        }
+    }
+
+    /// Verifies the tree (see [`TreeReport`]); `visit` is called with every page.
+    pub fn check(&self, bm: &BufferManager, visit: &mut dyn FnMut(PageId)) -> Result<TreeReport> {
+        check::check(bm, self.root(), visit)
+    }
+}
+
+/// The upper fence of the path's leaf: the separator above it in the lowest ancestor where
+/// the descent did not follow `upper` (`Some(None)`: none, it is the last leaf). `None`:
+/// restart.
+fn fence_of(path: &Path<'_>, _buf: &mut [u8]) -> Option<Option<Vec<u8>>> {
+    for step in path.inner.iter().rev() {
+        let h = node::header(&step.g).ok()?;
+        if step.idx < h.count {
+            let (off, len, _, _) = node::slot(&step.g, step.idx).ok()?;
+            let mut k = vec![0u8; len];
+            step.g.read(off, &mut k);
+            return step.g.validate().then_some(Some(k));
+        }
+    }
+    path.inner.iter().all(|s| s.g.validate()).then_some(None)
+}
+
+/// Hands the entries of a (copied or latched) leaf at or after `from` to `f`; false when
+/// `f` asked to stop.
+fn emit(bm: &BufferManager, pid: PageId, page: &[u8], from: &[u8], inclusive: bool, f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<bool> {
+    let mut buf = Vec::new();
+    let h = node::header(page).map_err(|_| BTree::corrupt(bm, pid, "impossible header"))?;
+    let (mut i, found) = node::lower_bound(page, h.count, from, &mut buf).map_err(|_| BTree::corrupt(bm, pid, "impossible leaf"))?;
+    if found && !inclusive {
+        i += 1;
+    }
+    for j in i..h.count {
+        let (off, len, _, vlen) = node::slot(page, j).map_err(|_| BTree::corrupt(bm, pid, "impossible slot"))?;
+        let end = (off + len).checked_add(vlen as usize).filter(|&e| e <= page.len()).ok_or_else(|| BTree::corrupt(bm, pid, "value beyond the page"))?;
+        if !f(&page[off..off + len], &page[off + len..end]) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Writes a node image over the latched page, logging only the bytes that differ.
+fn write_image(tx: &mut Transaction<'_>, g: &mut ExclusiveGuard<'_>, img: &[u8]) -> Result<()> {
+    let ranges = node::diff_ranges(g.data(), img);
+    for r in ranges {
+        tx.write_latched(g, r.start, &img[r])?;
+    }
+    Ok(())
+}
+
+/// The split index of inner entries `e` (the entry pushed up), balancing bytes.
+fn middle(e: &Entries, leaf: bool) -> usize {
+    let total = node::need(e, 0..e.len(), leaf);
+    let mut acc = 0;
+    for i in 0..e.len() {
+        acc += SLOT + e.heap_bytes(i, leaf);
+        if acc * 2 >= total {
+            return i.clamp(1, e.len().saturating_sub(2).max(1));
+        }
+    }
+    e.len() / 2
+}
+
+/// Replaces the parent's pointer at `idx` (a slot, or `upper` when `idx == count`) by
+/// `left` with separator `sep` followed by `right`; or, without `sep`, just repoints it.
+fn relink(tx: &mut Transaction<'_>, pg: &mut ExclusiveGuard<'_>, idx: usize, sep: Option<&[u8]>, left: PageId, right: PageId) -> Result<()> {
+    let (h, mut e) = node::decode(pg.data()).map_err(|_| BTree::corrupt(tx.buffer(), pg.pid(), "impossible inner node"))?;
+    debug_assert_eq!(h.kind, KIND_INNER);
+    let d = pg.data();
+    let mut upper = d.word(W_UPPER);
+    let tree = d.word(W_TREE);
+    let at = |e: &Entries, upper: u64, i: usize| if i < e.len() { e.child(i) } else { upper };
+    if idx > e.len() || at(&e, upper, idx) != left.raw() {
+        return Err(BTree::corrupt(tx.buffer(), pg.pid(), "child pointer moved under a latched parent"));
+    }
+    let target = match sep {
+        Some(sep) => {
+            e.insert(idx, sep, &[], left.raw());
+            idx + 1
+        }
+        None => idx,
+    };
+    if target < e.len() {
+        e.items[target].2 = right.raw();
+    } else {
+        upper = right.raw();
+    }
+    let img = node::build(pg.len(), KIND_INNER, &e, 0..e.len(), upper, tree);
+    write_image(tx, pg, &img)
+}
+
+/// Splits (or grows) the full leaf `lg`, child `idx` of `pg`, so that an entry of `need`
+/// bytes for `key` finds room when the insert restarts.
+fn split_leaf(tx: &mut Transaction<'_>, pg: &mut ExclusiveGuard<'_>, idx: usize, mut lg: ExclusiveGuard<'_>, key: &[u8], need: usize, buf: &mut Vec<u8>) -> Result<()> {
+    let bm = tx.buffer();
+    let (_, mut e) = node::decode(lg.data()).map_err(|_| BTree::corrupt(bm, lg.pid(), "impossible leaf"))?;
+    let (p, found) = node::lower_bound(lg.data(), e.len(), key, buf).map_err(|_| BTree::corrupt(bm, lg.pid(), "impossible leaf"))?;
+    if found {
+        // The insert replaces it: leave it out, the restarted insert adds the new value.
+        e.items.remove(p);
+    }
+    let n = e.len();
+    let cap = node::room(lg.len());
+    let left_pid = lg.pid();
+    if n == 0 {
+        // Even an empty leaf of this class is too small: move to a larger page.
+        let mut ng = tx.alloc_latched(HDR + need)?;
+        let img = node::build(ng.len(), KIND_LEAF, &e, 0..0, 0, 0);
+        write_image(tx, &mut ng, &img)?;
+        relink(tx, pg, idx, None, left_pid, ng.pid())?;
+        drop(ng);
+        if found {
+            let img = node::build(lg.len(), KIND_LEAF, &e, 0..0, 0, 0);
+            write_image(tx, &mut lg, &img)?;
+        } else {
+            lg.release_unchanged();
+        }
+        return tx.free(left_pid);
+    }
+    let big = need > cap / 2;
+    let total = node::need(&e, 0..n, true);
+    // (split index, whether the new entry will go right)
+    let (m, goes_right) = if p == n {
+        (n, true)
+    } else if (big || n == 1) && p == 0 {
+        (0, false)
+    } else if big {
+        (p, false)
+    } else {
+        let mut acc = 0;
+        let mut m = n / 2;
+        for i in 0..n {
+            acc += SLOT + e.heap_bytes(i, true) + if i == p { need } else { 0 };
+            if acc * 2 >= total + need {
+                m = (i + 1).clamp(1, n - 1);
+                break;
+            }
+        }
+        (m, p > m)
+    };
+    let sep: Vec<u8> = if m == n { key.to_vec() } else { e.key(m).to_vec() };
+    let right_need = HDR + node::need(&e, m..n, true) + if goes_right { need } else { 0 };
+    let mut rg = tx.alloc_latched(right_need.max(1))?;
+    let rimg = node::build(rg.len(), KIND_LEAF, &e, m..n, 0, 0);
+    write_image(tx, &mut rg, &rimg)?;
+    let limg = node::build(lg.len(), KIND_LEAF, &e, 0..m, 0, 0);
+    write_image(tx, &mut lg, &limg)?;
+    relink(tx, pg, idx, Some(&sep), left_pid, rg.pid())
+}
+
+/// Splits the full inner node `ng`, child `idx` of `pg`.
+fn split_inner(tx: &mut Transaction<'_>, pg: &mut ExclusiveGuard<'_>, idx: usize, ng: &mut ExclusiveGuard<'_>) -> Result<()> {
+    let bm = tx.buffer();
+    let (_, e) = node::decode(ng.data()).map_err(|_| BTree::corrupt(bm, ng.pid(), "impossible inner node"))?;
+    if e.len() < 3 {
+        return Err(BTree::corrupt(bm, ng.pid(), "a full inner node with fewer than three separators"));
+    }
+    let upper = ng.data().word(W_UPPER);
+    let tree = ng.data().word(W_TREE);
+    let m = middle(&e, false);
+    let sep = e.key(m).to_vec();
+    let mut rg = tx.alloc_latched(1)?;
+    let rimg = node::build(rg.len(), KIND_INNER, &e, m + 1..e.len(), upper, 0);
+    write_image(tx, &mut rg, &rimg)?;
+    let limg = node::build(ng.len(), KIND_INNER, &e, 0..m, e.child(m), tree);
+    write_image(tx, ng, &limg)?;
+    relink(tx, pg, idx, Some(&sep), ng.pid(), rg.pid())
+}
+
+/// Splits the full root in place: its halves move into two new inner nodes.
+fn split_root(tx: &mut Transaction<'_>, mut g: ExclusiveGuard<'_>) -> Result<()> {
+    let bm = tx.buffer();
+    let (_, e) = node::decode(g.data()).map_err(|_| BTree::corrupt(bm, g.pid(), "impossible root"))?;
+    if e.len() < 3 {
+        return Err(BTree::corrupt(bm, g.pid(), "a full root with fewer than three separators"));
+    }
+    let upper = g.data().word(W_UPPER);
+    let tree = g.data().word(W_TREE);
+    let m = middle(&e, false);
+    let mut a = tx.alloc_latched(1)?;
+    let img = node::build(a.len(), KIND_INNER, &e, 0..m, e.child(m), 0);
+    write_image(tx, &mut a, &img)?;
+    let mut b = tx.alloc_latched(1)?;
+    let img = node::build(b.len(), KIND_INNER, &e, m + 1..e.len(), upper, 0);
+    write_image(tx, &mut b, &img)?;
+    let mut top = Entries::default();
+    top.push(e.key(m), &[], a.pid().raw());
+    let img = node::build(g.len(), KIND_INNER, &top, 0..1, b.pid().raw(), tree);
+    write_image(tx, &mut g, &img)
+}

@@ -1,0 +1,345 @@
+//! The byte format of B+-tree nodes, and reading it from a latched slice or through an
+//! optimistic guard.
+//!
+//! Every node starts with a 64-byte header of little-endian u64 words (so an optimistic
+//! reader loads each with one atomic load):
+//!
+//! | word | inner node                          | key-value leaf          | PAX leaf (tables) |
+//! |------|-------------------------------------|-------------------------|-------------------|
+//! | 0    | kind (byte 0), count (bytes 4..8)   | same                    | same              |
+//! | 1    | heap start (lowest used heap byte)  | same                    | var start         |
+//! | 2    | dead heap bytes                     | same                    | capacity          |
+//! | 3    | `upper`: child for keys ≥ last sep  | –                       | first row id      |
+//! | 4    | tree word (tables: next row id)     | –                       | –                 |
+//!
+//! Inner nodes and key-value leaves then hold `count` slots of three words each, sorted by
+//! key, and a heap of key (and value) bytes growing down from the end of the page:
+//!
+//! * word 0: key offset (low 32 bits), key length (high 32 bits);
+//! * word 1: inner: the child's page id, for keys below this slot's key (and at or above the
+//!   previous slot's); leaf: the value's length (the value follows the key in the heap);
+//! * word 2: the key's first 8 bytes, big-endian, zero padded: most comparisons end here,
+//!   and for 8-byte keys (u64 ids in big-endian) all of them do.
+//!
+//! Optimistic readers see whatever bytes are there while a writer changes them, so every
+//! length and offset read is checked against the page before it is used; an impossible one
+//! means "restart" (and, if the page then validates, corruption).
+
+use std::cmp::Ordering;
+
+use crate::buffer::{OptimisticGuard, Restart};
+
+/// Bytes of the node header.
+pub const HDR: usize = 64;
+/// Bytes of one slot.
+pub const SLOT: usize = 24;
+/// The longest key.
+pub const MAX_KEY: usize = 1024;
+
+/// An inner node.
+pub const KIND_INNER: u8 = 1;
+/// A key-value leaf.
+pub const KIND_LEAF: u8 = 2;
+/// A PAX leaf of a table.
+pub const KIND_PAX: u8 = 3;
+
+/// Header word offsets.
+pub const W_KIND_COUNT: usize = 0;
+pub const W_HEAP: usize = 8;
+pub const W_DEAD: usize = 16;
+pub const W_UPPER: usize = 24;
+pub const W_TREE: usize = 32;
+
+/// Where a node's bytes are read from: a latched slice or an optimistic guard.
+pub trait Src {
+    /// Payload length.
+    fn size(&self) -> usize;
+    /// The little-endian word at `at` (a multiple of 8, `at + 8 <= size`).
+    fn word(&self, at: usize) -> u64;
+    /// Copies `dst.len()` bytes from `at` (in bounds).
+    fn copy(&self, at: usize, dst: &mut [u8]);
+}
+
+impl Src for [u8] {
+    fn size(&self) -> usize {
+        self.len()
+    }
+    fn word(&self, at: usize) -> u64 {
+        u64::from_le_bytes(self[at..at + 8].try_into().unwrap())
+    }
+    fn copy(&self, at: usize, dst: &mut [u8]) {
+        dst.copy_from_slice(&self[at..at + dst.len()]);
+    }
+}
+
+impl Src for OptimisticGuard<'_> {
+    fn size(&self) -> usize {
+        self.len()
+    }
+    fn word(&self, at: usize) -> u64 {
+        self.read_u64(at)
+    }
+    fn copy(&self, at: usize, dst: &mut [u8]) {
+        self.read(at, dst)
+    }
+}
+
+/// The key's comparison prefix: its first 8 bytes, big-endian, zero padded.
+#[inline]
+pub fn prefix(key: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    let n = key.len().min(8);
+    b[..n].copy_from_slice(&key[..n]);
+    u64::from_be_bytes(b)
+}
+
+/// A node's header, checked against its page size.
+#[derive(Clone, Copy, Debug)]
+pub struct Header {
+    pub kind: u8,
+    pub count: usize,
+    pub heap: usize,
+    pub dead: usize,
+}
+
+/// Reads and checks the header of an inner node or key-value leaf.
+pub fn header<S: Src + ?Sized>(s: &S) -> Result<Header, Restart> {
+    let w = s.word(W_KIND_COUNT);
+    let kind = w as u8;
+    let count = (w >> 32) as usize;
+    let heap = s.word(W_HEAP) as usize;
+    let dead = s.word(W_DEAD) as usize;
+    let size = s.size();
+    if !(kind == KIND_INNER || kind == KIND_LEAF) || count > (size - HDR) / SLOT || heap > size || heap < HDR + count * SLOT || dead > size {
+        return Err(Restart);
+    }
+    Ok(Header { kind, count, heap, dead })
+}
+
+/// Slot `i`'s key position, checked: (offset, length, prefix, word 1).
+#[inline]
+pub fn slot<S: Src + ?Sized>(s: &S, i: usize) -> Result<(usize, usize, u64, u64), Restart> {
+    let at = HDR + i * SLOT;
+    let w0 = s.word(at);
+    let off = (w0 & 0xffff_ffff) as usize;
+    let len = (w0 >> 32) as usize;
+    if len > MAX_KEY || off.checked_add(len).is_none_or(|e| e > s.size()) || off < HDR {
+        return Err(Restart);
+    }
+    Ok((off, len, s.word(at + 16), s.word(at + 8)))
+}
+
+/// Compares `key` with slot `i`'s key.
+pub fn cmp_slot<S: Src + ?Sized>(s: &S, i: usize, key: &[u8], kp: u64, buf: &mut Vec<u8>) -> Result<(Ordering, u64), Restart> {
+    let (off, len, sp, w1) = slot(s, i)?;
+    let o = kp.cmp(&sp);
+    if o != Ordering::Equal {
+        return Ok((o, w1));
+    }
+    if key.len() <= 8 && len <= 8 {
+        return Ok((key.len().cmp(&len), w1));
+    }
+    buf.resize(len, 0);
+    s.copy(off, buf);
+    Ok((key.cmp(&buf[..]), w1))
+}
+
+/// The first slot whose key is greater than `key` (`count` if none), with that slot's word 1.
+/// For an inner node that is the child to follow (`upper` when it is `count`).
+pub fn upper_bound<S: Src + ?Sized>(s: &S, count: usize, key: &[u8], buf: &mut Vec<u8>) -> Result<usize, Restart> {
+    let kp = prefix(key);
+    let (mut lo, mut hi) = (0, count);
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        if cmp_slot(s, mid, key, kp, buf)?.0 == Ordering::Less {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    Ok(lo)
+}
+
+/// The first slot whose key is not less than `key`, and whether it equals `key`.
+pub fn lower_bound<S: Src + ?Sized>(s: &S, count: usize, key: &[u8], buf: &mut Vec<u8>) -> Result<(usize, bool), Restart> {
+    let kp = prefix(key);
+    let (mut lo, mut hi) = (0, count);
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        if cmp_slot(s, mid, key, kp, buf)?.0 == Ordering::Greater {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    let found = lo < count && cmp_slot(s, lo, key, kp, buf)?.0 == Ordering::Equal;
+    Ok((lo, found))
+}
+
+/// The child of an inner node to follow for `key`: (slot index or `count` for upper, child).
+pub fn inner_child<S: Src + ?Sized>(s: &S, h: &Header, key: &[u8], buf: &mut Vec<u8>) -> Result<(usize, u64), Restart> {
+    let i = upper_bound(s, h.count, key, buf)?;
+    let child = if i == h.count { s.word(W_UPPER) } else { slot(s, i)?.3 };
+    Ok((i, child))
+}
+
+/// A decoded node: its entries as (key, word 1 or value) in order, for rebuilding.
+#[derive(Clone, Debug, Default)]
+pub struct Entries {
+    /// Keys and values, concatenated.
+    pub bytes: Vec<u8>,
+    /// (key start, key length, value length or child) per entry.
+    pub items: Vec<(usize, usize, u64)>,
+}
+
+impl Entries {
+    /// Entry `i`'s key.
+    pub fn key(&self, i: usize) -> &[u8] {
+        let (o, l, _) = self.items[i];
+        &self.bytes[o..o + l]
+    }
+    /// Entry `i`'s value (leaves).
+    pub fn value(&self, i: usize) -> &[u8] {
+        let (o, l, v) = self.items[i];
+        &self.bytes[o + l..o + l + v as usize]
+    }
+    /// Entry `i`'s child (inner nodes).
+    pub fn child(&self, i: usize) -> u64 {
+        self.items[i].2
+    }
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+    /// Heap bytes entry `i` takes (key and value).
+    pub fn heap_bytes(&self, i: usize, leaf: bool) -> usize {
+        let (_, l, v) = self.items[i];
+        l + if leaf { v as usize } else { 0 }
+    }
+    /// Appends an entry.
+    pub fn push(&mut self, key: &[u8], value: &[u8], word: u64) {
+        let o = self.bytes.len();
+        self.bytes.extend_from_slice(key);
+        self.bytes.extend_from_slice(value);
+        self.items.push((o, key.len(), word));
+    }
+    /// Inserts an entry at `i`.
+    pub fn insert(&mut self, i: usize, key: &[u8], value: &[u8], word: u64) {
+        let o = self.bytes.len();
+        self.bytes.extend_from_slice(key);
+        self.bytes.extend_from_slice(value);
+        self.items.insert(i, (o, key.len(), word));
+    }
+}
+
+/// Decodes every entry of a latched inner node or key-value leaf.
+pub fn decode(s: &[u8]) -> Result<(Header, Entries), Restart> {
+    let h = header(s)?;
+    let leaf = h.kind == KIND_LEAF;
+    let mut e = Entries::default();
+    for i in 0..h.count {
+        let (off, len, _, w1) = slot(s, i)?;
+        let vlen = if leaf { w1 as usize } else { 0 };
+        let end = off.checked_add(len).and_then(|x| x.checked_add(vlen)).ok_or(Restart)?;
+        if end > s.len() {
+            return Err(Restart);
+        }
+        let o = e.bytes.len();
+        e.bytes.extend_from_slice(&s[off..end]);
+        e.items.push((o, len, w1));
+    }
+    Ok((h, e))
+}
+
+/// Bytes a node of `size` payload bytes has free for slots and heap.
+pub fn room(size: usize) -> usize {
+    size - HDR
+}
+
+/// Bytes entries `range` of `e` need in a node (slots and heap).
+pub fn need(e: &Entries, range: std::ops::Range<usize>, leaf: bool) -> usize {
+    range.map(|i| SLOT + e.heap_bytes(i, leaf)).sum()
+}
+
+/// Builds the image of a node of `size` payload bytes holding `e[range]` (compact heap).
+/// `upper` and `tree` are the header words 3 and 4.
+pub fn build(size: usize, kind: u8, e: &Entries, range: std::ops::Range<usize>, upper: u64, tree: u64) -> Vec<u8> {
+    let leaf = kind == KIND_LEAF;
+    let mut img = vec![0u8; size];
+    let count = range.len();
+    let mut heap = size;
+    for (slot_no, i) in range.enumerate() {
+        let (o, l, w) = e.items[i];
+        let n = e.heap_bytes(i, leaf);
+        heap -= n;
+        img[heap..heap + n].copy_from_slice(&e.bytes[o..o + n]);
+        let at = HDR + slot_no * SLOT;
+        img[at..at + 8].copy_from_slice(&((heap as u64) | ((l as u64) << 32)).to_le_bytes());
+        img[at + 8..at + 16].copy_from_slice(&w.to_le_bytes());
+        img[at + 16..at + 24].copy_from_slice(&prefix(&e.bytes[o..o + l]).to_le_bytes());
+    }
+    debug_assert!(heap >= HDR + count * SLOT);
+    img[0..8].copy_from_slice(&((kind as u64) | ((count as u64) << 32)).to_le_bytes());
+    img[W_HEAP..W_HEAP + 8].copy_from_slice(&(heap as u64).to_le_bytes());
+    img[W_UPPER..W_UPPER + 8].copy_from_slice(&upper.to_le_bytes());
+    img[W_TREE..W_TREE + 8].copy_from_slice(&tree.to_le_bytes());
+    img
+}
+
+/// The byte ranges in which `new` differs from `old` (same length): at most two, one in
+/// each half, so that a rebuilt node logs what changed and not the whole page.
+pub fn diff_ranges(old: &[u8], new: &[u8]) -> Vec<std::ops::Range<usize>> {
+    debug_assert_eq!(old.len(), new.len());
+    let mid = old.len() / 2;
+    let mut out = Vec::with_capacity(2);
+    for (lo, hi) in [(0, mid), (mid, old.len())] {
+        let a = &old[lo..hi];
+        let b = &new[lo..hi];
+        if let Some(first) = a.iter().zip(b).position(|(x, y)| x != y) {
+            let last = a.iter().zip(b).rposition(|(x, y)| x != y).unwrap();
+            out.push(lo + first..lo + last + 1);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_orders_like_the_bytes() {
+        let keys: [&[u8]; 7] = [b"", b"\0", b"a", b"a\0", b"ab", b"abcdefgh", b"abcdefgh\0"];
+        for w in keys.windows(2) {
+            assert!(prefix(w[0]) <= prefix(w[1]));
+        }
+        assert_eq!(prefix(&7u64.to_be_bytes()), 7);
+    }
+
+    #[test]
+    fn build_then_search_and_decode() {
+        let mut e = Entries::default();
+        for k in [b"apple".as_slice(), b"banana-split-xyz", b"cherry", b"cherry-longer-than-eight"] {
+            e.push(k, b"value", 5);
+        }
+        let img = build(4096 - 32, KIND_LEAF, &e, 0..e.len(), 0, 0);
+        let h = header(&img[..]).unwrap();
+        assert_eq!(h.count, 4);
+        let mut buf = Vec::new();
+        assert_eq!(lower_bound(&img[..], h.count, b"banana-split-xyz", &mut buf).unwrap(), (1, true));
+        assert_eq!(lower_bound(&img[..], h.count, b"cherry-", &mut buf).unwrap(), (3, false));
+        assert_eq!(lower_bound(&img[..], h.count, b"zzz", &mut buf).unwrap(), (4, false));
+        assert_eq!(upper_bound(&img[..], h.count, b"cherry", &mut buf).unwrap(), 3);
+        let (_, d) = decode(&img).unwrap();
+        assert_eq!(d.key(3), b"cherry-longer-than-eight");
+        assert_eq!(d.value(2), b"value");
+        let mut img2 = img.clone();
+        img2[100] ^= 1;
+        img2[4000] ^= 1;
+        assert_eq!(diff_ranges(&img, &img2), vec![100..101, 4000..4001]);
+    }
+}

@@ -1,0 +1,207 @@
+//! The key-value B+-tree (`strata::access::btree`) against `BTreeMap`: random operation
+//! sequences through tiny pools (nodes evicted mid-operation), many threads at once with
+//! invariant checks, huge values in leaves of large classes, reopen and every crash point.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use proptest::prelude::*;
+use strata::access::btree::BTree;
+use strata::storage::{CrashMode, SimBackend};
+use strata::util::SplitMix64;
+use strata::{Config, Database, Error};
+
+fn config(dir: &std::path::Path, pool: u64) -> Config {
+    Config::new(dir).pool_size(pool).min_page(4096)
+}
+
+fn contents(db: &Database, tree: &BTree) -> BTreeMap<Vec<u8>, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut last: Option<Vec<u8>> = None;
+    tree.scan(db.buffer(), b"", &mut |k, v| {
+        assert!(last.as_deref().is_none_or(|l| l < k), "scan out of order");
+        last = Some(k.to_vec());
+        out.insert(k.to_vec(), v.to_vec());
+        true
+    })
+    .unwrap();
+    out
+}
+
+fn assert_same(db: &Database, tree: &BTree, model: &BTreeMap<Vec<u8>, Vec<u8>>) {
+    assert_eq!(&contents(db, tree), model);
+    let mut out = Vec::new();
+    for (k, v) in model {
+        assert!(tree.get(db.buffer(), k, &mut out).unwrap(), "key {k:?} missing");
+        assert_eq!(&out, v);
+    }
+    let report = db.check().unwrap();
+    let r = report.trees.values().next().unwrap();
+    assert_eq!(r.entries, model.len() as u64);
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Put(Vec<u8>, usize),
+    Remove(Vec<u8>),
+    Get(Vec<u8>),
+    Scan(Vec<u8>, usize),
+    Commit,
+    Abort,
+}
+
+fn key() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        (0u64..400).prop_map(|k| k.to_be_bytes().to_vec()),
+        proptest::collection::vec(prop_oneof![Just(b'a'), Just(b'b'), Just(0u8), any::<u8>()], 0..40),
+        (0u64..50, 0usize..=1024).prop_map(|(k, n)| { let mut v = k.to_be_bytes().to_vec(); v.resize(n.max(8), b'x'); v }),
+    ]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (key(), prop_oneof![8 => 0usize..300, 1 => 1000usize..5000, 1 => 20_000usize..120_000]).prop_map(|(k, n)| Op::Put(k, n)),
+        2 => key().prop_map(Op::Remove),
+        2 => key().prop_map(Op::Get),
+        1 => (key(), 0usize..50).prop_map(|(k, n)| Op::Scan(k, n)),
+        1 => Just(Op::Commit),
+        1 => Just(Op::Abort),
+    ]
+}
+
+fn value(k: &[u8], n: usize, salt: u64) -> Vec<u8> {
+    let mut r = SplitMix64(k.iter().fold(salt, |a, &b| a.wrapping_mul(31).wrapping_add(b as u64)));
+    (0..n).map(|_| r.next_u64() as u8).collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, max_shrink_iters: 200, ..ProptestConfig::default() })]
+    /// Random operations in transactions that commit or abort, through a 512 KiB pool of
+    /// 4 KiB inner nodes: every read agrees with a `BTreeMap`, the tree verifies, and a
+    /// reopen finds exactly the committed state.
+    #[test]
+    fn tree_behaves_like_a_btreemap(ops in proptest::collection::vec(op(), 1..300)) {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("db");
+        let db = Database::create(config(&dir, 512 << 10)).unwrap();
+        let tree = db.create_tree("t").unwrap();
+        let mut committed: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+        let mut model = committed.clone();
+        let mut tx = db.begin();
+        let mut out = Vec::new();
+        for (i, op) in ops.into_iter().enumerate() {
+            match op {
+                Op::Put(k, n) => {
+                    let v = value(&k, n, i as u64);
+                    tree.insert(&mut tx, &k, &v).unwrap();
+                    model.insert(k, v);
+                }
+                Op::Remove(k) => prop_assert_eq!(tree.remove(&mut tx, &k).unwrap(), model.remove(&k).is_some()),
+                Op::Get(k) => {
+                    let hit = tree.get(db.buffer(), &k, &mut out).unwrap();
+                    prop_assert_eq!(hit.then(|| out.clone()), model.get(&k).cloned());
+                }
+                Op::Scan(k, n) => {
+                    let mut got = Vec::new();
+                    tree.scan(db.buffer(), &k, &mut |k, v| { got.push((k.to_vec(), v.to_vec())); got.len() < n }).unwrap();
+                    let want: Vec<_> = model.range(k..).take(n.max(1)).map(|(k, v)| (k.clone(), v.clone())).collect();
+                    prop_assert_eq!(got, want);
+                }
+                Op::Commit => {
+                    std::mem::replace(&mut tx, db.begin()).commit().unwrap();
+                    committed = model.clone();
+                }
+                Op::Abort => {
+                    std::mem::replace(&mut tx, db.begin()).abort().unwrap();
+                    model = committed.clone();
+                }
+            }
+        }
+        tx.commit().unwrap();
+        assert_same(&db, &tree, &model);
+        db.close().unwrap();
+        let db = Database::open(config(&dir, 512 << 10)).unwrap();
+        let tree = db.tree("t").unwrap();
+        assert_same(&db, &tree, &model);
+    }
+}
+
+#[test]
+fn sequential_and_random_loads_through_a_tiny_pool() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("db");
+    let db = Database::create(config(&dir, 256 << 10)).unwrap();
+    let seq = db.create_tree("seq").unwrap();
+    let rnd = db.create_tree("rnd").unwrap();
+    let mut model_seq = BTreeMap::new();
+    let mut model_rnd = BTreeMap::new();
+    let mut r = SplitMix64(7);
+    for batch in 0..40u64 {
+        let mut tx = db.begin();
+        for i in 0..250u64 {
+            let id = batch * 250 + i;
+            let v = value(&id.to_be_bytes(), 100, 1);
+            seq.insert(&mut tx, &id.to_be_bytes(), &v).unwrap();
+            model_seq.insert(id.to_be_bytes().to_vec(), v);
+            let k = r.next_u64().to_be_bytes();
+            let v = value(&k, (r.next_u64() % 200) as usize, 2);
+            rnd.insert(&mut tx, &k, &v).unwrap();
+            model_rnd.insert(k.to_vec(), v);
+        }
+        tx.commit().unwrap();
+    }
+    let report = db.check().unwrap();
+    assert!(report.trees["seq"].height >= 3, "{report:?}");
+    // Appends fill leaves: far fewer leaves than a half-full tree would have.
+    let leaves: u64 = report.trees["seq"].leaves_per_class.iter().sum();
+    assert!(leaves < 10_000 * 124 / 4096 * 3 / 2 + 2, "{leaves} leaves for 10000 appends of 124 bytes");
+    assert_same_named(&db, &seq, &model_seq);
+    assert_same_named(&db, &rnd, &model_rnd);
+    assert!(db.buffer().stats().evictions > 0, "the pool was meant to be too small");
+}
+
+fn assert_same_named(db: &Database, tree: &BTree, model: &BTreeMap<Vec<u8>, Vec<u8>>) {
+    assert_eq!(&contents(db, tree), model);
+    let mut out = Vec::new();
+    for (k, v) in model {
+        assert!(tree.get(db.buffer(), k, &mut out).unwrap());
+        assert_eq!(&out, v);
+    }
+}
+
+#[test]
+fn huge_values_get_leaves_of_large_classes_and_limits_are_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("db");
+    let db = Database::create(Config::new(&dir).pool_size(64 << 20)).unwrap();
+    let tree = db.create_tree("blobs").unwrap();
+    let big = value(b"big", 20 << 20, 3);
+    let mut tx = db.begin();
+    for i in 0..50u64 {
+        tree.insert(&mut tx, &i.to_be_bytes(), &value(&i.to_be_bytes(), 1000, 4)).unwrap();
+    }
+    tree.insert(&mut tx, &25u64.to_be_bytes(), &big).unwrap();
+    tx.commit().unwrap();
+    let max = BTree::max_value(db.buffer(), 8);
+    let mut tx = db.begin();
+    let err = tree.insert(&mut tx, &99u64.to_be_bytes(), &vec![0u8; max + 1]).unwrap_err();
+    assert!(matches!(err, Error::InvalidInput(ref m) if m.contains(&max.to_string()) && m.contains("raise the pool")), "{err}");
+    let err = tree.insert(&mut tx, &[0u8; 1025], b"v").unwrap_err();
+    assert!(err.to_string().contains("1024"), "{err}");
+    tx.abort().unwrap();
+    let report = db.check().unwrap();
+    let r = &report.trees["blobs"];
+    let classes = db.buffer().classes();
+    let class_of_big = (0..classes.count()).find(|&c| classes.page_size(c as u8) >= (20 << 20) + 4096).unwrap();
+    assert_eq!(r.leaves_per_class[class_of_big], 1, "{r:?}");
+    db.close().unwrap();
+    let db = Database::open(Config::new(&dir).pool_size(64 << 20)).unwrap();
+    let tree = db.tree("blobs").unwrap();
+    let mut out = Vec::new();
+    assert!(tree.get(db.buffer(), &25u64.to_be_bytes(), &mut out).unwrap());
+    assert!(out == big, "the 20 MiB value reads back whole");
+    let mut n = 0;
+    tree.scan(db.buffer(), b"", &mut |_, _| { n += 1; true }).unwrap();
+    assert_eq!(n, 50);
+}
