@@ -429,7 +429,13 @@ fn run_isolated(exe: Option<&Path>, spec: &ChildSpec, timeout: Duration) -> Valu
     let stdout = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr);
-        let why = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no message");
+        // A panic's location and message, else the last line (an `error: ...`), not the
+        // backtrace hint.
+        let lines: Vec<&str> = stderr.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with("note:")).collect();
+        let why = match lines.iter().position(|l| l.contains("panicked")) {
+            Some(i) => lines[i..(i + 2).min(lines.len())].join(" "),
+            None => lines.last().copied().unwrap_or("no message").to_owned(),
+        };
         return json!({ "failed": format!("child process {}: {why}", out.status) });
     }
     match stdout.lines().rev().find(|l| !l.trim().is_empty()).map(serde_json::from_str::<Value>) {
@@ -466,7 +472,7 @@ pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
     let page_size = match o.page_sizes.as_deref() {
         None => 4096,
         Some([p]) => *p,
-        Some(_) => return Err(EngineError("btree takes one --page-size (strata's smallest page)".into())),
+        Some(_) => return Err(EngineError("takes one --page-size (strata's smallest page)".into())),
     };
     let data_in = pool / 2;
     let data_out = o.data.unwrap_or(4 * pool);

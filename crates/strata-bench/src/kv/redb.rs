@@ -20,6 +20,9 @@ use crate::{EResult, EngineError};
 
 const TABLE: TableDefinition<'static, &'static [u8; 8], &'static [u8]> = TableDefinition::new("kv");
 
+/// The table as a read transaction sees it.
+type ReadTable = ReadOnlyTable<&'static [u8; 8], &'static [u8]>;
+
 /// Operations served by one read transaction before a session begins a new one.
 pub const READ_TXN_OPS: u32 = 64;
 /// How often the file's pages are dropped from the OS page cache.
@@ -54,11 +57,11 @@ impl RedbStore {
 struct Session<'a> {
     store: &'a RedbStore,
     /// The current read transaction's table and the operations left on it.
-    read: Option<(ReadOnlyTable<&'static [u8; 8], &'static [u8]>, u32)>,
+    read: Option<(ReadTable, u32)>,
 }
 
 impl Session<'_> {
-    fn table(&mut self) -> EResult<&ReadOnlyTable<&'static [u8; 8], &'static [u8]>> {
+    fn table(&mut self) -> EResult<&ReadTable> {
         if let Some((_, left)) = &mut self.read {
             if *left > 0 {
                 *left -= 1;
