@@ -212,9 +212,11 @@ fn bench_engine_selection_rounds_and_memory() {
     for (args, want) in [
         (&["scan", "--engines", "strata,hashpool"][..], "no engine \"hashpool\""),
         (&["scan", "--rounds", "0"][..], "--rounds must be at least 1"),
-        (&["fix", "--rounds", "2"][..], "--rounds applies to scan and random-read only"),
+        (&["fix", "--rounds", "2"][..], "--rounds applies to scan, random-read and btree only"),
         (&["random-read", "--memory", "sideways"][..], "--memory must be in or out"),
-        (&["fix", "--engines", "strata"][..], "--engines applies to random-read and scan only"),
+        (&["fix", "--engines", "strata"][..], "--engines applies to random-read, scan and btree only"),
+        (&["btree", "--engines", "strata,hashpool"][..], "no engine \"hashpool\""),
+        (&["btree", "--page-size", "4KiB,8KiB"][..], "takes one --page-size"),
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_strata")).arg("bench").args(args).arg("--json").output().unwrap();
         assert!(!out.status.success(), "{args:?}");
