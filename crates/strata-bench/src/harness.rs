@@ -184,18 +184,17 @@ pub fn figures(o: &Outcome, io: Option<IoCounters>) -> Map<String, Value> {
     m
 }
 
-/// Measures `op` against `store`, adding its counters over the window and its description.
-pub fn measure_store<S, M, O>(store: &dyn PageStore, cfg: &RunCfg, make: M, op: O) -> EResult<Map<String, Value>>
+/// [`measure`], with the figures of the outcome ([`figures`], no counters) plus the page
+/// faults and CPU time of the whole process in the window.
+pub fn measure_cpu<S, M, O>(cfg: &RunCfg, make: M, op: O) -> EResult<(Outcome, Map<String, Value>)>
 where
     M: Fn(usize) -> S + Sync,
     O: Fn(&mut S) -> EResult<Step> + Sync,
 {
-    let before = store.counters();
     let (faults0, user0, sys0) = usage();
     let o = measure(cfg, make, op)?;
     let (faults1, user1, sys1) = usage();
-    let io = store.counters().since(&before);
-    let mut m = figures(&o, Some(io));
+    let mut m = figures(&o, None);
     // Page faults taken by the process in the window (only this engine runs): the cost of
     // handing frames back to the OS and faulting them in again shows here.
     m.insert("minor_faults".into(), faults1.saturating_sub(faults0).into());
@@ -206,6 +205,21 @@ where
     m.insert("cpu_sys_seconds".into(), json!((sys * 1e3).round() / 1e3));
     if o.ops > 0 {
         m.insert("cpu_us_per_op".into(), json!(((user + sys) * 1e6 / o.ops as f64 * 1e3).round() / 1e3));
+    }
+    Ok((o, m))
+}
+
+/// Measures `op` against `store`, adding its counters over the window and its description.
+pub fn measure_store<S, M, O>(store: &dyn PageStore, cfg: &RunCfg, make: M, op: O) -> EResult<Map<String, Value>>
+where
+    M: Fn(usize) -> S + Sync,
+    O: Fn(&mut S) -> EResult<Step> + Sync,
+{
+    let before = store.counters();
+    let (o, mut m) = measure_cpu(cfg, make, op)?;
+    let io = store.counters().since(&before);
+    for (k, v) in figures(&o, Some(io)) {
+        m.insert(k, v);
     }
     for (k, v) in store.describe() {
         m.entry(k).or_insert(v);

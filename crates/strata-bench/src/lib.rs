@@ -14,6 +14,9 @@
 //!   ([`engines::MmapStore`]), capped by a cgroup v2 `memory.max` where the machine allows.
 //! * `raw`: `O_DIRECT` reads with no cache at all: the device limit ([`engines::RawStore`]).
 //!
+//! `bench btree` compares key-value B-trees instead, behind [`kv::KvStore`]: strata's B+-tree,
+//! redb, LMDB (heed) and an in-memory `BTreeMap`.
+//!
 //! The benchmarks ([`benchmarks`]) alternate engines within one run and print one JSON object
 //! each (see `docs/cli.md`); [`plot`] draws a PNG of the throughputs.
 
@@ -23,6 +26,7 @@ pub mod benchmarks;
 pub mod dataset;
 pub mod engines;
 pub mod harness;
+pub mod kv;
 pub mod machine;
 pub mod plot;
 pub mod workload;

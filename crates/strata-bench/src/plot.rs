@@ -1,5 +1,6 @@
 //! `--plot FILE.png`: a grouped bar chart of every engine's throughput (operations per
-//! second, log scale) per run of a benchmark report. Text is drawn with an embedded font
+//! second, log scale) per run of a benchmark report, with each bar's peak RSS written above
+//! it where the engines report one. Text is drawn with an embedded font
 //! (DejaVu Sans from the `dejavu` crate, rendered by ab_glyph), so no system fonts are needed.
 
 use std::path::Path;
@@ -71,7 +72,10 @@ pub fn plot(report: &Value, path: &Path) -> Result<(), String> {
         .map(|r| engines.iter().map(|e| r["engines"].get(e).and_then(|x| x.get(metric)).and_then(Value::as_f64).filter(|&v| v > 0.0)).collect())
         .collect();
     let all: Vec<f64> = values.iter().flatten().flatten().copied().collect();
-    let ymax = all.iter().copied().fold(1.0, f64::max) * 3.0;
+    // Room above the tallest bar for its peak-RSS label, where engines report one.
+    let with_rss = runs.iter().any(|r| r["engines"].as_object().into_iter().flatten().any(|(_, v)| v.get("peak_rss_bytes").is_some()));
+    let headroom = if with_rss { 30.0 } else { 3.0 };
+    let ymax = all.iter().copied().fold(1.0, f64::max) * headroom;
     let ymin = (all.iter().copied().fold(f64::INFINITY, f64::min) / 3.0).max(0.1).min(ymax / 10.0);
 
     let n = runs.len();
@@ -85,7 +89,8 @@ pub fn plot(report: &Value, path: &Path) -> Result<(), String> {
     let bench = report["bench"].as_str().unwrap_or("?");
     let m = &report["machine"];
     let title = format!(
-        "strata bench {bench}: {unit}/s per engine (log scale) — {} cores, {}, kernel {}",
+        "strata bench {bench}: {unit}/s per engine (log scale){} — {} cores, {}, kernel {}",
+        if with_rss { ", peak RSS above each bar" } else { "" },
         m["cores"],
         m["memory_bytes"].as_u64().map(short_size).unwrap_or_else(|| "?".into()),
         m["kernel"].as_str().unwrap_or("?")
@@ -134,6 +139,19 @@ pub fn plot(report: &Value, path: &Path) -> Result<(), String> {
             .map(|(i, _)| Cross::new((i as f64 + 0.1 + 0.8 * (j as f64 + 0.5) / k, ymin * 2.0), 6, RED.stroke_width(3)))
             .collect();
         chart.draw_series(fails).map_err(e)?;
+        // Peak RSS above the bar where the engine reports it (bench btree).
+        let rss_style = TextStyle::from((FONT, 11).into_font()).transform(FontTransform::Rotate270).color(&BLACK);
+        let rss: Vec<_> = runs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| {
+                let b = r["engines"].get(name)?.get("peak_rss_bytes")?.as_u64()?;
+                let v = values[i][j]?;
+                let x = i as f64 + 0.1 + 0.8 * (j as f64 + 0.5) / k;
+                Some(Text::new(short_size(b), (x, v * 1.15), rss_style.clone()))
+            })
+            .collect();
+        chart.draw_series(rss).map_err(e)?;
     }
     chart
         .configure_series_labels()

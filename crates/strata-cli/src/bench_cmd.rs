@@ -9,7 +9,7 @@ use strata::Error;
 /// Arguments of `strata bench`.
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// Benchmark: fix, random-read, scan, mixed-size, commit, recovery or remote.
+    /// Benchmark: fix, random-read, scan, mixed-size, commit, recovery, remote or btree.
     pub name: String,
     /// Print one JSON object instead of a table.
     #[arg(long)]
@@ -43,15 +43,15 @@ pub struct BenchArgs {
     /// io_uring; strata: one batch load; the other engines read a batch page by page).
     #[arg(long = "queue-depth")]
     pub queue_depth: Option<usize>,
-    /// random-read, scan: only these engines, comma-separated (default: all of them; ratios
-    /// need strata and the baseline).
+    /// random-read, scan, btree: only these engines, comma-separated (default: all of them;
+    /// ratios need strata and the baseline).
     #[arg(long = "engines", value_delimiter = ',')]
     pub engines: Option<Vec<String>>,
-    /// random-read: only the in-memory (in) or only the out-of-memory (out) data set.
+    /// random-read, btree: only the in-memory (in) or only the out-of-memory (out) data set.
     #[arg(long = "memory")]
     pub memory: Option<String>,
-    /// scan: rounds per engine (fresh engine each, engines alternating); the median round is
-    /// reported (default 3).
+    /// scan, random-read, btree: rounds per engine (fresh engine each, engines alternating);
+    /// the median round is reported (default: scan 3, others 1).
     #[arg(long = "rounds")]
     pub rounds: Option<usize>,
     /// remote: the Valkey/Redis server of the remote tier (redis://[USER:PASSWORD@]HOST:PORT,
@@ -82,6 +82,9 @@ pub fn bench(a: BenchArgs) -> Result<(), Error> {
         engines: a.engines,
         memory: a.memory,
         rounds: a.rounds,
+        // btree runs each engine in a child process of this binary (`bench-child`), so that
+        // each engine's peak RSS is its own.
+        child_exe: std::env::current_exe().ok(),
     };
     let report = strata_bench::run(&a.name, &opts).map_err(Error::InvalidInput)?;
     if let Some(path) = &a.plot {
@@ -95,5 +98,16 @@ pub fn bench(a: BenchArgs) -> Result<(), Error> {
             println!("plot written to {}", path.display());
         }
     }
+    Ok(())
+}
+
+/// `strata bench-child NAME SPEC` (hidden): one engine's share of benchmark NAME, run by the
+/// benchmark in a process of its own; prints one JSON object.
+pub fn bench_child(name: &str, spec: &str) -> Result<(), Error> {
+    let out = match name {
+        "btree" => strata_bench::benchmarks::btree_child(spec).map_err(Error::InvalidInput)?,
+        other => return Err(Error::InvalidInput(format!("no child side for benchmark {other:?}"))),
+    };
+    println!("{out}");
     Ok(())
 }

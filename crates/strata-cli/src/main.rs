@@ -107,8 +107,17 @@ enum Command {
     },
     /// Benchmark strata against baselines measured in the same run: fix, random-read, scan,
     /// mixed-size (hashpool, static-split, mmap, raw), commit and recovery (durability
-    /// settings), remote (with and without the Valkey/Redis tier).
+    /// settings), remote (with and without the Valkey/Redis tier), btree (key-value
+    /// workloads: redb, LMDB, BTreeMap).
     Bench(bench_cmd::BenchArgs),
+    /// One engine's share of a benchmark, in a process of its own (started by `strata bench`).
+    #[command(name = "bench-child", hide = true)]
+    BenchChild {
+        /// The benchmark.
+        name: String,
+        /// What to run (JSON).
+        spec: String,
+    },
     /// Build a small database several times larger than a small pool and run every query.
     Demo {
         /// Where to build it (a previous demo database there is replaced).
@@ -160,6 +169,7 @@ fn main() -> ExitCode {
         Command::Stats { dir, json } => cmd::stats(&dir, json),
         Command::Query { dir, pool, threads, json, cleaner, remote, op } => cmd::query(cmd::config(&dir, pool, cleaner), threads, json, &remote, op),
         Command::Bench(args) => bench_cmd::bench(args),
+        Command::BenchChild { name, spec } => bench_cmd::bench_child(&name, &spec),
         Command::Gen { what } => gen::run(what),
         Command::Demo { dir, pool, count } => cmd::demo(&dir, pool, count),
         Command::Torture { what } => torture_cmd::run(what),

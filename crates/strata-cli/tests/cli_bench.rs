@@ -212,9 +212,11 @@ fn bench_engine_selection_rounds_and_memory() {
     for (args, want) in [
         (&["scan", "--engines", "strata,hashpool"][..], "no engine \"hashpool\""),
         (&["scan", "--rounds", "0"][..], "--rounds must be at least 1"),
-        (&["fix", "--rounds", "2"][..], "--rounds applies to scan and random-read only"),
+        (&["fix", "--rounds", "2"][..], "--rounds applies to scan, random-read and btree only"),
         (&["random-read", "--memory", "sideways"][..], "--memory must be in or out"),
-        (&["fix", "--engines", "strata"][..], "--engines applies to random-read and scan only"),
+        (&["fix", "--engines", "strata"][..], "--engines applies to random-read, scan and btree only"),
+        (&["btree", "--engines", "strata,hashpool"][..], "no engine \"hashpool\""),
+        (&["btree", "--page-size", "4KiB,8KiB"][..], "takes one --page-size"),
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_strata")).arg("bench").args(args).arg("--json").output().unwrap();
         assert!(!out.status.success(), "{args:?}");
@@ -222,4 +224,54 @@ fn bench_engine_selection_rounds_and_memory() {
         assert_eq!(err.trim().lines().count(), 1, "{err}");
         assert!(err.contains(want), "{args:?}: {err}");
     }
+}
+
+/// `bench btree`: every engine runs every phase (each in a child process of its own) and
+/// finds every key it loaded; the PNG is drawn. Tiny: 4854 keys in memory, 19418 out.
+#[test]
+fn bench_btree() {
+    let t = tempfile::tempdir().unwrap();
+    let png = t.path().join("btree.png");
+    let v = bench(&["btree", "--pool", "1MiB", "--data", "2MiB", "--threads", "2", "--seconds", "0.05", "--plot", png.to_str().unwrap()]);
+    let all = ["strata", "redb", "lmdb", "btreemap"];
+    let runs = check_shape(&v, "btree", &["strata", "redb", "lmdb"]);
+    let phases = ["load", "C", "C", "E", "B", "insert-only"];
+    assert_eq!(runs.len(), 2 * phases.len(), "in/out x phases: {v}");
+    for (i, r) in runs.iter().enumerate() {
+        let p = &r["params"];
+        let memory = if i < phases.len() { "in" } else { "out" };
+        assert_eq!(p["memory"], memory);
+        assert_eq!(p["workload"], phases[i % phases.len()]);
+        assert_eq!(p["threads"], 2);
+        assert_eq!(p["page_size"], 4096);
+        assert_eq!(num(p, "data_bytes"), num(p, "keys") * 108.0);
+        assert_eq!(p["rss"], "per engine: one child process per engine and run");
+        if p["workload"] == "C" || p["workload"] == "B" || p["workload"] == "E" {
+            assert!(["uniform", "zipf"].contains(&p["distribution"].as_str().unwrap()), "{p}");
+        }
+        let engines = r["engines"].as_object().unwrap();
+        let expected: Vec<&str> = all.iter().copied().filter(|e| memory == "in" || *e != "btreemap").collect();
+        assert_eq!(engines.len(), expected.len(), "{r}");
+        for e in expected {
+            let f = &r["engines"][e];
+            assert!(ok(r, e), "{e} failed: {r}");
+            assert!(num(f, "ops_per_sec") > 0.0 && num(f, "ops") > 0.0, "{e}: {f}");
+            assert!(num(f, "peak_rss_bytes") > 0.0, "{e}: {f}");
+            assert!(f["cpu_us_per_op"].is_number(), "{e}: {f}");
+            // The correctness checks inside the run: every lookup found its key with a value
+            // that names it, scans were ordered, and the final scan found every entry ever
+            // inserted exactly once.
+            assert_eq!(num(f, "not_found"), 0.0, "{e} missed keys: {r}");
+            assert_eq!(num(f, "wrong_values"), 0.0, "{e} returned wrong values: {r}");
+            assert_eq!(num(f, "verify_missing"), 0.0, "{e}: {f}");
+            assert_eq!(num(f, "verify_wrong"), 0.0, "{e}: {f}");
+            assert!(num(f, "verified_keys") >= num(p, "keys"), "{e}: {f}");
+            if p["workload"] == "load" {
+                assert_eq!(num(f, "ops"), num(p, "keys"), "{e} loaded every key");
+            }
+        }
+        assert!(r["engines"]["lmdb"]["capped"].is_boolean(), "lmdb says whether it was capped");
+    }
+    let bytes = std::fs::read(&png).unwrap();
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
 }

@@ -3,6 +3,7 @@
 //! alike), and returns one JSON object:
 //! `{"bench", "machine", "runs": [{"params", "engines", "ratios"}], "notes"}`.
 
+mod btree;
 mod durability;
 mod fix;
 mod mixed_size;
@@ -20,7 +21,9 @@ use crate::harness::engine_value;
 use crate::{EResult, EngineError, PageStore};
 
 /// The benchmark names.
-pub const BENCHMARKS: &[&str] = &["fix", "random-read", "scan", "mixed-size", "commit", "recovery", "remote"];
+pub const BENCHMARKS: &[&str] = &["fix", "random-read", "scan", "mixed-size", "commit", "recovery", "remote", "btree"];
+
+pub use btree::child_main as btree_child;
 
 /// Options shared by the benchmarks; `None` means the benchmark's default (sized to finish in
 /// under a minute on a 2-core machine).
@@ -52,14 +55,19 @@ pub struct Options {
     /// `remote`: URL of the Valkey/Redis server for the remote tier (default: a private
     /// server started and stopped by the benchmark).
     pub remote: Option<String>,
-    /// `random-read`, `scan`: run only these engines (default: all of the benchmark's). Ratios
-    /// need `strata` and the baseline in the same run.
+    /// `random-read`, `scan`, `btree`: run only these engines (default: all of the
+    /// benchmark's). Ratios need `strata` and the baseline in the same run.
     pub engines: Option<Vec<String>>,
-    /// `random-read`: run only the `in`-memory or only the `out`-of-memory data set.
+    /// `random-read`, `btree`: run only the `in`-memory or only the `out`-of-memory data set.
     pub memory: Option<String>,
-    /// `scan`, `random-read`: rounds per engine (each on a freshly opened engine, engines in
-    /// rotating order); the median round is reported (default: scan 3, random-read 1).
+    /// `scan`, `random-read`, `btree`: rounds per engine (each on a freshly opened engine,
+    /// engines in rotating order); the median round is reported (default: scan 3,
+    /// random-read and btree 1).
     pub rounds: Option<usize>,
+    /// `btree`: an executable that runs one engine's share of the benchmark in a process of
+    /// its own when called as `EXE bench-child btree SPEC` (the `strata` binary), so that
+    /// each engine's peak RSS is its own. Without it every engine runs in this process.
+    pub child_exe: Option<PathBuf>,
 }
 
 impl Options {
@@ -128,7 +136,8 @@ pub fn run(name: &str, opts: &Options) -> Result<Value, String> {
         let known: &[&str] = match name {
             "random-read" => random_read::ENGINES.as_slice(),
             "scan" => scan::ENGINES.as_slice(),
-            _ => return Err(format!("--engines applies to random-read and scan only, not to {name}")),
+            "btree" => btree::ENGINES.as_slice(),
+            _ => return Err(format!("--engines applies to random-read, scan and btree only, not to {name}")),
         };
         if want.is_empty() {
             return Err("--engines needs at least one engine".into());
@@ -138,16 +147,16 @@ pub fn run(name: &str, opts: &Options) -> Result<Value, String> {
         }
     }
     if let Some(r) = opts.rounds {
-        if name != "scan" && name != "random-read" {
-            return Err(format!("--rounds applies to scan and random-read only, not to {name}"));
+        if !["scan", "random-read", "btree"].contains(&name) {
+            return Err(format!("--rounds applies to scan, random-read and btree only, not to {name}"));
         }
         if r == 0 {
             return Err("--rounds must be at least 1".into());
         }
     }
     if let Some(m) = &opts.memory {
-        if name != "random-read" {
-            return Err(format!("--memory applies to random-read only, not to {name}"));
+        if name != "random-read" && name != "btree" {
+            return Err(format!("--memory applies to random-read and btree only, not to {name}"));
         }
         if m != "in" && m != "out" {
             return Err(format!("--memory must be in or out, got {m:?}"));
@@ -164,6 +173,7 @@ pub fn run(name: &str, opts: &Options) -> Result<Value, String> {
         "commit" => durability::run_commit(&mut ctx),
         "recovery" => durability::run_recovery(&mut ctx),
         "remote" => remote::run(&mut ctx),
+        "btree" => btree::run(&mut ctx),
         _ => unreachable!(),
     }
     .map_err(|e| format!("{name}: {e}"))?;
@@ -278,7 +288,7 @@ pub fn run_label(params: &Value, varying: &[String]) -> String {
 /// the most significant first).
 pub fn varying_params(report: &Value) -> Vec<String> {
     let runs = report.get("runs").and_then(Value::as_array).cloned().unwrap_or_default();
-    let order = ["mode", "page_size", "memory", "data_bytes", "distribution", "phase", "threads"];
+    let order = ["mode", "page_size", "memory", "data_bytes", "workload", "distribution", "phase", "threads"];
     let mut keys: Vec<String> = Vec::new();
     for k in order {
         let vals: Vec<Option<&Value>> = runs.iter().map(|r| r.get("params").and_then(|p| p.get(k))).collect();
@@ -320,8 +330,9 @@ pub fn text_summary(report: &Value) -> String {
                 let ops = e["ops_per_sec"].as_f64().unwrap_or(0.0);
                 let bps = e["bytes_per_sec"].as_f64().unwrap_or(0.0);
                 let ratio = r["ratios"].get(name).and_then(Value::as_f64).map(|x| format!("  strata/{name} = {x:.2}")).unwrap_or_default();
+                let rss = e.get("peak_rss_bytes").and_then(Value::as_u64).map(|b| format!("  peak RSS {:>9}", short_size(b))).unwrap_or_default();
                 out.push_str(&format!(
-                    "  {name:<13} {ops:>14.0} ops/s {:>10}/s  p50 {:>9.2} us  p99 {:>9.2} us{ratio}\n",
+                    "  {name:<13} {ops:>14.0} ops/s {:>10}/s  p50 {:>9.2} us  p99 {:>9.2} us{rss}{ratio}\n",
                     short_size(bps as u64),
                     e["p50_us"].as_f64().unwrap_or(0.0),
                     e["p99_us"].as_f64().unwrap_or(0.0),
