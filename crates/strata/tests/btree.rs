@@ -214,14 +214,16 @@ fn huge_values_get_leaves_of_large_classes_and_limits_are_named() {
 fn writers_and_readers_at_once_keep_every_invariant() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("db");
-    let db = Arc::new(Database::create(config(&dir, 384 << 10)).unwrap());
+    let db = Arc::new(Database::create(config(&dir, 160 << 10)).unwrap());
     let tree = db.create_tree("t").unwrap();
     const WRITERS: u64 = 4;
     const BATCHES: u64 = 30;
-    const PER: u64 = 40;
+    const PER: u64 = 12;
     // Per writer: number of the last committed batch + 1.
     let committed: Arc<Vec<AtomicU64>> = Arc::new((0..WRITERS).map(|_| AtomicU64::new(0)).collect());
     let done = Arc::new(AtomicBool::new(false));
+    let retries = AtomicU64::new(0);
+    let retries = &retries;
     let key = |w: u64, b: u64, i: u64| ((b * PER + i) * WRITERS + w).wrapping_mul(0x9E37_79B9_7F4A_7C15).to_be_bytes();
     let val = |k: &[u8; 8]| value(k, (u64::from_be_bytes(*k) % 300) as usize, 9);
     std::thread::scope(|s| {
@@ -230,19 +232,25 @@ fn writers_and_readers_at_once_keep_every_invariant() {
             let (db, committed) = (db.clone(), committed.clone());
             writers.push(s.spawn(move || {
                 for b in 0..BATCHES {
+                    let mut rolled_back = false;
                     loop {
                         let mut tx = db.begin();
                         let r = (0..PER).try_for_each(|i| tree.insert(&mut tx, &key(w, b, i), &val(&key(w, b, i))));
                         match r {
-                            Ok(()) if b % 7 == 3 => {
+                            Ok(()) if b % 7 == 3 && !rolled_back => {
                                 // Rolled back once, then redone.
                                 tx.abort().unwrap();
-                                let mut tx = db.begin();
-                                (0..PER).try_for_each(|i| tree.insert(&mut tx, &key(w, b, i), &val(&key(w, b, i)))).unwrap();
-                                tx.commit().unwrap();
+                                rolled_back = true;
+                                continue;
                             }
                             Ok(()) => tx.commit().unwrap(),
-                            Err(Error::LockTimeout { .. }) => continue,
+                            Err(Error::LockTimeout { .. } | Error::Deadlock { .. }) => {
+                                drop(tx);
+                                // Back off for a moment so that the winner can finish.
+                                let n = retries.fetch_add(1, Ordering::Relaxed);
+                                std::thread::sleep(std::time::Duration::from_micros(50 + (n * 7919 + w * 104_729) % 500));
+                                continue;
+                            }
                             Err(e) => panic!("{e}"),
                         }
                         break;
@@ -297,6 +305,7 @@ fn writers_and_readers_at_once_keep_every_invariant() {
     }
     assert_same(&db, &tree, &model);
     assert!(db.buffer().stats().evictions > 0);
+    eprintln!("{} batches retried after a deadlock or lock timeout", retries.load(Ordering::Relaxed));
 }
 
 /// A tree workload on the simulated filesystem, crashed at every sync point (and with torn

@@ -68,6 +68,15 @@ impl BufferManager {
     /// whose `undo_next` is the record's predecessor, then applies it. `prev_lsn` is the
     /// transaction's latest record. Returns the compensation record's LSN.
     pub(crate) fn undo(&self, rec: &Record, prev_lsn: u64) -> Result<u64> {
+        self.undo_deferring(rec, prev_lsn, None)
+    }
+
+    /// [`undo`](Self::undo), but a page whose allocation is undone is pushed to `freed`
+    /// instead of being freed at once, when `freed` is given: a rolling-back transaction
+    /// still holds the page's lock, and a page freed now could be allocated by another
+    /// transaction that then cannot lock it. The caller frees them after releasing its locks
+    /// (the compensation record is logged here, so recovery frees them in any case).
+    pub(crate) fn undo_deferring(&self, rec: &Record, prev_lsn: u64, freed: Option<&mut Vec<PageId>>) -> Result<u64> {
         let clr = |action: Compensation<'_>| self.wal.append(rec.txid, prev_lsn, &Body::Clr { undo_next: rec.prev_lsn, action });
         match &rec.body {
             Body::Update { pid, offset, before, .. } => {
@@ -81,7 +90,10 @@ impl BufferManager {
             }
             Body::Alloc { pid } => {
                 let lsn = clr(Compensation::Free { pid: *pid })?;
-                self.free_if_allocated(*pid)?;
+                match freed {
+                    Some(later) => later.push(*pid),
+                    None => self.free_if_allocated(*pid)?,
+                }
                 Ok(lsn)
             }
             Body::Free { pid } => {
@@ -91,6 +103,20 @@ impl BufferManager {
             }
             other => Err(Error::Inconsistent(format!("log record {other:?} at {} cannot be undone", rec.lsn))),
         }
+    }
+
+    /// Undoes an update record on a page the caller has latched (rollback of an atomic
+    /// section, whose pages are latched together so that no reader sees half of it).
+    pub(crate) fn undo_latched(&self, rec: &Record, prev_lsn: u64, g: &mut ExclusiveGuard<'_>) -> Result<u64> {
+        let Body::Update { pid, offset, before, .. } = &rec.body else {
+            return Err(Error::Inconsistent(format!("log record {:?} at {} is not an update", rec.body, rec.lsn)));
+        };
+        debug_assert_eq!(*pid, g.pid());
+        let action = Compensation::Write { pid: *pid, offset: *offset, bytes: Cow::Borrowed(before) };
+        let lsn = self.wal.append(rec.txid, prev_lsn, &Body::Clr { undo_next: rec.prev_lsn, action })?;
+        g.write(*offset as usize, before);
+        g.set_page_lsn(lsn);
+        Ok(lsn)
     }
 
     /// Frees `pid` unless it is free already (redo and undo must be idempotent).

@@ -1210,6 +1210,34 @@ impl BufferManager {
         Ok(ExclusiveGuard { bm: self, sp, index, frame: sp.frame(index), _not_send: Default::default() })
     }
 
+    /// Latches `pid` exclusively if no other latch is held on it (loading it if needed);
+    /// `None` if one is. For callers that latch several pages together: they must never
+    /// wait for a latch while holding another (rollback of an atomic section).
+    pub(crate) fn try_fix_exclusive(&self, pid: PageId) -> Result<Option<ExclusiveGuard<'_>>> {
+        let sp = self.lookup(pid)?;
+        let index = pid.index();
+        let st = sp.state(index);
+        let w = st.load();
+        let got = match w.state() {
+            _ if w.is_unlatched() => {
+                let got = st.try_lock_exclusive(w);
+                if got {
+                    self.count_hit(w);
+                }
+                got
+            }
+            EVICTED => {
+                let got = st.try_lock_evicted(w);
+                if got {
+                    self.load(sp, index)?;
+                }
+                got
+            }
+            _ => false,
+        };
+        Ok(got.then(|| ExclusiveGuard { bm: self, sp, index, frame: sp.frame(index), _not_send: Default::default() }))
+    }
+
     /// Latches `pid` shared, loading it if needed.
     pub fn fix_shared(&self, pid: PageId) -> Result<SharedGuard<'_>> {
         let sp = self.lookup(pid)?;

@@ -222,7 +222,7 @@ pub fn transfer(bm: &BufferManager, locks: &LockTable, bank: &Bank, slot: usize,
             tx.abort()?;
             Ok(Outcome::Aborted)
         }
-        Err(Error::LockTimeout { .. }) => {
+        Err(Error::LockTimeout { .. } | Error::Deadlock { .. }) => {
             drop(tx);
             Ok(Outcome::Conflict)
         }

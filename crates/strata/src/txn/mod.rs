@@ -50,6 +50,9 @@ pub struct Transaction<'a> {
     txid: u64,
     last_lsn: u64,
     undo: Vec<Record>,
+    /// The atomic section of each record of `undo` (see [`begin_section`](Self::begin_section)).
+    sections: Vec<u64>,
+    section: u64,
     held: Vec<PageId>,
     /// The same pages as `held`, for [`holds`](Self::holds).
     held_set: HashSet<PageId>,
@@ -62,7 +65,7 @@ impl<'a> Transaction<'a> {
     /// Begins a transaction on `bm`, isolated by `locks` (one table per database).
     pub fn begin(bm: &'a BufferManager, locks: &'a LockTable) -> Transaction<'a> {
         let txid = bm.tx_begin();
-        Transaction { bm, locks, txid, last_lsn: 0, undo: Vec::new(), held: Vec::new(), held_set: HashSet::new(), frees: Vec::new(), active: true, lock_wait: DEFAULT_LOCK_WAIT }
+        Transaction { bm, locks, txid, last_lsn: 0, undo: Vec::new(), sections: Vec::new(), section: 0, held: Vec::new(), held_set: HashSet::new(), frees: Vec::new(), active: true, lock_wait: DEFAULT_LOCK_WAIT }
     }
 
     /// Sets how long lock waits last before [`Error::LockTimeout`].
@@ -97,6 +100,19 @@ impl<'a> Transaction<'a> {
         Ok(())
     }
 
+    /// Starts an atomic section: the changes logged until the next section are made under
+    /// latches held together (readers see all or none of them), so a rollback undoes them
+    /// under the latches of all their pages at once, too. Every [`write`](Self::write) and
+    /// [`alloc`](Self::alloc) is a section of its own.
+    pub(crate) fn begin_section(&mut self) {
+        self.section += 1;
+    }
+
+    fn push_undo(&mut self, rec: Record) {
+        self.undo.push(rec);
+        self.sections.push(self.section);
+    }
+
     /// Whether the transaction holds the lock on `pid`.
     pub fn holds(&self, pid: PageId) -> bool {
         self.held_set.contains(&pid)
@@ -118,7 +134,7 @@ impl<'a> Transaction<'a> {
         match self.bm.log_write(g, self.txid, self.last_lsn, at, src) {
             Ok(rec) => {
                 self.last_lsn = rec.lsn;
-                self.undo.push(rec);
+                self.push_undo(rec);
                 Ok(())
             }
             Err(e) => {
@@ -135,11 +151,12 @@ impl<'a> Transaction<'a> {
         let pid = g.pid();
         // Nobody else knows the id yet, so the lock is free.
         let got = self.locks.acquire(pid, self.txid, self.lock_wait);
-        debug_assert!(matches!(got, Ok(true)));
+        debug_assert!(matches!(got, Ok(true)), "a newly allocated page {pid} was locked");
         self.held.push(pid);
         self.held_set.insert(pid);
         self.last_lsn = rec.lsn;
-        self.undo.push(rec);
+        self.push_undo(rec);
+        got?;
         Ok(g)
     }
 
@@ -166,11 +183,12 @@ impl<'a> Transaction<'a> {
     /// fails the transaction is rolled back and must not be used further.
     pub fn write(&mut self, pid: PageId, at: usize, src: &[u8]) -> Result<()> {
         self.lock(pid)?;
+        self.begin_section();
         let r = self.bm.fix_exclusive(pid).and_then(|mut g| self.bm.log_write(&mut g, self.txid, self.last_lsn, at, src));
         match r {
             Ok(rec) => {
                 self.last_lsn = rec.lsn;
-                self.undo.push(rec);
+                self.push_undo(rec);
                 Ok(())
             }
             Err(e @ (Error::InvalidInput(_) | Error::InvalidPageId { .. })) => Err(e),
@@ -187,6 +205,7 @@ impl<'a> Transaction<'a> {
     /// this transaction; freed again if it rolls back).
     pub fn alloc(&mut self, bytes: usize) -> Result<PageId> {
         self.check_active()?;
+        self.begin_section();
         let (g, rec) = match self.bm.log_alloc(bytes, self.txid, self.last_lsn) {
             Ok(x) => x,
             Err(e @ (Error::InvalidInput(_) | Error::PoolTooSmall { .. })) => return Err(e),
@@ -200,7 +219,7 @@ impl<'a> Transaction<'a> {
         self.held.push(pid);
         self.held_set.insert(pid);
         self.last_lsn = rec.lsn;
-        self.undo.push(rec);
+        self.push_undo(rec);
         Ok(pid)
     }
 
@@ -263,23 +282,79 @@ impl<'a> Transaction<'a> {
     }
 
     fn rollback(&mut self) -> Result<()> {
-        while let Some(rec) = self.undo.pop() {
-            match self.bm.undo(&rec, self.last_lsn) {
-                Ok(lsn) => self.last_lsn = lsn,
-                Err(e) => {
-                    // Keep the locks: the pages hold changes nobody may see or overwrite
-                    // until recovery rolls them back on the next open.
-                    self.active = false;
-                    self.held.clear();
-                    self.held_set.clear();
-                    self.undo.clear();
-                    return Err(e);
-                }
+        let mut freed = Vec::new();
+        while let Some(&section) = self.sections.last() {
+            // The records of one atomic section, undone under the latches of all its pages.
+            let start = self.sections.iter().rposition(|&s| s != section).map_or(0, |i| i + 1);
+            let group: Vec<Record> = self.undo.drain(start..).collect();
+            self.sections.truncate(start);
+            if let Err(e) = self.undo_section(&group, &mut freed) {
+                // Keep the locks: the pages hold changes nobody may see or overwrite
+                // until recovery rolls them back on the next open.
+                self.active = false;
+                self.held.clear();
+                self.held_set.clear();
+                self.undo.clear();
+                self.sections.clear();
+                return Err(e);
             }
         }
         let r = if self.last_lsn != 0 { self.bm.wal.append(self.txid, self.last_lsn, &Body::Abort).map(|_| ()) } else { Ok(()) };
         self.finish();
-        r
+        // The locks are released: the pages this transaction allocated can go now.
+        let mut first_error = r.err();
+        for pid in freed {
+            if let Err(e) = self.bm.free_if_allocated(pid) {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Undoes one atomic section (its records in reverse), holding the exclusive latches of
+    /// all the pages it changed at once. Latches are only tried, never waited for while
+    /// another is held: if one is taken, all are released and the attempt repeated.
+    fn undo_section(&mut self, group: &[Record], freed: &mut Vec<PageId>) -> Result<()> {
+        let mut pids: Vec<PageId> = group
+            .iter()
+            .filter_map(|r| match &r.body {
+                Body::Update { pid, .. } if self.bm.is_allocated(*pid) => Some(*pid),
+                _ => None,
+            })
+            .collect();
+        pids.sort_unstable();
+        pids.dedup();
+        let mut guards = Vec::with_capacity(pids.len());
+        let mut spins = 0u32;
+        while guards.len() < pids.len() {
+            match self.bm.try_fix_exclusive(pids[guards.len()])? {
+                Some(g) => guards.push(g),
+                None => {
+                    // Unchanged so far: release without a version change and try again.
+                    for g in guards.drain(..) {
+                        g.release_unchanged();
+                    }
+                    spins += 1;
+                    if spins % 64 == 0 {
+                        std::thread::sleep(Duration::from_micros(50));
+                    } else {
+                        std::thread::yield_now();
+                    }
+                }
+            }
+        }
+        for rec in group.iter().rev() {
+            let lsn = match &rec.body {
+                Body::Update { pid, .. } => match pids.binary_search(pid) {
+                    Ok(i) => self.bm.undo_latched(rec, self.last_lsn, &mut guards[i])?,
+                    // A page no longer allocated: log the compensation, nothing to write.
+                    Err(_) => self.bm.undo(rec, self.last_lsn)?,
+                },
+                _ => self.bm.undo_deferring(rec, self.last_lsn, Some(freed))?,
+            };
+            self.last_lsn = lsn;
+        }
+        Ok(())
     }
 
     /// Rolls back after an error and returns the error.
@@ -296,6 +371,7 @@ impl<'a> Transaction<'a> {
         self.held.clear();
         self.held_set.clear();
         self.undo.clear();
+        self.sections.clear();
     }
 }
 

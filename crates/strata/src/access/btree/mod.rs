@@ -37,7 +37,10 @@
 //! transaction that needed it and is rolled back with it). The transaction locks each page
 //! it changes until it ends (undo is physical), so writers of different leaves proceed in
 //! parallel and writers of one leaf take turns; lock waits happen with no latch held.
-//! Readers take no locks: they see the latest state of each leaf, committed or not.
+//! Readers take no locks: they see the latest state of each leaf, committed or not. Each
+//! latched change (an insert into a leaf, a split) is an atomic section of the transaction
+//! ([`Transaction::begin_section`]): a rollback undoes it under the latches of all its pages
+//! at once, so a reader never sees half of a change, forward or backward.
 //! After an error from a tree operation, abort the transaction.
 
 mod check;
@@ -83,6 +86,7 @@ struct Path<'a> {
 impl BTree {
     /// Creates an empty tree (a root and one empty leaf), as part of `tx`.
     pub fn create(tx: &mut Transaction<'_>) -> Result<BTree> {
+        tx.begin_section();
         let mut leaf = tx.alloc_latched(1)?;
         let img = node::build(leaf.len(), KIND_LEAF, &Entries::default(), 0..0, 0, 0);
         write_image(tx, &mut leaf, &img)?;
@@ -248,6 +252,7 @@ impl BTree {
         loop {
             let Some(path) = self.descend(bm, key, &mut buf)? else { continue };
             let Some(mut g) = self.latch_leaf(tx, path)? else { continue };
+            tx.begin_section();
             if leaf::upsert(tx, &mut g, key, value, &mut buf)? {
                 return Ok(());
             }
@@ -267,6 +272,7 @@ impl BTree {
         loop {
             let Some(path) = self.descend(bm, key, &mut buf)? else { continue };
             let Some(mut g) = self.latch_leaf(tx, path)? else { continue };
+            tx.begin_section();
             return leaf::remove(tx, &mut g, key, &mut buf);
         }
     }
@@ -325,6 +331,8 @@ impl BTree {
         if waited {
             return Ok(());
         }
+        // Everything below is one atomic section: its pages are latched together.
+        tx.begin_section();
         if level == 0 {
             let root = path.inner.swap_remove(0);
             let Ok(g) = root.g.upgrade() else { return Ok(()) };
