@@ -89,11 +89,6 @@ pub enum Error {
     #[error("lock wait on page {pid} timed out after {waited_ms} ms (held by another transaction): abort and retry")]
     LockTimeout { pid: PageId, waited_ms: u64 },
 
-    /// Waiting for the page would deadlock: another transaction waits, directly or through
-    /// others, for a page this one holds. Abort and retry.
-    #[error("deadlock: waiting for page {pid} would close a cycle of transactions waiting for each other: abort and retry")]
-    Deadlock { pid: PageId },
-
     /// The transaction can no longer be used (it failed or was already ended).
     #[error("transaction {txid} is no longer active: {reason}")]
     TransactionEnded { txid: u64, reason: &'static str },

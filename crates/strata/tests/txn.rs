@@ -322,39 +322,3 @@ fn a_failed_home_write_stops_in_place_writes_until_reopen_and_loses_nothing() {
     db.close().unwrap();
 }
 
-/// Two transactions that each hold a page the other wants: the second wait fails at once
-/// with a deadlock (not after the lock timeout), and after its rollback the first goes on.
-#[test]
-fn a_cycle_of_lock_waits_is_a_deadlock_error_at_once() {
-    let tmp = tempfile::tempdir().unwrap();
-    let db = Database::create(config(&tmp.path().join("db"), 1 << 20)).unwrap();
-    let mut t = db.begin();
-    let (a, b) = (t.alloc(8).unwrap(), t.alloc(8).unwrap());
-    t.commit().unwrap();
-    let mut t1 = db.begin();
-    t1.write_u64(a, 0, 1).unwrap();
-    std::thread::scope(|s| {
-        let db = &db;
-        let mut t2 = db.begin();
-        t2.write_u64(b, 0, 2).unwrap();
-        let waiter = s.spawn(move || {
-            t2.set_lock_wait(Duration::from_secs(600));
-            // Waits for t1's page a; t1's wait for b then closes the cycle and t1 is told.
-            let r = t2.write_u64(a, 0, 3);
-            (r.is_ok(), t2)
-        });
-        while db.locks().waiters() == 0 {
-            std::thread::yield_now();
-        }
-        t1.set_lock_wait(Duration::from_secs(600));
-        let err = t1.write_u64(b, 0, 4).unwrap_err();
-        assert!(matches!(err, Error::Deadlock { pid } if pid == b), "{err}");
-        t1.abort().unwrap();
-        let (ok, t2) = waiter.join().unwrap();
-        assert!(ok, "the waiter gets the page once the victim rolled back");
-        t2.commit().unwrap();
-    });
-    let mut t = db.begin();
-    assert_eq!((t.read_u64(a, 0).unwrap(), t.read_u64(b, 0).unwrap()), (3, 2));
-    t.commit().unwrap();
-}

@@ -317,7 +317,7 @@ fn commit_measure(s: &CommitSetup<'_>, group: bool, cfg: &RunCfg, seed: u64) -> 
             loop {
                 match bump(&db, [a, b]) {
                     Ok(()) => return Ok(Step::Did { bytes: 16 }),
-                    Err(Error::LockTimeout { .. } | Error::Deadlock { .. }) => {
+                    Err(Error::LockTimeout { .. }) => {
                         retries.fetch_add(1, Ordering::Relaxed);
                     }
                     Err(e) => return Err(EngineError::from(e)),

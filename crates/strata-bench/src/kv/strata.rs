@@ -99,7 +99,7 @@ impl KvSession for Session<'_> {
             let r = entries.iter().try_for_each(|(k, v)| kv.tree.insert(&mut tx, k, v));
             match r {
                 Ok(()) => return Ok(tx.commit()?),
-                Err(Error::LockTimeout { .. } | Error::Deadlock { .. }) => {
+                Err(Error::LockTimeout { .. }) => {
                     // Roll back (drop), then let the other writer finish before retrying.
                     drop(tx);
                     kv.lock_retries.fetch_add(1, Ordering::Relaxed);

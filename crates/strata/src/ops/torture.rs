@@ -222,7 +222,7 @@ pub fn transfer(bm: &BufferManager, locks: &LockTable, bank: &Bank, slot: usize,
             tx.abort()?;
             Ok(Outcome::Aborted)
         }
-        Err(Error::LockTimeout { .. } | Error::Deadlock { .. }) => {
+        Err(Error::LockTimeout { .. }) => {
             drop(tx);
             Ok(Outcome::Conflict)
         }

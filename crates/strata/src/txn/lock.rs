@@ -4,9 +4,8 @@
 //! transaction, so that no other transaction reads or overwrites bytes whose change may
 //! still be rolled back (undo restores byte ranges, which is only correct if nobody else
 //! changed them meanwhile). Locks are exclusive and taken before any latch; a transaction
-//! never waits for a lock while it holds a latch. A wait that would close a cycle of
-//! waiting transactions fails at once with [`Error::Deadlock`], and a wait that exceeds
-//! the timeout returns [`Error::LockTimeout`]; either way the caller aborts and retries.
+//! never waits for a lock while it holds a latch. A wait that exceeds the timeout returns
+//! [`Error::LockTimeout`]: that is how deadlocks are broken (the caller aborts and retries).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -19,33 +18,8 @@ use crate::storage::PageId;
 /// The lock table shared by all transactions of a database.
 #[derive(Default)]
 pub struct LockTable {
-    owners: Mutex<Owners>,
+    owners: Mutex<HashMap<PageId, u64>>,
     released: Condvar,
-}
-
-/// Who holds each locked page, and which page each waiting transaction waits for.
-#[derive(Default)]
-struct Owners {
-    held: HashMap<PageId, u64>,
-    waiting: HashMap<u64, PageId>,
-}
-
-impl Owners {
-    /// Whether `txid` waiting for a page held by `owner` closes a cycle of waits.
-    fn closes_cycle(&self, txid: u64, mut owner: u64) -> bool {
-        // Each transaction waits for at most one page, so the chain has no branches; its
-        // length is bounded by the number of waiters.
-        for _ in 0..=self.waiting.len() {
-            if owner == txid {
-                return true;
-            }
-            match self.waiting.get(&owner).and_then(|p| self.held.get(p)) {
-                Some(&next) => owner = next,
-                None => return false,
-            }
-        }
-        false
-    }
 }
 
 impl LockTable {
@@ -55,22 +29,15 @@ impl LockTable {
         let start = Instant::now();
         let mut owners = self.owners.lock();
         loop {
-            match owners.held.get(&pid) {
+            match owners.get(&pid) {
                 None => {
-                    owners.held.insert(pid, txid);
-                    owners.waiting.remove(&txid);
+                    owners.insert(pid, txid);
                     return Ok(true);
                 }
                 Some(&o) if o == txid => return Ok(false),
-                Some(&o) => {
-                    if owners.closes_cycle(txid, o) {
-                        owners.waiting.remove(&txid);
-                        return Err(Error::Deadlock { pid });
-                    }
-                    owners.waiting.insert(txid, pid);
+                Some(_) => {
                     let left = wait.saturating_sub(start.elapsed());
-                    if left.is_zero() || self.released.wait_for(&mut owners, left).timed_out() && owners.held.get(&pid).is_some_and(|&o| o != txid) {
-                        owners.waiting.remove(&txid);
+                    if left.is_zero() || self.released.wait_for(&mut owners, left).timed_out() && owners.get(&pid).is_some_and(|&o| o != txid) {
                         return Err(Error::LockTimeout { pid, waited_ms: start.elapsed().as_millis() as u64 });
                     }
                 }
@@ -85,8 +52,8 @@ impl LockTable {
         }
         let mut owners = self.owners.lock();
         for pid in pids {
-            if owners.held.get(pid) == Some(&txid) {
-                owners.held.remove(pid);
+            if owners.get(pid) == Some(&txid) {
+                owners.remove(pid);
             }
         }
         drop(owners);
@@ -95,12 +62,7 @@ impl LockTable {
 
     /// Number of locked pages.
     pub fn len(&self) -> usize {
-        self.owners.lock().held.len()
-    }
-
-    /// Number of transactions waiting for a lock.
-    pub fn waiters(&self) -> usize {
-        self.owners.lock().waiting.len()
+        self.owners.lock().len()
     }
 
     /// Whether no page is locked.

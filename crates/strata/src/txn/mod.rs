@@ -65,7 +65,20 @@ impl<'a> Transaction<'a> {
     /// Begins a transaction on `bm`, isolated by `locks` (one table per database).
     pub fn begin(bm: &'a BufferManager, locks: &'a LockTable) -> Transaction<'a> {
         let txid = bm.tx_begin();
-        Transaction { bm, locks, txid, last_lsn: 0, undo: Vec::new(), sections: Vec::new(), section: 0, held: Vec::new(), held_set: HashSet::new(), frees: Vec::new(), active: true, lock_wait: DEFAULT_LOCK_WAIT }
+        Transaction {
+            bm,
+            locks,
+            txid,
+            last_lsn: 0,
+            undo: Vec::new(),
+            sections: Vec::new(),
+            section: 0,
+            held: Vec::new(),
+            held_set: HashSet::new(),
+            frees: Vec::new(),
+            active: true,
+            lock_wait: DEFAULT_LOCK_WAIT,
+        }
     }
 
     /// Sets how long lock waits last before [`Error::LockTimeout`].

@@ -257,11 +257,12 @@ impl BTree {
                 return Ok(());
             }
             g.release_unchanged();
-            splits += 1;
-            if splits > MAX_SPLITS_PER_INSERT {
-                return Err(Error::Inconsistent(format!("insert of a {}-byte value did not find room after {splits} splits", value.len())));
+            if self.make_room(tx, key, SLOT + key.len() + value.len(), &mut buf)? {
+                splits += 1;
+                if splits > MAX_SPLITS_PER_INSERT {
+                    return Err(Error::Inconsistent(format!("insert of a {}-byte value did not find room after {splits} splits", value.len())));
+                }
             }
-            self.make_room(tx, key, SLOT + key.len() + value.len(), &mut buf)?;
         }
     }
 
@@ -300,21 +301,21 @@ impl BTree {
     /// One structural change that makes room for an entry of `need` bytes (slot included)
     /// for `key`: splits the leaf, or the lowest ancestor whose parent has room for a
     /// separator (the root in place, by moving its halves into two new children).
-    fn make_room(&self, tx: &mut Transaction<'_>, key: &[u8], need: usize, buf: &mut Vec<u8>) -> Result<()> {
+    fn make_room(&self, tx: &mut Transaction<'_>, key: &[u8], need: usize, buf: &mut Vec<u8>) -> Result<bool> {
         let bm = tx.buffer();
-        let Some(mut path) = self.descend(bm, key, buf)? else { return Ok(()) };
+        let Some(mut path) = self.descend(bm, key, buf)? else { return Ok(false) };
         // The node to split is at `level` (path.inner.len() = the leaf).
         let mut level = path.inner.len();
         while level > 0 {
             let parent = &path.inner[level - 1].g;
-            let Ok(h) = node::header(parent) else { return Ok(()) };
+            let Ok(h) = node::header(parent) else { return Ok(false) };
             if h.heap - (HDR + h.count * SLOT) + h.dead >= SLOT + MAX_KEY {
                 break;
             }
             level -= 1;
         }
         if !path.inner.iter().all(|s| s.g.validate()) {
-            return Ok(());
+            return Ok(false);
         }
         // Locks first, with no latch held.
         let mut wanted = vec![if level == path.inner.len() { path.leaf.pid() } else { path.inner[level].g.pid() }];
@@ -329,28 +330,29 @@ impl BTree {
             }
         }
         if waited {
-            return Ok(());
+            return Ok(false);
         }
         // Everything below is one atomic section: its pages are latched together.
         tx.begin_section();
         if level == 0 {
             let root = path.inner.swap_remove(0);
-            let Ok(g) = root.g.upgrade() else { return Ok(()) };
-            return split_root(tx, g);
+            let Ok(g) = root.g.upgrade() else { return Ok(false) };
+            return split_root(tx, g).map(|()| true);
         }
         let parent_step = path.inner.remove(level - 1);
         let idx = parent_step.idx;
-        let Ok(mut pg) = parent_step.g.upgrade() else { return Ok(()) };
+        let Ok(mut pg) = parent_step.g.upgrade() else { return Ok(false) };
         let target = if level - 1 == path.inner.len() { path.leaf } else { path.inner.remove(level - 1).g };
         let Ok(mut ng) = target.upgrade() else {
             pg.release_unchanged();
-            return Ok(());
+            return Ok(false);
         };
         if ng.data()[0] == KIND_LEAF {
-            split_leaf(tx, &mut pg, idx, ng, key, need, buf)
+            split_leaf(tx, &mut pg, idx, ng, key, need, buf)?;
         } else {
-            split_inner(tx, &mut pg, idx, &mut ng)
+            split_inner(tx, &mut pg, idx, &mut ng)?;
         }
+        Ok(true)
     }
 
     /// Calls `f(key, value)` for every entry with a key at or after `start`, in key order,
@@ -506,7 +508,15 @@ fn relink(tx: &mut Transaction<'_>, pg: &mut ExclusiveGuard<'_>, idx: usize, sep
 
 /// Splits (or grows) the full leaf `lg`, child `idx` of `pg`, so that an entry of `need`
 /// bytes for `key` finds room when the insert restarts.
-fn split_leaf(tx: &mut Transaction<'_>, pg: &mut ExclusiveGuard<'_>, idx: usize, mut lg: ExclusiveGuard<'_>, key: &[u8], need: usize, buf: &mut Vec<u8>) -> Result<()> {
+fn split_leaf(
+    tx: &mut Transaction<'_>,
+    pg: &mut ExclusiveGuard<'_>,
+    idx: usize,
+    mut lg: ExclusiveGuard<'_>,
+    key: &[u8],
+    need: usize,
+    buf: &mut Vec<u8>,
+) -> Result<()> {
     let bm = tx.buffer();
     let (_, mut e) = node::decode(lg.data()).map_err(|_| BTree::corrupt(bm, lg.pid(), "impossible leaf"))?;
     let (p, found) = node::lower_bound(lg.data(), e.len(), key, buf).map_err(|_| BTree::corrupt(bm, lg.pid(), "impossible leaf"))?;

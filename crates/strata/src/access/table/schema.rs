@@ -109,9 +109,7 @@ impl Schema {
         let mut cols = Vec::new();
         for (i, part) in spec.split(',').enumerate() {
             let part = part.trim();
-            let (name, ty) = part.rsplit_once(':').ok_or_else(|| {
-                Error::InvalidInput(format!("schema entry {} ({part:?}) is not name:type", i + 1))
-            })?;
+            let (name, ty) = part.rsplit_once(':').ok_or_else(|| Error::InvalidInput(format!("schema entry {} ({part:?}) is not name:type", i + 1)))?;
             let ty = ColumnType::parse(ty.trim()).ok_or_else(|| {
                 let names: Vec<_> = ColumnType::ALL.iter().map(|t| t.name()).collect();
                 Error::InvalidInput(format!("schema entry {} ({part:?}): unknown type {:?}; types are {}", i + 1, ty.trim(), names.join(", ")))
