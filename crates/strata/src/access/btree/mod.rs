@@ -367,7 +367,7 @@ impl BTree {
         let mut buf = Vec::new();
         'descend: loop {
             let Some(mut path) = self.descend(bm, &from, &mut buf)? else { continue };
-            let Some(mut fence) = fence_of(&path, &mut buf) else { continue };
+            let Some(mut fence) = fence_of(&path) else { continue };
             let mut parent = path.inner.pop().expect("a leaf has a parent");
             let mut leaf = path.leaf;
             loop {
@@ -424,7 +424,7 @@ impl BTree {
 /// The upper fence of the path's leaf: the separator above it in the lowest ancestor where
 /// the descent did not follow `upper` (`Some(None)`: none, it is the last leaf). `None`:
 /// restart.
-fn fence_of(path: &Path<'_>, _buf: &mut [u8]) -> Option<Option<Vec<u8>>> {
+fn fence_of(path: &Path<'_>) -> Option<Option<Vec<u8>>> {
     for step in path.inner.iter().rev() {
         let h = node::header(&step.g).ok()?;
         if step.idx < h.count {
