@@ -35,18 +35,22 @@ fn header_word(kind: u8, count: usize) -> [u8; 8] {
     ((kind as u64) | ((count as u64) << 32)).to_le_bytes()
 }
 
+/// The latched leaf's header and the position of `key` in it (whether it is there).
+fn locate(tx: &Transaction<'_>, g: &ExclusiveGuard<'_>, key: &[u8], buf: &mut Vec<u8>) -> Result<(node::Header, usize, bool)> {
+    let corrupt = |_| BTree::corrupt(tx.buffer(), g.pid(), "impossible leaf");
+    let h = node::header(g.data()).map_err(corrupt)?;
+    let (p, found) = node::lower_bound(g.data(), h.count, key, buf).map_err(corrupt)?;
+    Ok((h, p, found))
+}
+
 /// Inserts or replaces `key` in the latched leaf if it has room (compacting it if that
 /// makes room). Returns false, having changed nothing, when it does not fit.
 pub fn upsert(tx: &mut Transaction<'_>, g: &mut ExclusiveGuard<'_>, key: &[u8], value: &[u8], buf: &mut Vec<u8>) -> Result<bool> {
-    let bm = tx.buffer();
-    let pid = g.pid();
-    let corrupt = |_| BTree::corrupt(bm, pid, "impossible leaf");
-    let d = g.data();
-    let h = node::header(d).map_err(corrupt)?;
-    let (p, found) = node::lower_bound(d, h.count, key, buf).map_err(corrupt)?;
+    let (h, p, found) = locate(tx, g, key, buf)?;
+    let corrupt = |_| BTree::corrupt(tx.buffer(), g.pid(), "impossible leaf");
     let mut reclaim = h.dead;
     if found {
-        let (off, len, _, vlen) = node::slot(d, p).map_err(corrupt)?;
+        let (off, len, _, vlen) = node::slot(g.data(), p).map_err(corrupt)?;
         if vlen as usize == value.len() {
             tx.write_latched(g, off + len, value)?;
             return Ok(true);
@@ -96,16 +100,12 @@ pub fn upsert(tx: &mut Transaction<'_>, g: &mut ExclusiveGuard<'_>, key: &[u8], 
 
 /// Removes `key` from the latched leaf; whether it was there.
 pub fn remove(tx: &mut Transaction<'_>, g: &mut ExclusiveGuard<'_>, key: &[u8], buf: &mut Vec<u8>) -> Result<bool> {
-    let bm = tx.buffer();
-    let pid = g.pid();
-    let corrupt = |_| BTree::corrupt(bm, pid, "impossible leaf");
-    let d = g.data();
-    let h = node::header(d).map_err(corrupt)?;
-    let (p, found) = node::lower_bound(d, h.count, key, buf).map_err(corrupt)?;
+    let (h, p, found) = locate(tx, g, key, buf)?;
     if !found {
         return Ok(false);
     }
-    let (_, len, _, vlen) = node::slot(d, p).map_err(corrupt)?;
+    let d = g.data();
+    let (_, len, _, vlen) = node::slot(d, p).map_err(|_| BTree::corrupt(tx.buffer(), g.pid(), "impossible leaf"))?;
     if p + 1 < h.count {
         let rest = d[HDR + (p + 1) * SLOT..HDR + h.count * SLOT].to_vec();
         tx.write_latched(g, HDR + p * SLOT, &rest)?;
