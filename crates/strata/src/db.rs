@@ -8,6 +8,7 @@ use parking_lot::Mutex;
 use serde::Serialize;
 
 use crate::access::btree::{BTree, TreeReport};
+use crate::access::table::{pax, Schema, Table, Value};
 use crate::access::{Catalog, Column, Graph, ValueFormat};
 use crate::buffer::{BufferManager, Cleaner, CleanerOptions, CleanerStats, Config};
 use crate::error::{Error, Result};
@@ -34,6 +35,8 @@ pub struct CheckReport {
     pub graphs: u64,
     /// Key-value trees checked, by name.
     pub trees: std::collections::BTreeMap<String, TreeReport>,
+    /// Tables checked, by name.
+    pub tables: std::collections::BTreeMap<String, TreeReport>,
     /// Allocated pages that no column references (left by an interrupted import; harmless).
     pub unreferenced_pages: u64,
 }
@@ -152,6 +155,125 @@ impl Database {
     /// The key-value tree `name`.
     pub fn tree(&self, name: &str) -> Result<BTree> {
         self.catalog.lock().tree(name).copied()
+    }
+
+    /// Creates the empty table `name` with `schema` (see [`crate::access::table`]): durable
+    /// when this returns.
+    pub fn create_table(&self, name: &str, schema: Schema) -> Result<Table> {
+        check_name("table", name)?;
+        let mut catalog = self.catalog.lock();
+        if catalog.contains(name) {
+            return Err(Error::InvalidInput(format!("an object named {name:?} already exists")));
+        }
+        let mut tx = self.begin();
+        let table = Table::create(&mut tx, schema)?;
+        tx.commit()?;
+        let mut next = catalog.clone();
+        next.tables.insert(name.to_owned(), table.clone());
+        // On error the pages stay allocated but unreferenced (reported by `check`, harmless).
+        next.store(self.bm.backend().as_ref(), self.bm.dir())?;
+        *catalog = next;
+        Ok(table)
+    }
+
+    /// The table `name`.
+    pub fn table(&self, name: &str) -> Result<Table> {
+        self.catalog.lock().table(name).cloned()
+    }
+
+    /// Removes the table `name` and frees its pages: durable when this returns (a crash
+    /// after the catalog no longer names it leaves its pages unreferenced, which `check`
+    /// reports and which is harmless).
+    pub fn drop_table(&self, name: &str) -> Result<()> {
+        let table = {
+            let mut catalog = self.catalog.lock();
+            let table = catalog.table(name)?.clone();
+            let mut next = catalog.clone();
+            next.tables.remove(name);
+            next.store(self.bm.backend().as_ref(), self.bm.dir())?;
+            *catalog = next;
+            table
+        };
+        let mut pages = Vec::new();
+        table.check(&self.bm, &mut |pid| pages.push(pid))?;
+        let mut tx = self.begin();
+        for pid in pages {
+            tx.free(pid)?;
+        }
+        tx.commit()
+    }
+
+    /// Appends the rows that `feed` hands to its sink to table `name`, created with `schema`
+    /// if absent (if present, its schema must be `schema`). Rows are appended in batches and
+    /// committed every few MiB, so that a load of any size keeps its undo state and the log
+    /// bounded; `committed(rows)` is called after each commit with the rows committed so
+    /// far. On error the transaction in progress is rolled back: a table this call created
+    /// is dropped again; a table that existed keeps the rows of the commits reported.
+    /// Returns the rows appended.
+    pub fn load_table(
+        &self,
+        name: &str,
+        schema: &Schema,
+        feed: &mut dyn FnMut(&mut dyn FnMut(&[Value]) -> Result<()>) -> Result<u64>,
+        committed: &mut dyn FnMut(u64),
+    ) -> Result<u64> {
+        let (table, created) = match self.catalog.lock().tables.get(name) {
+            Some(t) if t.schema != *schema => {
+                return Err(Error::InvalidInput(format!("table {name:?} has the columns {}, the input has {}", t.schema.to_spec(), schema.to_spec())))
+            }
+            Some(t) => (Some(t.clone()), false),
+            None => (None, true),
+        };
+        let table = match table {
+            Some(t) => t,
+            None => self.create_table(name, schema.clone())?,
+        };
+        let r = self.append_batched(&table, feed, committed);
+        if r.is_err() && created {
+            let _ = self.drop_table(name);
+        }
+        r
+    }
+
+    fn append_batched(
+        &self,
+        table: &Table,
+        feed: &mut dyn FnMut(&mut dyn FnMut(&[Value]) -> Result<()>) -> Result<u64>,
+        committed: &mut dyn FnMut(u64),
+    ) -> Result<u64> {
+        /// Row bytes handed to one `append`.
+        const BATCH: usize = 256 << 10;
+        /// Row bytes per transaction.
+        const COMMIT: usize = 4 << 20;
+        let mut tx = self.begin();
+        let mut batch: Vec<Vec<Value>> = Vec::new();
+        let (mut batch_bytes, mut tx_bytes, mut done) = (0usize, 0usize, 0u64);
+        let width = table.schema.len();
+        let mut sink = |row: &[Value]| -> Result<()> {
+            batch_bytes += pax::row_bytes(&table.schema, row) - pax::fixed_end(&table.schema, 0) + 8 * width;
+            batch.push(row.to_vec());
+            if batch_bytes >= BATCH {
+                table.append(&mut tx, &batch)?;
+                done += batch.len() as u64;
+                batch.clear();
+                tx_bytes += std::mem::take(&mut batch_bytes);
+                if tx_bytes >= COMMIT {
+                    std::mem::replace(&mut tx, self.begin()).commit()?;
+                    tx_bytes = 0;
+                    committed(done);
+                }
+            }
+            Ok(())
+        };
+        let rows = feed(&mut sink)?;
+        if !batch.is_empty() {
+            table.append(&mut tx, &batch)?;
+            done += batch.len() as u64;
+        }
+        tx.commit()?;
+        committed(done);
+        debug_assert_eq!(rows, done);
+        Ok(done)
     }
 
     /// The graph `name`.
@@ -282,6 +404,22 @@ impl Database {
                 return Err(Error::Inconsistent(p));
             }
             report.trees.insert(name.clone(), r);
+        }
+        for (name, table) in &catalog.tables {
+            let mut problem = None;
+            let r = table.check(&self.bm, &mut |pid| {
+                if problem.is_none() {
+                    if !allocated.contains(&pid) {
+                        problem = Some(format!("table {name:?} references page {pid}, which is not allocated"));
+                    } else if !referenced.insert(pid) {
+                        problem = Some(format!("page {pid} is referenced twice (table {name:?})"));
+                    }
+                }
+            })?;
+            if let Some(p) = problem {
+                return Err(Error::Inconsistent(p));
+            }
+            report.tables.insert(name.clone(), r);
         }
         report.unreferenced_pages = (allocated.len() - referenced.len()) as u64;
         self.bm.check_invariants()?;

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::btree::BTree;
 use super::column::Column;
 use super::graph::Graph;
+use super::table::Table;
 use crate::error::{Error, Result};
 use crate::storage::StorageBackend;
 
@@ -30,6 +31,9 @@ pub struct Catalog {
     /// Key-value B+-trees by name (absent in catalogs written before trees existed).
     #[serde(default)]
     pub trees: BTreeMap<String, BTree>,
+    /// Tables by name (absent in catalogs written before tables existed).
+    #[serde(default)]
+    pub tables: BTreeMap<String, Table>,
 }
 
 impl Catalog {
@@ -86,9 +90,14 @@ impl Catalog {
         self.trees.get(name).ok_or_else(|| Error::NotFound { kind: "tree", name: name.to_owned() })
     }
 
-    /// Whether any object (column, graph, tree) is called `name`.
+    /// The table `name`.
+    pub fn table(&self, name: &str) -> Result<&Table> {
+        self.tables.get(name).ok_or_else(|| Error::NotFound { kind: "table", name: name.to_owned() })
+    }
+
+    /// Whether any object (column, graph, tree, table) is called `name`.
     pub fn contains(&self, name: &str) -> bool {
-        self.columns.contains_key(name) || self.graphs.contains_key(name) || self.trees.contains_key(name)
+        self.columns.contains_key(name) || self.graphs.contains_key(name) || self.trees.contains_key(name) || self.tables.contains_key(name)
     }
 
     /// The graph `name`.

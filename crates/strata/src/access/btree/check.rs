@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use super::node::{self, Entries, Src, KIND_INNER, KIND_LEAF, W_UPPER};
+use super::node::{self, Entries, Src, KIND_INNER, KIND_LEAF, KIND_PAX, W_UPPER};
 use crate::buffer::BufferManager;
 use crate::error::{Error, Result};
 use crate::storage::PageId;
@@ -23,22 +23,37 @@ pub struct TreeReport {
     pub bytes: u64,
 }
 
+/// Checks one table leaf (its bytes) and returns the rows it holds: (first row id, count).
+pub type PaxCheck<'a> = &'a dyn Fn(PageId, &[u8]) -> Result<(u64, u64)>;
+
 struct Walk<'a> {
     bm: &'a BufferManager,
     report: TreeReport,
     leaf_depth: Option<u32>,
     visit: &'a mut dyn FnMut(PageId),
+    pax: Option<PaxCheck<'a>>,
+    /// The row id the next table leaf must start with (rows are dense, in leaf order).
+    next_row: Option<u64>,
 }
 
 fn bad(pid: PageId, what: String) -> Error {
     Error::Inconsistent(format!("B+-tree page {pid}: {what}"))
 }
 
-pub fn check(bm: &BufferManager, root: PageId, visit: &mut dyn FnMut(PageId)) -> Result<TreeReport> {
-    let mut w = Walk { bm, report: TreeReport { leaves_per_class: vec![0; bm.classes().count()], ..Default::default() }, leaf_depth: None, visit };
+/// Checks the tree at `root`; `pax` checks table leaves (a tree of key-value leaves passes
+/// `None`). Returns the report and, for a table, the row id after the last row.
+pub fn check(bm: &BufferManager, root: PageId, visit: &mut dyn FnMut(PageId), pax: Option<PaxCheck<'_>>) -> Result<(TreeReport, Option<u64>)> {
+    let mut w = Walk {
+        bm,
+        report: TreeReport { leaves_per_class: vec![0; bm.classes().count()], ..Default::default() },
+        leaf_depth: None,
+        visit,
+        next_row: pax.map(|_| 0),
+        pax,
+    };
     w.node(root, None, None, 1, true)?;
     w.report.height = w.leaf_depth.unwrap_or(0);
-    Ok(w.report)
+    Ok((w.report, w.next_row))
 }
 
 impl Walk<'_> {
@@ -47,26 +62,37 @@ impl Walk<'_> {
             return Err(bad(pid, "deeper than 48 levels (a cycle?)".into()));
         }
         (self.visit)(pid);
-        let (h, e, upper) = {
-            let g = self.bm.fix_shared(pid)?;
-            let d = g.data();
-            let (h, e) = node::decode(d).map_err(|_| bad(pid, "impossible node header or slot".into()))?;
-            (h, e, d.word(W_UPPER))
-        };
         self.report.bytes += self.bm.classes().page_size(pid.class());
+        let g = self.bm.fix_shared(pid)?;
+        let d = g.data();
+        if d[0] == KIND_PAX && !is_root {
+            let Some(pax) = self.pax else { return Err(bad(pid, "a table leaf in a key-value tree".into())) };
+            let (first, count) = pax(pid, d)?;
+            drop(g);
+            let last = first.checked_add(count).ok_or_else(|| bad(pid, format!("row ids {first} + {count} overflow")))?;
+            if self.next_row.is_some_and(|n| n != first) {
+                return Err(bad(pid, format!("rows start at {first}, the leaf before ends at {}", self.next_row.unwrap_or(0))));
+            }
+            let (fk, lk) = (first.to_be_bytes(), (last.max(1) - 1).to_be_bytes());
+            if count > 0 && (lo.is_some_and(|lo| &fk[..] < lo) || hi.is_some_and(|hi| &lk[..] >= hi)) {
+                return Err(bad(pid, format!("rows {first}..{last} lie outside the range its parent gives it")));
+            }
+            self.next_row = Some(last);
+            self.leaf(pid, depth, count)?;
+            return Ok(());
+        }
+        let (h, e) = node::decode(d).map_err(|_| bad(pid, "impossible node header or slot".into()))?;
+        let upper = d.word(W_UPPER);
+        drop(g);
         if is_root && h.kind != KIND_INNER {
             return Err(bad(pid, "the root is not an inner node".into()));
         }
         order(pid, &e, lo, hi)?;
         if h.kind == KIND_LEAF {
-            match self.leaf_depth {
-                None => self.leaf_depth = Some(depth),
-                Some(d) if d != depth => return Err(bad(pid, format!("leaf at depth {depth}, other leaves at {d}"))),
-                _ => {}
+            if self.pax.is_some() {
+                return Err(bad(pid, "a key-value leaf in a table".into()));
             }
-            self.report.leaves_per_class[pid.class() as usize] += 1;
-            self.report.entries += e.len() as u64;
-            return Ok(());
+            return self.leaf(pid, depth, e.len() as u64);
         }
         if pid.class() != 0 {
             return Err(bad(pid, format!("inner node in size class {}, not the smallest", pid.class())));
@@ -78,6 +104,17 @@ impl Walk<'_> {
             let chi = if i < e.len() { Some(e.key(i)) } else { hi };
             self.node(PageId::from_raw(child), clo, chi, depth + 1, false)?;
         }
+        Ok(())
+    }
+
+    fn leaf(&mut self, pid: PageId, depth: u32, entries: u64) -> Result<()> {
+        match self.leaf_depth {
+            None => self.leaf_depth = Some(depth),
+            Some(d) if d != depth => return Err(bad(pid, format!("leaf at depth {depth}, other leaves at {d}"))),
+            _ => {}
+        }
+        self.report.leaves_per_class[pid.class() as usize] += 1;
+        self.report.entries += entries;
         Ok(())
     }
 }

@@ -52,7 +52,7 @@ use serde::{Deserialize, Serialize};
 pub use check::TreeReport;
 pub use node::MAX_KEY;
 
-use crate::buffer::{BufferManager, ExclusiveGuard, OptimisticGuard};
+use crate::buffer::{BufferManager, ExclusiveGuard, OptimisticGuard, Restart, SharedGuard};
 use crate::error::{Error, Result};
 use crate::storage::{layout::class_file, PageId, PAGE_HEADER_SIZE};
 use crate::txn::Transaction;
@@ -86,9 +86,15 @@ struct Path<'a> {
 impl BTree {
     /// Creates an empty tree (a root and one empty leaf), as part of `tx`.
     pub fn create(tx: &mut Transaction<'_>) -> Result<BTree> {
+        BTree::create_with(tx, &|size| node::build(size, KIND_LEAF, &Entries::default(), 0..0, 0, 0))
+    }
+
+    /// Creates a tree whose first leaf (a page of the smallest class) has the image that
+    /// `leaf_image(payload size)` returns.
+    pub(crate) fn create_with(tx: &mut Transaction<'_>, leaf_image: &dyn Fn(usize) -> Vec<u8>) -> Result<BTree> {
         tx.begin_section();
         let mut leaf = tx.alloc_latched(1)?;
-        let img = node::build(leaf.len(), KIND_LEAF, &Entries::default(), 0..0, 0, 0);
+        let img = leaf_image(leaf.len());
         write_image(tx, &mut leaf, &img)?;
         let leaf_pid = leaf.pid();
         drop(leaf);
@@ -111,16 +117,21 @@ impl BTree {
     /// The largest value a key of `key_len` bytes can have in `bm`'s pool: a leaf holding
     /// it alone must fit the largest size class the pool can hold.
     pub fn max_value(bm: &BufferManager, key_len: usize) -> usize {
+        BTree::max_leaf(bm).saturating_sub(HDR + SLOT + key_len)
+    }
+
+    /// The payload of the largest leaf `bm`'s pool can hold: the largest size class that
+    /// leaves room for a few other pages (parent, sibling) beside the leaf.
+    pub fn max_leaf(bm: &BufferManager) -> usize {
         let classes = bm.classes();
         let mut best = 0usize;
         for c in 0..classes.count() as u8 {
             let size = classes.page_size(c);
-            // Room for a few other pages (parent, sibling) beside the leaf.
             if size + 4 * classes.min_page() <= bm.pool_size() && size <= u32::MAX as u64 {
                 best = size as usize;
             }
         }
-        best.saturating_sub(PAGE_HEADER_SIZE + HDR + SLOT + key_len)
+        best.saturating_sub(PAGE_HEADER_SIZE)
     }
 
     fn check_entry(bm: &BufferManager, key: &[u8], value_len: usize) -> Result<()> {
@@ -222,25 +233,80 @@ impl BTree {
     /// [`get`](Self::get) with shared latches, coupled top-down (always terminates).
     fn get_shared(&self, bm: &BufferManager, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         let mut buf = Vec::new();
-        let mut g = bm.fix_shared(self.root())?;
-        for _ in 0..64 {
-            let d = g.data();
-            let h = node::header(d).map_err(|_| BTree::corrupt(bm, g.pid(), "impossible header"))?;
-            if h.kind == KIND_LEAF {
-                return match leaf::find(d, key, &mut buf).map_err(|_| BTree::corrupt(bm, g.pid(), "impossible leaf"))? {
-                    Some((off, len)) => {
-                        out.clear();
-                        out.extend_from_slice(&d[off..off + len]);
-                        Ok(true)
-                    }
-                    None => Ok(false),
-                };
+        let g = self.leaf_shared(bm, key, &mut buf)?;
+        let d = g.data();
+        if d[0] != KIND_LEAF {
+            return Err(Error::InvalidInput(format!("page {} is a table leaf, not a key-value leaf: use the table's methods", g.pid())));
+        }
+        match leaf::find(d, key, &mut buf).map_err(|_| BTree::corrupt(bm, g.pid(), "impossible leaf"))? {
+            Some((off, len)) => {
+                out.clear();
+                out.extend_from_slice(&d[off..off + len]);
+                Ok(true)
             }
-            let (_, child) = node::inner_child(d, &h, key, &mut buf).map_err(|_| BTree::corrupt(bm, g.pid(), "impossible slot"))?;
-            let c = bm.fix_shared(PageId::from_raw(child))?;
-            g = c;
+            None => Ok(false),
+        }
+    }
+
+    /// The leaf for `key`, under a shared latch, reached by shared latches coupled top-down.
+    fn leaf_shared<'a>(&self, bm: &'a BufferManager, key: &[u8], buf: &mut Vec<u8>) -> Result<SharedGuard<'a>> {
+        let mut g = bm.fix_shared(self.root())?;
+        for depth in 0..64 {
+            let d = g.data();
+            if depth > 0 && (d[0] == KIND_LEAF || d[0] == node::KIND_PAX) {
+                return Ok(g);
+            }
+            let h = node::header(d).map_err(|_| BTree::corrupt(bm, g.pid(), "impossible header"))?;
+            if h.kind != KIND_INNER {
+                return Err(BTree::corrupt(bm, g.pid(), "a leaf where an inner node belongs"));
+            }
+            let (_, child) = node::inner_child(d, &h, key, buf).map_err(|_| BTree::corrupt(bm, g.pid(), "impossible slot"))?;
+            g = bm.fix_shared(PageId::from_raw(child))?;
         }
         Err(BTree::corrupt(bm, g.pid(), "the tree is deeper than any real tree (a cycle?)"))
+    }
+
+    /// Reads the leaf that holds `key` with `f`, which sees its bytes through an optimistic
+    /// guard (and returns `Err(Restart)` for bytes it finds impossible) and whose result
+    /// counts once the leaf validates; after repeated restarts, under a shared latch.
+    pub(crate) fn read_leaf<T>(&self, bm: &BufferManager, key: &[u8], f: &mut dyn FnMut(PageId, &dyn Src) -> Result<T, Restart>) -> Result<T> {
+        let mut buf = Vec::new();
+        for _ in 0..OPTIMISTIC_TRIES {
+            let Some(path) = self.descend(bm, key, &mut buf)? else { continue };
+            let g = &path.leaf;
+            match f(g.pid(), g) {
+                Ok(v) if g.validate() => return Ok(v),
+                Ok(_) => {}
+                Err(Restart) => BTree::restart_or_corrupt::<()>(bm, g, "impossible leaf").map(drop)?,
+            }
+        }
+        let g = self.leaf_shared(bm, key, &mut buf)?;
+        f(g.pid(), &g.data()).map_err(|_| BTree::corrupt(bm, g.pid(), "impossible leaf"))
+    }
+
+    /// The leaf that holds `key`, locked by `tx` (waiting with no latch held) and latched
+    /// exclusively, for a change in place (table appends).
+    pub(crate) fn lock_leaf<'a>(&self, tx: &mut Transaction<'a>, key: &[u8]) -> Result<ExclusiveGuard<'a>> {
+        let bm = tx.buffer();
+        let mut buf = Vec::new();
+        loop {
+            let Some(path) = self.descend(bm, key, &mut buf)? else { continue };
+            if let Some(g) = self.latch_leaf(tx, path)? {
+                return Ok(g);
+            }
+        }
+    }
+
+    /// The word `at` of the root's header (`W_TREE`: the tree's own word; a table's next row
+    /// id), read optimistically.
+    pub(crate) fn root_word(&self, bm: &BufferManager, at: usize) -> Result<u64> {
+        loop {
+            let g = bm.fix_optimistic(self.root())?;
+            let w = g.read_u64(at);
+            if g.validate() {
+                return Ok(w);
+            }
+        }
     }
 
     /// Inserts `key` with `value`, replacing the value if the key is present.
@@ -252,12 +318,13 @@ impl BTree {
         loop {
             let Some(path) = self.descend(bm, key, &mut buf)? else { continue };
             let Some(mut g) = self.latch_leaf(tx, path)? else { continue };
+            kv_leaf(&g)?;
             tx.begin_section();
             if leaf::upsert(tx, &mut g, key, value, &mut buf)? {
                 return Ok(());
             }
             g.release_unchanged();
-            if self.make_room(tx, key, SLOT + key.len() + value.len(), &mut buf)? {
+            if self.make_room(tx, key, SLOT + key.len() + value.len(), true, &mut buf)? {
                 splits += 1;
                 if splits > MAX_SPLITS_PER_INSERT {
                     return Err(Error::Inconsistent(format!("insert of a {}-byte value did not find room after {splits} splits", value.len())));
@@ -273,6 +340,7 @@ impl BTree {
         loop {
             let Some(path) = self.descend(bm, key, &mut buf)? else { continue };
             let Some(mut g) = self.latch_leaf(tx, path)? else { continue };
+            kv_leaf(&g)?;
             tx.begin_section();
             return leaf::remove(tx, &mut g, key, &mut buf);
         }
@@ -292,27 +360,24 @@ impl BTree {
             g.release_unchanged();
             return Ok(None);
         }
-        if g.data()[0] != KIND_LEAF {
-            return Err(Error::InvalidInput(format!("page {pid} is a table leaf, not a key-value leaf: use the table's methods")));
-        }
         Ok(Some(g))
     }
 
     /// One structural change that makes room for an entry of `need` bytes (slot included)
-    /// for `key`: splits the leaf, or the lowest ancestor whose parent has room for a
-    /// separator (the root in place, by moving its halves into two new children).
-    fn make_room(&self, tx: &mut Transaction<'_>, key: &[u8], need: usize, buf: &mut Vec<u8>) -> Result<bool> {
+    /// for `key` in its leaf (`leaf`), or for a separator in the leaf's parent (`!leaf`):
+    /// splits that node, or the lowest ancestor whose parent has room for a separator (the
+    /// root in place, by moving its halves into two new children).
+    fn make_room(&self, tx: &mut Transaction<'_>, key: &[u8], need: usize, leaf: bool, buf: &mut Vec<u8>) -> Result<bool> {
         let bm = tx.buffer();
         let Some(mut path) = self.descend(bm, key, buf)? else { return Ok(false) };
         // The node to split is at `level` (path.inner.len() = the leaf).
-        let mut level = path.inner.len();
+        let mut level = if leaf { path.inner.len() } else { path.inner.len() - 1 };
         while level > 0 {
-            let parent = &path.inner[level - 1].g;
-            let Ok(h) = node::header(parent) else { return Ok(false) };
-            if h.heap - (HDR + h.count * SLOT) + h.dead >= SLOT + MAX_KEY {
-                break;
+            match has_room(&path.inner[level - 1].g, SLOT + MAX_KEY) {
+                None => return Ok(false),
+                Some(true) => break,
+                Some(false) => level -= 1,
             }
-            level -= 1;
         }
         if !path.inner.iter().all(|s| s.g.validate()) {
             return Ok(false);
@@ -355,14 +420,69 @@ impl BTree {
         Ok(true)
     }
 
+    /// Links `leaf` (allocated and filled by `tx`) as the new last leaf of the tree, for the
+    /// keys from `first_key` on, which must be greater than every key in the tree (appends
+    /// of a table): it becomes the `upper` child of the lowest inner node on the right edge,
+    /// whose old `upper` gets the separator `first_key`. A full inner node is split first.
+    pub(crate) fn append_leaf(&self, tx: &mut Transaction<'_>, first_key: &[u8], leaf: PageId) -> Result<()> {
+        let bm = tx.buffer();
+        let mut buf = Vec::new();
+        let mut splits = 0;
+        loop {
+            let Some(mut path) = self.descend(bm, first_key, &mut buf)? else { continue };
+            let bottom = path.inner.pop().expect("a leaf has a parent");
+            match has_room(&bottom.g, SLOT + first_key.len()) {
+                None => continue,
+                Some(false) => {
+                    drop((bottom, path));
+                    if self.make_room(tx, first_key, 0, false, &mut buf)? {
+                        splits += 1;
+                        if splits > MAX_SPLITS_PER_INSERT {
+                            return Err(Error::Inconsistent(format!("append of leaf {leaf} did not find room after {splits} splits")));
+                        }
+                    }
+                    continue;
+                }
+                Some(true) => {}
+            }
+            let old = path.leaf.pid();
+            if bottom.idx != node::header(&bottom.g).map(|h| h.count).unwrap_or(usize::MAX) {
+                // Not on the right edge (the key is not past every leaf): a caller's mistake
+                // or a concurrent change; a validated path says which.
+                if bottom.g.validate() {
+                    return Err(Error::InvalidInput(format!("appended key {first_key:?} is not greater than every key of the tree")));
+                }
+                continue;
+            }
+            let pid = bottom.g.pid();
+            if !tx.holds(pid) {
+                drop((bottom, path));
+                tx.lock(pid)?;
+                continue;
+            }
+            let Ok(mut g) = bottom.g.upgrade() else { continue };
+            tx.begin_section();
+            let count = node::header(g.data()).map_err(|_| BTree::corrupt(bm, pid, "impossible inner node"))?.count;
+            return relink(tx, &mut g, count, Some(first_key), old, leaf);
+        }
+    }
+
     /// Calls `f(key, value)` for every entry with a key at or after `start`, in key order,
     /// until `f` returns false. Each leaf is copied out and validated before its entries
     /// are handed out (leaves larger than 256 KiB are read under a shared latch instead), and
     /// the next leaf is reached through the parent without a new descent. Do not change the
     /// tree from inside `f`.
     pub fn scan(&self, bm: &BufferManager, start: &[u8], f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
+        self.scan_leaves(bm, start, &mut |pid, page, from| emit(bm, pid, page, from, f))
+    }
+
+    /// Calls `f(page id, bytes, from)` with each leaf, in key order, from the one holding
+    /// `start`, until `f` returns false: the bytes are a validated copy of the leaf (or the
+    /// leaf itself under a shared latch, for leaves larger than 256 KiB), `from` the least
+    /// key not handed out yet (entries below it were in an earlier leaf). The next leaf is
+    /// reached through the parent without a new descent where possible.
+    pub(crate) fn scan_leaves(&self, bm: &BufferManager, start: &[u8], f: &mut dyn FnMut(PageId, &[u8], &[u8]) -> Result<bool>) -> Result<()> {
         let mut from = start.to_vec();
-        let mut inclusive = true;
         let mut page = Vec::new();
         let mut buf = Vec::new();
         'descend: loop {
@@ -377,20 +497,19 @@ impl BTree {
                     if !leaf.validate() {
                         continue 'descend;
                     }
-                    emit(bm, leaf.pid(), &page, &from, inclusive, f)?
+                    f(leaf.pid(), &page, &from)?
                 } else {
                     let s = bm.fix_shared(leaf.pid())?;
                     if !parent.g.validate() {
                         continue 'descend;
                     }
-                    emit(bm, leaf.pid(), s.data(), &from, inclusive, f)?
+                    f(leaf.pid(), s.data(), &from)?
                 };
                 if !more {
                     return Ok(());
                 }
                 let Some(next_from) = fence.take() else { return Ok(()) };
                 from = next_from;
-                inclusive = true;
                 // The next leaf through the parent, if it is a slot's child (for `upper`, the
                 // fence of the next leaf lies above: descend again).
                 let i = parent.idx + 1;
@@ -417,7 +536,13 @@ impl BTree {
 
     /// Verifies the tree (see [`TreeReport`]); `visit` is called with every page.
     pub fn check(&self, bm: &BufferManager, visit: &mut dyn FnMut(PageId)) -> Result<TreeReport> {
-        check::check(bm, self.root(), visit)
+        check::check(bm, self.root(), visit, None).map(|(r, _)| r)
+    }
+
+    /// [`check`](Self::check) of a table's tree: `pax` checks each leaf and returns its
+    /// rows; also returns the row id after the last row.
+    pub(crate) fn check_table(&self, bm: &BufferManager, visit: &mut dyn FnMut(PageId), pax: check::PaxCheck<'_>) -> Result<(TreeReport, u64)> {
+        check::check(bm, self.root(), visit, Some(pax)).map(|(r, n)| (r, n.unwrap_or(0)))
     }
 }
 
@@ -437,15 +562,30 @@ fn fence_of(path: &Path<'_>) -> Option<Option<Vec<u8>>> {
     path.inner.iter().all(|s| s.g.validate()).then_some(None)
 }
 
+/// `Err` unless the latched leaf is a key-value leaf.
+fn kv_leaf(g: &ExclusiveGuard<'_>) -> Result<()> {
+    if g.data()[0] != KIND_LEAF {
+        return Err(Error::InvalidInput(format!("page {} is a table leaf, not a key-value leaf: use the table's methods", g.pid())));
+    }
+    Ok(())
+}
+
+/// Whether the inner node has room for a new slot with a key of `need - SLOT` bytes once
+/// its dead bytes are reclaimed (`None`: impossible header, restart).
+fn has_room<S: Src + ?Sized>(s: &S, need: usize) -> Option<bool> {
+    let h = node::header(s).ok()?;
+    Some(h.heap - (HDR + h.count * SLOT) + h.dead >= need)
+}
+
 /// Hands the entries of a (copied or latched) leaf at or after `from` to `f`; false when
 /// `f` asked to stop.
-fn emit(bm: &BufferManager, pid: PageId, page: &[u8], from: &[u8], inclusive: bool, f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<bool> {
+fn emit(bm: &BufferManager, pid: PageId, page: &[u8], from: &[u8], f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<bool> {
     let mut buf = Vec::new();
-    let h = node::header(page).map_err(|_| BTree::corrupt(bm, pid, "impossible header"))?;
-    let (mut i, found) = node::lower_bound(page, h.count, from, &mut buf).map_err(|_| BTree::corrupt(bm, pid, "impossible leaf"))?;
-    if found && !inclusive {
-        i += 1;
+    if page[0] != KIND_LEAF {
+        return Err(Error::InvalidInput(format!("page {pid} is a table leaf, not a key-value leaf: use the table's methods")));
     }
+    let h = node::header(page).map_err(|_| BTree::corrupt(bm, pid, "impossible header"))?;
+    let (i, _) = node::lower_bound(page, h.count, from, &mut buf).map_err(|_| BTree::corrupt(bm, pid, "impossible leaf"))?;
     for j in i..h.count {
         let (off, len, _, vlen) = node::slot(page, j).map_err(|_| BTree::corrupt(bm, pid, "impossible slot"))?;
         let end = (off + len).checked_add(vlen as usize).filter(|&e| e <= page.len()).ok_or_else(|| BTree::corrupt(bm, pid, "value beyond the page"))?;
@@ -457,7 +597,7 @@ fn emit(bm: &BufferManager, pid: PageId, page: &[u8], from: &[u8], inclusive: bo
 }
 
 /// Writes a node image over the latched page, logging only the bytes that differ.
-fn write_image(tx: &mut Transaction<'_>, g: &mut ExclusiveGuard<'_>, img: &[u8]) -> Result<()> {
+pub(crate) fn write_image(tx: &mut Transaction<'_>, g: &mut ExclusiveGuard<'_>, img: &[u8]) -> Result<()> {
     let ranges = node::diff_ranges(g.data(), img);
     for r in ranges {
         tx.write_latched(g, r.start, &img[r])?;

@@ -72,6 +72,19 @@ impl Src for [u8] {
     }
 }
 
+/// A reference reads what it refers to (so that a `&[u8]` can be passed as `&dyn Src`).
+impl<T: Src + ?Sized> Src for &T {
+    fn size(&self) -> usize {
+        (**self).size()
+    }
+    fn word(&self, at: usize) -> u64 {
+        (**self).word(at)
+    }
+    fn copy(&self, at: usize, dst: &mut [u8]) {
+        (**self).copy(at, dst)
+    }
+}
+
 impl Src for OptimisticGuard<'_> {
     fn size(&self) -> usize {
         self.len()

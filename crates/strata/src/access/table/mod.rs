@@ -1,8 +1,220 @@
 //! Tables: rows of typed, nullable columns in a B+-tree keyed by row id, with PAX leaves.
+//!
+//! ```no_run
+//! # fn demo(db: &strata::Database) -> strata::Result<()> {
+//! use strata::access::table::{Schema, Value};
+//! let table = db.create_table("people", Schema::parse("name:str,born:date,score:f64")?)?;
+//! let mut tx = db.begin();
+//! let ids = table.append(&mut tx, &[vec![Value::Str("Ada".into()), Value::Date(-47_000), Value::Null]])?;
+//! tx.commit()?;                                        // durable when this returns
+//! let row = table.get(db.buffer(), ids.start)?;        // Some(vec![Str("Ada"), Date(..), Null])
+//! table.scan(db.buffer(), 0, &mut |id, row| { println!("{id}: {row:?}"); true })?;
+//! # Ok(()) }
+//! ```
+//!
+//! Rows get dense ids in insertion order (0, 1, 2, ...); the tree's keys are the ids as 8
+//! big-endian bytes, and each leaf holds a run of consecutive rows in the PAX format of
+//! [`pax`]: fixed-size values column by column at the start of the page, long strings at
+//! its end. Appends go to the last leaf in place while it has room, else to a new leaf
+//! linked at the right edge of the tree (no split: tables grow at the end). A leaf is a
+//! page of the smallest size class unless a row needs more: a row with a 50 MiB string
+//! gets a leaf of a class that holds it whole. The next row id lives in the root's header
+//! and is written last by each append, so a reader that sees `rows() == n` finds every row
+//! below `n`.
+//!
+//! Appends are changes of the caller's [`Transaction`]: a crash loses no committed row, and
+//! a rolled-back append leaves the table as it was. An append locks the table's root until
+//! its transaction ends, so appenders take turns (their rows get consecutive ids). Readers
+//! take no locks (optimistic lock coupling, as for key-value trees) and see the rows
+//! appended so far, committed or not.
 
 pub mod csv;
 pub mod parquet;
+pub mod pax;
 pub mod schema;
 pub mod text;
 
+use std::ops::Range;
+
+use serde::{Deserialize, Serialize};
+
 pub use schema::{ColumnDef, ColumnType, Schema, Value};
+
+use crate::access::btree::node::W_TREE;
+use crate::access::btree::{write_image, BTree, TreeReport};
+use crate::buffer::BufferManager;
+use crate::error::{Error, Result};
+use crate::storage::{layout::class_file, PageId};
+use crate::txn::Transaction;
+
+/// A table: its schema and the tree of its rows.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Table {
+    /// The columns.
+    pub schema: Schema,
+    tree: BTree,
+}
+
+impl Table {
+    /// Creates an empty table as part of `tx` (usually [`crate::Database::create_table`]).
+    pub fn create(tx: &mut Transaction<'_>, schema: Schema) -> Result<Table> {
+        let tree = BTree::create_with(tx, &|size| {
+            // Capacity for rows without long strings, or half the page for the fixed-size
+            // values when the table has string columns.
+            let var = if schema.columns.iter().any(|c| c.ty.is_var()) { 1 } else { 0 };
+            let probe = vec![Value::Str("x".repeat(13)); var];
+            let (_, cap) = pax::plan(&schema, size, &[probe]);
+            let cap = if var == 1 { (cap / 2).max(1) } else { cap };
+            pax::build(size, &schema, 0, cap, &[])
+        })?;
+        Ok(Table { schema, tree })
+    }
+
+    /// The table with `schema` whose tree has its root at `root`.
+    pub fn open(schema: Schema, root: PageId) -> Table {
+        Table { schema, tree: BTree::open(root) }
+    }
+
+    /// The root page of the table's tree.
+    pub fn root(&self) -> PageId {
+        self.tree.root()
+    }
+
+    /// The number of rows (appended so far, committed or not).
+    pub fn rows(&self, bm: &BufferManager) -> Result<u64> {
+        self.tree.root_word(bm, W_TREE)
+    }
+
+    fn corrupt(&self, bm: &BufferManager, pid: PageId, what: &str) -> Error {
+        Error::corruption(class_file(bm.dir(), pid.class()), Some(pid), format!("table leaf: {what}"))
+    }
+
+    /// Checks that `row` has the schema's columns and types.
+    fn check_row(&self, i: usize, row: &[Value]) -> Result<()> {
+        if row.len() != self.schema.len() {
+            return Err(Error::InvalidInput(format!("row {i} has {} values, the table has {} columns", row.len(), self.schema.len())));
+        }
+        for (v, c) in row.iter().zip(&self.schema.columns) {
+            if let Some(ty) = v.ty() {
+                if ty != c.ty {
+                    return Err(Error::InvalidInput(format!("row {i}, column {:?}: a {} value for a {} column", c.name, ty.name(), c.ty.name())));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Appends `rows` as part of `tx`; returns the ids they got. Each row is checked against
+    /// the schema first (nothing is appended if one does not match), and must fit one page
+    /// of the largest size class the pool can hold. Locks the table until `tx` ends.
+    pub fn append(&self, tx: &mut Transaction<'_>, rows: &[Vec<Value>]) -> Result<Range<u64>> {
+        let bm = tx.buffer();
+        let max = BTree::max_leaf(bm);
+        for (i, row) in rows.iter().enumerate() {
+            self.check_row(i, row)?;
+            let need = pax::row_bytes(&self.schema, row);
+            if need > max {
+                return Err(Error::InvalidInput(format!(
+                    "row {i} needs a page of {need} bytes, larger than the largest page this pool can hold ({max} bytes, pool {} bytes): raise the pool size",
+                    bm.pool_size()
+                )));
+            }
+        }
+        let root = self.tree.root();
+        tx.lock(root)?;
+        let first = tx.read_u64(root, W_TREE)?;
+        let end = first.checked_add(rows.len() as u64).ok_or_else(|| Error::InvalidInput("row ids exhausted".into()))?;
+        // The last leaf, in place, as far as the rows fit.
+        let mut done = {
+            let mut g = self.tree.lock_leaf(tx, &first.to_be_bytes())?;
+            let leaf = pax::header(g.data(), &self.schema).map_err(|_| self.corrupt(bm, g.pid(), "impossible header"))?;
+            if leaf.first + leaf.count as u64 != first {
+                return Err(self.corrupt(bm, g.pid(), &format!("the last leaf ends at row {}, the table at {first}", leaf.first + leaf.count as u64)));
+            }
+            let n = pax::fit_in_place(&self.schema, &leaf, rows);
+            if n > 0 {
+                tx.begin_section();
+                for (at, bytes) in pax::append_writes(g.data(), &self.schema, &leaf, &rows[..n]) {
+                    tx.write_latched(&mut g, at, &bytes)?;
+                }
+            }
+            n
+        };
+        // The rest in new leaves at the right edge.
+        let small = bm.payload_size(0);
+        while done < rows.len() {
+            let id = first + done as u64;
+            let rest = &rows[done..];
+            tx.begin_section();
+            let (mut g, (n, cap)) = match pax::plan(&self.schema, small, rest) {
+                (0, _) => {
+                    let g = tx.alloc_latched(pax::row_bytes(&self.schema, &rest[0]))?;
+                    let plan = pax::plan(&self.schema, g.len(), rest);
+                    (g, plan)
+                }
+                plan => (tx.alloc_latched(small)?, plan),
+            };
+            debug_assert!(n > 0);
+            let img = pax::build(g.len(), &self.schema, id, cap, &rest[..n]);
+            write_image(tx, &mut g, &img)?;
+            let pid = g.pid();
+            drop(g);
+            self.tree.append_leaf(tx, &id.to_be_bytes(), pid)?;
+            done += n;
+        }
+        tx.write_u64(root, W_TREE, end)?;
+        Ok(first..end)
+    }
+
+    /// Row `id`, or `None` if the table has no such row.
+    pub fn get(&self, bm: &BufferManager, id: u64) -> Result<Option<Vec<Value>>> {
+        let mut row = Vec::with_capacity(self.schema.len());
+        let found = self.tree.read_leaf(bm, &id.to_be_bytes(), &mut |_, s| {
+            let leaf = pax::header(s, &self.schema)?;
+            if id < leaf.first || id - leaf.first >= leaf.count as u64 {
+                return Ok(false);
+            }
+            pax::read_row(s, &self.schema, &leaf, (id - leaf.first) as usize, &mut row)?;
+            Ok(true)
+        })?;
+        Ok(found.then_some(row))
+    }
+
+    /// Calls `f(id, row)` for every row from id `from` on, in id order, until `f` returns
+    /// false. Each leaf is read whole (a validated copy) before its rows are handed out.
+    pub fn scan(&self, bm: &BufferManager, from: u64, f: &mut dyn FnMut(u64, &[Value]) -> bool) -> Result<()> {
+        let mut row = Vec::with_capacity(self.schema.len());
+        self.tree.scan_leaves(bm, &from.to_be_bytes(), &mut |pid, page, next| {
+            let next = next.try_into().map(u64::from_be_bytes).unwrap_or(from).max(from);
+            let leaf = pax::header(page, &self.schema).map_err(|_| self.corrupt(bm, pid, "impossible header"))?;
+            for i in 0..leaf.count {
+                let id = leaf.first + i as u64;
+                if id < next {
+                    continue;
+                }
+                pax::read_row(page, &self.schema, &leaf, i, &mut row).map_err(|_| self.corrupt(bm, pid, &format!("row {id} is unreadable")))?;
+                if !f(id, &row) {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        })
+    }
+
+    /// Verifies the table: the tree (order, separators against leaves, depth, classes),
+    /// every row readable, ids dense from 0 and ending at [`rows`](Self::rows). `visit` is
+    /// called with every page.
+    pub fn check(&self, bm: &BufferManager, visit: &mut dyn FnMut(PageId)) -> Result<TreeReport> {
+        let (report, end) = self.tree.check_table(bm, visit, &|pid, page| {
+            let bad = |what: &str| Error::Inconsistent(format!("table leaf {pid}: {what}"));
+            let leaf = pax::header(page, &self.schema).map_err(|_| bad("impossible header (or a schema that does not match)"))?;
+            pax::verify(page, &self.schema, &leaf).map_err(|_| bad("a row is unreadable"))?;
+            Ok((leaf.first, leaf.count as u64))
+        })?;
+        let rows = self.rows(bm)?;
+        if end != rows {
+            return Err(Error::Inconsistent(format!("the table says it has {rows} rows, its leaves hold {end}")));
+        }
+        Ok(report)
+    }
+}
