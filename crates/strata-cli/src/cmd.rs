@@ -47,6 +47,36 @@ pub enum QueryOp {
     Distinct { column: String },
     /// Equi-join COLUMN_A and COLUMN_B on value: matching pairs and the sum of matched values.
     Join { column_a: String, column_b: String },
+    /// Row N of TABLE (0-based, in insertion order).
+    Get {
+        table: String,
+        #[arg(long)]
+        row: u64,
+    },
+    /// The number of rows of TABLE.
+    Rows { table: String },
+}
+
+/// The JSON object of `query ... get` (contract: `{"row": {"col": value, ...}}`).
+#[derive(Serialize)]
+struct GetOut<'a> {
+    op: &'static str,
+    table: &'a str,
+    row_id: u64,
+    row: crate::table_cmd::RowJson<'a>,
+    seconds: f64,
+    pool_bytes: u64,
+    peak_resident_bytes: u64,
+    peak_rss_bytes: Option<u64>,
+}
+
+/// Row `id` of `table`, or an error naming how many rows it has.
+fn table_row(db: &Database, table: &str, id: u64) -> Result<(strata::access::table::Table, Vec<strata::access::table::Value>), Error> {
+    let t = db.table(table)?;
+    match t.get(db.buffer(), id)? {
+        Some(r) => Ok((t, r)),
+        None => Err(Error::InvalidInput(format!("table {table:?} has {} rows: there is no row {id} (rows are numbered from 0)", t.rows(db.buffer())?))),
+    }
 }
 
 /// The fields of a query's JSON object (contract: docs/cli.md) after `op` and `result`,
@@ -112,7 +142,7 @@ impl IoOutput {
     }
 }
 
-fn print_json<T: Serialize>(v: &T) -> Result<(), Error> {
+pub fn print_json<T: Serialize>(v: &T) -> Result<(), Error> {
     let s = serde_json::to_string(v).map_err(|e| Error::InvalidInput(format!("cannot encode output: {e}")))?;
     println!("{s}");
     Ok(())
@@ -288,6 +318,15 @@ fn run_query<'a>(db: &'a Database, op: &QueryOp, threads: usize) -> Result<Outco
             let r = join_count(db.buffer(), &a, &b, threads)?;
             Ok(Outcome { op: "join", result: to_json(&r)?, text: Some(format!("matches {} checksum {}", r.matches, r.checksum)) })
         }
+        QueryOp::Get { table, row } => {
+            let (t, r) = table_row(db, table, *row)?;
+            let text = crate::table_cmd::row_text(&t.schema, &r);
+            Ok(Outcome { op: "get", result: Body::Value(serde_json::Value::Null), text: Some(text) })
+        }
+        QueryOp::Rows { table } => {
+            let n = db.table(table)?.rows(db.buffer())?;
+            Ok(Outcome { op: "rows", result: to_json(&n)?, text: Some(format!("{n} rows")) })
+        }
     }
 }
 
@@ -299,6 +338,27 @@ pub fn query(config: Config, threads: usize, json: bool, remote: &crate::remote_
     let db = Database::open(remote.apply(config)?)?;
     warn_if_buffered(&db, json);
     let start = Instant::now();
+    if json {
+        // The table queries' objects (contract: `{"row": {...}}`, `{"rows": n}`).
+        let tail = || (start.elapsed().as_secs_f64(), db.buffer().stats().peak_resident_bytes, strata::util::peak_rss_bytes());
+        match &op {
+            QueryOp::Get { table, row } => {
+                let (t, r) = table_row(&db, table, *row)?;
+                let (seconds, peak_resident_bytes, peak_rss_bytes) = tail();
+                let row_json = crate::table_cmd::RowJson { schema: &t.schema, row: &r };
+                print_json(&GetOut { op: "get", table, row_id: *row, row: row_json, seconds, pool_bytes: pool, peak_resident_bytes, peak_rss_bytes })?;
+                return db.close();
+            }
+            QueryOp::Rows { table } => {
+                let n = db.table(table)?.rows(db.buffer())?;
+                let (seconds, peak_resident_bytes, peak_rss_bytes) = tail();
+                print_json(&serde_json::json!({"op": "rows", "table": table, "rows": n, "seconds": seconds, "pool_bytes": pool,
+                    "peak_resident_bytes": peak_resident_bytes, "peak_rss_bytes": peak_rss_bytes}))?;
+                return db.close();
+            }
+            _ => {}
+        }
+    }
     // The outcome (a groupby's merge latches temporary pages) ends before the database.
     {
         let outcome = run_query(&db, &op, threads)?;

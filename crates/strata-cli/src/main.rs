@@ -8,6 +8,7 @@ mod graph_cmd;
 mod progress;
 mod query_out;
 mod remote_args;
+mod table_cmd;
 mod torture_cmd;
 
 use std::path::PathBuf;
@@ -66,6 +67,13 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Import a CSV file into TABLE (created if absent; appended to if present, with the
+    /// same columns). Every row is checked before any is written.
+    ImportCsv(table_cmd::ImportCsvArgs),
+    /// Import a Parquet file into TABLE (created if absent; appended to if present).
+    ImportParquet(table_cmd::ImportParquetArgs),
+    /// Export TABLE as CSV (header, `,`, RFC 4180 quoting, NULL as an empty field).
+    Export(table_cmd::ExportArgs),
     /// Verify everything: allocation table, every page's checksum, structures.
     Check {
         dir: PathBuf,
@@ -165,6 +173,9 @@ fn main() -> ExitCode {
         Command::Create { dir, min_page } => cmd::create(&dir, min_page),
         Command::Import { dir, column, from, format, pool, json, cleaner } => cmd::import(&column, &from, &format, cmd::config(&dir, pool, cleaner), json),
         Command::ImportEdges { dir, graph, from, pool, json } => graph_cmd::import_edges(&dir, &graph, &from, pool, json),
+        Command::ImportCsv(a) => table_cmd::import_csv(a),
+        Command::ImportParquet(a) => table_cmd::import_parquet(a),
+        Command::Export(a) => table_cmd::export(a),
         Command::Check { dir, pool, json } => cmd::check(&dir, pool, json),
         Command::Stats { dir, json } => cmd::stats(&dir, json),
         Command::Query { dir, pool, threads, json, cleaner, remote, op } => cmd::query(cmd::config(&dir, pool, cleaner), threads, json, &remote, op),

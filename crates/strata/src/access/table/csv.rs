@@ -328,6 +328,10 @@ pub struct Inferred {
     pub rows: u64,
     /// Bytes in the file.
     pub bytes: u64,
+    /// The most bytes a row needs in a table leaf of the schema (an upper bound: its field
+    /// text counted as if every field were a long string), to refuse a row that no page of
+    /// the pool could hold before anything is written.
+    pub max_row_bytes: usize,
 }
 
 /// Candidate types of a column while inferring, as a bit set.
@@ -415,11 +419,13 @@ fn header_names(path: &Path, rec: &Record) -> Result<Vec<String>> {
 pub fn infer_schema(path: &Path, opts: &CsvOptions, given: Option<&Schema>) -> Result<Inferred> {
     if let Some(schema) = given {
         let mut rows = 0;
-        let bytes = scan_rows(path, opts, schema, &mut |_| {}, &mut |_| {
+        let mut max_row_bytes = 0;
+        let bytes = scan_rows(path, opts, schema, &mut |_| {}, &mut |row| {
             rows += 1;
+            max_row_bytes = max_row_bytes.max(super::pax::row_bytes(schema, row));
             Ok(())
         })?;
-        return Ok(Inferred { schema: schema.clone(), rows, bytes });
+        return Ok(Inferred { schema: schema.clone(), rows, bytes, max_row_bytes });
     }
 
     let mut tok = open(path, opts)?;
@@ -437,6 +443,7 @@ pub fn infer_schema(path: &Path, opts: &CsvOptions, given: Option<&Schema>) -> R
     let mut cands: Vec<u8> = vec![CAND_ALL; width.unwrap_or(0)];
     let mut seen = vec![false; width.unwrap_or(0)];
     let mut rows = 0u64;
+    let mut max_text = 0usize;
     // Blank lines before the width is known: rows of NULL if the file turns out to have one
     // column, skipped otherwise.
     let mut leading_blanks = 0u64;
@@ -464,6 +471,7 @@ pub fn infer_schema(path: &Path, opts: &CsvOptions, given: Option<&Schema>) -> R
         if rec.len() != w {
             return Err(ragged(path, &rec, w, width_source));
         }
+        max_text = max_text.max(rec.buf.len());
         for col in 0..w {
             let name = || names.as_ref().map_or_else(|| format!("c{col}"), |n| n[col].clone());
             match field_text(&rec, col) {
@@ -496,7 +504,8 @@ pub fn infer_schema(path: &Path, opts: &CsvOptions, given: Option<&Schema>) -> R
         Error::InvalidInput(m) => Error::InvalidInput(format!("{} line 1: {m}", path.display())),
         e => e,
     })?;
-    Ok(Inferred { schema, rows, bytes: tok.bytes })
+    let max_row_bytes = super::pax::fixed_end(&schema, 1) + max_text;
+    Ok(Inferred { schema, rows, bytes: tok.bytes, max_row_bytes })
 }
 
 /// Pass 2: reads every data row of the file as values of `schema`'s types and calls `f` with
@@ -668,8 +677,14 @@ mod tests {
         assert_eq!(inferred.bytes, content.len() as u64);
         let rows = read_all(&path, &opts, &inferred.schema)?;
         assert_eq!(inferred.rows, rows.len() as u64);
-        // Checking against the inferred schema finds the same.
-        assert_eq!(infer_schema(&path, &opts, Some(&inferred.schema))?, inferred);
+        // Checking against the inferred schema finds the same; the exact row size is at
+        // most the bound from the text.
+        let checked = infer_schema(&path, &opts, Some(&inferred.schema))?;
+        assert!(checked.max_row_bytes <= inferred.max_row_bytes);
+        assert_eq!(Inferred { max_row_bytes: inferred.max_row_bytes, ..checked }, inferred);
+        for row in &rows {
+            assert!(super::super::pax::row_bytes(&inferred.schema, row) <= checked.max_row_bytes);
+        }
         Ok((inferred.schema, rows))
     }
 

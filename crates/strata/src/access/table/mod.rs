@@ -104,21 +104,27 @@ impl Table {
         Ok(())
     }
 
+    /// `Err` naming `what` if a row that needs `bytes` of a leaf is larger than the largest
+    /// page `bm`'s pool can hold.
+    pub fn check_row_size(bm: &BufferManager, what: &str, bytes: usize) -> Result<()> {
+        let max = BTree::max_leaf(bm);
+        if bytes > max {
+            return Err(Error::InvalidInput(format!(
+                "{what} needs a page of {bytes} bytes, larger than the largest page this pool can hold ({max} bytes, pool {} bytes): raise the pool size",
+                bm.pool_size()
+            )));
+        }
+        Ok(())
+    }
+
     /// Appends `rows` as part of `tx`; returns the ids they got. Each row is checked against
     /// the schema first (nothing is appended if one does not match), and must fit one page
     /// of the largest size class the pool can hold. Locks the table until `tx` ends.
     pub fn append(&self, tx: &mut Transaction<'_>, rows: &[Vec<Value>]) -> Result<Range<u64>> {
         let bm = tx.buffer();
-        let max = BTree::max_leaf(bm);
         for (i, row) in rows.iter().enumerate() {
             self.check_row(i, row)?;
-            let need = pax::row_bytes(&self.schema, row);
-            if need > max {
-                return Err(Error::InvalidInput(format!(
-                    "row {i} needs a page of {need} bytes, larger than the largest page this pool can hold ({max} bytes, pool {} bytes): raise the pool size",
-                    bm.pool_size()
-                )));
-            }
+            Table::check_row_size(bm, &format!("row {i}"), pax::row_bytes(&self.schema, row))?;
         }
         let root = self.tree.root();
         tx.lock(root)?;
