@@ -211,7 +211,8 @@ pub fn import(column: &str, from: &Path, format: &str, config: Config, json: boo
 }
 
 pub fn check(dir: &Path, pool: u64, json: bool) -> Result<(), Error> {
-    let db = Database::open(Config::new(dir).pool_size(pool))?;
+    // Read-only: never recovers, checkpoints or writes (docs/cli.md, "Inspection").
+    let db = Database::open_read_only(crate::inspect_cmd::read_only_config(dir, Some(pool))?)?;
     let report = db.check()?;
     if json {
         print_json(&serde_json::json!({"ok": true, "report": report}))?;
@@ -232,7 +233,7 @@ pub fn check(dir: &Path, pool: u64, json: bool) -> Result<(), Error> {
 }
 
 pub fn stats(dir: &Path, json: bool) -> Result<(), Error> {
-    let db = Database::open(Config::new(dir).pool_size(16 << 20))?;
+    let db = Database::open_read_only(crate::inspect_cmd::read_only_config(dir, None)?)?;
     let st = db.buffer().stats();
     let catalog = db.catalog();
     if json {
@@ -252,7 +253,7 @@ pub fn stats(dir: &Path, json: bool) -> Result<(), Error> {
         return print_json(&serde_json::json!({
             "min_page": db.buffer().classes().min_page(),
             "classes": classes,
-            "pages_allocated": classes.len(),
+            "pages_allocated": st.classes.iter().map(|c| c.allocated_pages).sum::<u64>(),
             "total_pages_allocated": st.classes.iter().map(|c| c.allocated_pages).sum::<u64>(),
             "total_file_bytes": st.classes.iter().map(|c| c.file_bytes).sum::<u64>(),
             "columns": columns,

@@ -5,6 +5,7 @@ mod bench_cmd;
 mod cmd;
 mod gen;
 mod graph_cmd;
+mod inspect_cmd;
 mod progress;
 mod query_out;
 mod remote_args;
@@ -87,6 +88,20 @@ enum Command {
         dir: PathBuf,
         #[arg(long)]
         json: bool,
+    },
+    /// Recover DIR after a crash (replay and roll back the log), checkpoint and close.
+    Recover {
+        dir: PathBuf,
+        /// Buffer pool size.
+        #[arg(long, default_value = "64MiB", value_parser = parse_size)]
+        pool: u64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Inspect the files of a database without changing them.
+    Dump {
+        #[command(subcommand)]
+        what: inspect_cmd::DumpCmd,
     },
     /// Run a query.
     Query {
@@ -178,6 +193,8 @@ fn main() -> ExitCode {
         Command::Export(a) => table_cmd::export(a),
         Command::Check { dir, pool, json } => cmd::check(&dir, pool, json),
         Command::Stats { dir, json } => cmd::stats(&dir, json),
+        Command::Recover { dir, pool, json } => inspect_cmd::recover(&dir, pool, json),
+        Command::Dump { what } => inspect_cmd::dump(what),
         Command::Query { dir, pool, threads, json, cleaner, remote, op } => cmd::query(cmd::config(&dir, pool, cleaner), threads, json, &remote, op),
         Command::Bench(args) => bench_cmd::bench(args),
         Command::BenchChild { name, spec } => bench_cmd::bench_child(&name, &spec),

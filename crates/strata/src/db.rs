@@ -69,6 +69,16 @@ impl Database {
         Database::with(bm, catalog, cleaner)
     }
 
+    /// Opens an existing database for reading only: no recovery, no checkpoint, no file
+    /// created or changed (see [`BufferManager::open_read_only`]: a shared directory lock,
+    /// and [`Error::RecoveryPending`] when recovery is due). Changes fail with
+    /// [`Error::ReadOnly`]; `close` writes nothing.
+    pub fn open_read_only(config: Config) -> Result<Database> {
+        let bm = BufferManager::open_read_only(config)?;
+        let catalog = Catalog::load(bm.backend().as_ref(), bm.dir())?;
+        Database::with(bm, catalog, None)
+    }
+
     fn with(bm: BufferManager, catalog: Catalog, cleaner: Option<CleanerOptions>) -> Result<Database> {
         let bm = Arc::new(bm);
         let cleaner = match cleaner {
@@ -308,6 +318,9 @@ impl Database {
     /// Writes all dirty pages and persists the allocation table and the catalog.
     pub fn checkpoint(&self) -> Result<()> {
         self.bm.checkpoint()?;
+        if self.bm.is_read_only() {
+            return Ok(());
+        }
         self.catalog.lock().store(self.bm.backend().as_ref(), self.bm.dir())
     }
 

@@ -39,6 +39,23 @@ pub enum Error {
     )]
     Locked { dir: PathBuf, pid: Option<u32> },
 
+    /// Read-only opens (`strata stats`, `check`, `dump`) hold the database's directory lock
+    /// shared; a writer is refused while they run.
+    #[error(
+        "database {} is in use by read-only processes (strata stats, check or dump): only one process may open a database at a time for writing; wait for them to finish and retry",
+        dir.display()
+    )]
+    LockedByReaders { dir: PathBuf },
+
+    /// A read-only open found work for recovery (log records after the last checkpoint, or
+    /// pages of an unfinished double-write batch): it changes nothing, so it cannot go on.
+    #[error("database {} needs recovery ({reason}); read-only commands never change a database: run `strata recover {}` first", dir.display(), dir.display())]
+    RecoveryPending { dir: PathBuf, reason: String },
+
+    /// A change was asked of a database opened read-only.
+    #[error("database {} is open read-only: {op} is not allowed", dir.display())]
+    ReadOnly { dir: PathBuf, op: &'static str },
+
     /// `create` refuses to overwrite.
     #[error("{} already holds a database or other files; refusing to overwrite", path.display())]
     AlreadyExists { path: PathBuf },

@@ -49,7 +49,10 @@ use crate::storage::layout::{class_file, temp_file};
 use crate::storage::meta::FORMAT_VERSION;
 use crate::storage::page::{self, checksum, header_words};
 use crate::storage::wal::{CheckpointInfo, Wal, FIRST_LSN};
-use crate::storage::{AllocTable, ClassBitmap, IoBufMut, Meta, PageId, ReadReq, SizeClasses, StorageBackend, WriteReq, PAGE_HEADER_SIZE};
+use crate::storage::{AllocTable, ClassBitmap, IoBufMut, Meta, PageId, ReadOnlyBackend, ReadReq, SizeClasses, StorageBackend, WriteReq, PAGE_HEADER_SIZE};
+use std::sync::Arc;
+
+pub use super::recovery::Report as RecoveryReport;
 
 /// What a create writes before the meta file (and their temporary names, `NAME.*`).
 const CREATE_FILES: &[&str] = &["alloc.table", crate::storage::dirlock::LOCK_FILE];
@@ -81,6 +84,45 @@ struct Run<'a> {
     sp: &'a Space,
     first: u64,
     n: u64,
+}
+
+/// One size class's allocation ([`BufferManager::allocation`]).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct ClassAllocation {
+    /// The size class.
+    pub class: u8,
+    /// Its page size in bytes.
+    pub page_size: u64,
+    /// Allocated pages.
+    pub pages_allocated: u64,
+    /// One past the highest allocated index (every index from there on is free).
+    pub high_water: u64,
+    /// Page slots the class's data file holds (its length over the page size).
+    pub file_pages: u64,
+    /// Allocated indices as inclusive ranges `(first, last)`, ascending.
+    pub allocated: Vec<(u64, u64)>,
+    /// Free indices below the larger of `high_water` and `file_pages`, as inclusive ranges.
+    pub free: Vec<(u64, u64)>,
+}
+
+/// A page as read from disk ([`BufferManager::inspect_page`]).
+#[derive(Clone, Debug)]
+pub struct PageInspection {
+    /// The page asked for.
+    pub pid: PageId,
+    /// Its data file, and its byte offset and size there.
+    pub file: PathBuf,
+    pub offset: u64,
+    pub page_size: u64,
+    /// Bytes of the page the file holds (short when the file ends inside the page; the rest
+    /// was read as zeros).
+    pub bytes_on_disk: u64,
+    /// The header as stored.
+    pub header: page::Header,
+    /// The checksum the page's bytes have.
+    pub computed_checksum: u32,
+    /// The page's LSN if it verifies (checksum, magic, id), else what is wrong.
+    pub verdict: std::result::Result<u64, page::PageFault>,
 }
 
 /// A buffer manager over one database directory. `Send + Sync`: share it with `Arc`.
@@ -138,6 +180,10 @@ pub struct BufferManager {
     pub(super) id: u64,
     /// Whether sequential misses load windows ahead ([`super::sequential`]).
     pub(super) sequential_readahead: bool,
+    /// Opened by [`BufferManager::open_read_only`]: nothing is ever written.
+    read_only: bool,
+    /// What recovery did when this manager was opened.
+    recovered: super::recovery::Report,
     /// The database directory's lock (`None` on backends without one). Declared last so
     /// that it is released only after everything else is dropped; taken out early only by
     /// [`BufferManager::crash`].
@@ -262,7 +308,7 @@ impl BufferManager {
         let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
         // The meta file goes last: a directory without it is not a database.
         Meta { version: FORMAT_VERSION, classes, created }.store(be.as_ref(), dir)?;
-        Self::open_locked(config, lock)
+        Self::open_locked(config, lock, None)
     }
 
     /// Opens an existing database, holding its directory lock (see
@@ -273,12 +319,36 @@ impl BufferManager {
         // (open_locked reads the meta file again, under the lock).
         Meta::load(config.backend.as_ref(), &config.dir)?;
         let lock = config.backend.lock_dir(&config.dir)?;
-        Self::open_locked(config, lock)
+        Self::open_locked(config, lock, None)
+    }
+
+    /// Opens an existing database for reading only: no recovery, no checkpoint, and no file
+    /// created, modified or replaced, whatever is done with the manager (its backend is
+    /// wrapped in a [`ReadOnlyBackend`], which refuses every write; allocation, freeing,
+    /// temporary pages, logging and writing pages fail with [`Error::ReadOnly`]). The
+    /// directory lock is taken shared: read-only opens coexist, and a writer is refused while
+    /// one runs ([`Error::LockedByReaders`]); while a writer holds it this fails with
+    /// [`Error::Locked`]. If recovery is pending (the log holds transaction records after the
+    /// last checkpoint, or the double-write area holds a page image whose home copy is torn
+    /// or older), this fails with [`Error::RecoveryPending`]: a read-write
+    /// [`open`](Self::open) recovers. The remote tier, warm restart and the cleaner of
+    /// `config` are not used.
+    pub fn open_read_only(config: Config) -> Result<BufferManager> {
+        let ro = Arc::new(ReadOnlyBackend::new(config.backend.clone()));
+        let mut config = config;
+        config.backend = ro.clone();
+        config.remote = None;
+        config.warm_restart = false;
+        config.cleaner = None;
+        Meta::load(config.backend.as_ref(), &config.dir)?;
+        let lock = config.backend.lock_dir_shared(&config.dir)?;
+        Self::open_locked(config, lock, Some(ro))
     }
 
     /// [`open`](Self::open) once the directory lock is taken (`None` for backends without
-    /// one); the manager keeps `lock` until it is dropped.
-    fn open_locked(config: Config, lock: Option<DirLock>) -> Result<BufferManager> {
+    /// one); the manager keeps `lock` until it is dropped. `read_only` is the backend of a
+    /// read-only open (`config.backend` wraps it).
+    fn open_locked(config: Config, lock: Option<DirLock>, read_only: Option<Arc<ReadOnlyBackend>>) -> Result<BufferManager> {
         let be = config.backend.clone();
         let dir = config.dir.clone();
         let meta = Meta::load(be.as_ref(), &dir)?;
@@ -295,7 +365,9 @@ impl BufferManager {
         }
         let table = AllocTable::load(be.as_ref(), &dir, classes.count())?;
         let tmp = dir.join("tmp");
-        if be.exists(&tmp) {
+        if read_only.is_some() {
+            // Temporary files are left alone (a read-only open makes none).
+        } else if be.exists(&tmp) {
             for name in be.list_dir(&tmp).map_err(|e| Error::io("list", &tmp, e))? {
                 be.remove(&tmp.join(name)).map_err(|e| Error::io("remove", &tmp, e))?;
             }
@@ -308,7 +380,11 @@ impl BufferManager {
         let dw = DoubleWrite::open(be.as_ref(), &dir)?;
         let checkpoint = CheckpointInfo::load(be.as_ref(), &dir)?;
         let durable = table.classes.clone();
-        let wal = Wal::open(be.clone(), &dir, checkpoint.map_or(FIRST_LSN, |c| c.start_lsn), config.wal)?;
+        let start_lsn = checkpoint.map_or(FIRST_LSN, |c| c.start_lsn);
+        let wal = match &read_only {
+            Some(ro) => Wal::open_read_only(ro.clone(), &dir, start_lsn)?,
+            None => Wal::open(be.clone(), &dir, start_lsn, config.wal)?,
+        };
         let bm = BufferManager {
             dir,
             backend: be,
@@ -346,8 +422,11 @@ impl BufferManager {
             nonce: AtomicU64::new(checkpoint.map_or(0, |c| c.nonce)),
             warm_restart: config.warm_restart,
             warm_report: Mutex::new(None),
+            read_only: read_only.is_some(),
+            recovered: Default::default(),
             dir_lock: Mutex::new(lock),
         };
+        let mut bm = bm;
         bm.last_checkpoint.store(bm.wal.end(), Ordering::Relaxed);
         debug_assert_eq!(rs_bytes, bm.resident.read().memory_bytes());
         bm.charge_metadata(rs_bytes)?;
@@ -358,13 +437,20 @@ impl BufferManager {
                 bm.ensure_addressable(sp, hw - 1)?;
             }
         }
+        if bm.read_only {
+            // Stays `closed`: the drop writes nothing.
+            bm.refuse_pending_recovery(start_lsn)?;
+            return Ok(bm);
+        }
         // Finish the last double-write batch before anything reads a page, then recover
         // from the log; only then may a checkpoint (or the drop) write anything.
-        bm.restore_double_writes()?;
-        let report = super::recovery::recover(&bm, checkpoint.map_or(FIRST_LSN, |c| c.start_lsn))?;
+        let restored = bm.restore_double_writes()?;
+        let mut report = super::recovery::recover(&bm, start_lsn)?;
+        report.pages_restored = restored;
         if report.records > 0 {
             bm.checkpoint()?;
         }
+        bm.recovered = report;
         bm.closed.store(false, Ordering::Relaxed);
         if bm.warm_restart && bm.remote.is_some() {
             // Best effort: a missing, stale or unreadable snapshot only means a cold start.
@@ -374,10 +460,9 @@ impl BufferManager {
         Ok(bm)
     }
 
-    /// Copies every intact image of the last double-write batch home whose home copy is torn
-    /// or older, and makes them durable.
-    fn restore_double_writes(&self) -> Result<()> {
-        let mut touched = Vec::new();
+    /// The intact images of the last double-write batch whose home copy is torn or older.
+    fn stale_double_writes(&self) -> Result<Vec<crate::storage::doublewrite::Saved>> {
+        let mut stale = Vec::new();
         for saved in self.dw.saved()? {
             let pid = saved.pid;
             if pid.is_temp() || pid.class() as usize >= self.classes.count() || saved.image.len() as u64 != self.classes.page_size(pid.class()) {
@@ -385,19 +470,72 @@ impl BufferManager {
             }
             let sp = self.space_or_create(pid.class(), false, None)?;
             let mut home = crate::storage::AlignedBuf::zeroed(saved.image.len());
-            let off = sp.offset(pid.index());
-            let n = sp.file.read_at(home.io(), off).map_err(|e| Error::io("read page", sp.path(), e))?;
-            let stale = n < home.len() || page::verify(&home, pid).map_or(true, |lsn| lsn < saved.lsn);
-            if stale {
-                sp.file.write_at(&saved.image, off).map_err(|e| Error::io("write page", sp.path(), e))?;
-                if !touched.contains(&pid.class()) {
-                    touched.push(pid.class());
-                }
+            let n = sp.file.read_at(home.io(), sp.offset(pid.index())).map_err(|e| Error::io("read page", sp.path(), e))?;
+            if n < home.len() || page::verify(&home, pid).map_or(true, |lsn| lsn < saved.lsn) {
+                stale.push(saved);
+            }
+        }
+        Ok(stale)
+    }
+
+    /// Copies every intact image of the last double-write batch home whose home copy is torn
+    /// or older, and makes them durable; returns how many were copied.
+    fn restore_double_writes(&self) -> Result<u64> {
+        let stale = self.stale_double_writes()?;
+        let mut touched = Vec::new();
+        for saved in &stale {
+            let pid = saved.pid;
+            let sp = self.space_or_create(pid.class(), false, None)?;
+            sp.file.write_at(&saved.image, sp.offset(pid.index())).map_err(|e| Error::io("write page", sp.path(), e))?;
+            if !touched.contains(&pid.class()) {
+                touched.push(pid.class());
             }
         }
         for class in touched {
             let sp = self.space_or_create(class, false, None)?;
             sp.file.sync().map_err(|e| Error::io("fsync", sp.path(), e))?;
+        }
+        Ok(stale.len() as u64)
+    }
+
+    /// For a read-only open: fails with [`Error::RecoveryPending`] when a read-write open
+    /// would recover (transaction records in the log from `start`, or stale double-write
+    /// images), which a read-only open cannot do.
+    fn refuse_pending_recovery(&self, start: u64) -> Result<()> {
+        let mut records = 0u64;
+        for rec in self.wal.reader(start) {
+            if rec?.txid != 0 {
+                records += 1;
+            }
+        }
+        let stale = self.stale_double_writes()?.len();
+        let mut why = Vec::new();
+        if records > 0 {
+            why.push(format!("the log holds {records} transaction records after the last checkpoint"));
+        }
+        if stale > 0 {
+            why.push(format!("the double-write area holds {stale} page images not yet copied home"));
+        }
+        if why.is_empty() {
+            return Ok(());
+        }
+        Err(Error::RecoveryPending { dir: self.dir.clone(), reason: why.join("; ") })
+    }
+
+    /// Whether this manager was opened read-only ([`open_read_only`](Self::open_read_only)).
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// What recovery did when this manager was opened (all zero for a clean database and
+    /// for read-only opens).
+    pub fn recovery_report(&self) -> RecoveryReport {
+        self.recovered
+    }
+
+    fn refuse_if_read_only(&self, op: &'static str) -> Result<()> {
+        if self.read_only {
+            return Err(Error::ReadOnly { dir: self.dir.clone(), op });
         }
         Ok(())
     }
@@ -447,6 +585,9 @@ impl BufferManager {
         let _g = self.space_init.lock();
         if let Some(sp) = slot.get() {
             return Ok(sp);
+        }
+        if temp {
+            self.refuse_if_read_only("using temporary pages")?;
         }
         let path = if temp { temp_file(&self.dir, class) } else { class_file(&self.dir, class) };
         let file = self.backend.open(&path, OpenMode::Direct, true).map_err(|e| Error::io("open", &path, e))?;
@@ -798,6 +939,7 @@ impl BufferManager {
     /// stored allocation table) go through the double-write area: batch written and fsynced
     /// there, then written home and fsynced, under `dw_lock`. On error nothing is cleaned.
     fn write_back(&self, pages: &[(PageId, &Space)]) -> Result<()> {
+        self.refuse_if_read_only("writing pages")?;
         let mut max_lsn = 0;
         for &(pid, sp) in pages {
             max_lsn = max_lsn.max(self.seal(sp, pid.index()));
@@ -1184,6 +1326,7 @@ impl BufferManager {
 
     /// Latches `pid` exclusively, loading it if needed.
     pub fn fix_exclusive(&self, pid: PageId) -> Result<ExclusiveGuard<'_>> {
+        self.refuse_if_read_only("latching pages for changes")?;
         let sp = self.lookup(pid)?;
         let index = pid.index();
         let st = sp.state(index);
@@ -1214,6 +1357,7 @@ impl BufferManager {
     /// `None` if one is. For callers that latch several pages together: they must never
     /// wait for a latch while holding another (rollback of an atomic section).
     pub(crate) fn try_fix_exclusive(&self, pid: PageId) -> Result<Option<ExclusiveGuard<'_>>> {
+        self.refuse_if_read_only("latching pages for changes")?;
         let sp = self.lookup(pid)?;
         let index = pid.index();
         let st = sp.state(index);
@@ -1345,6 +1489,7 @@ impl BufferManager {
     }
 
     fn alloc_with(&self, bytes: usize, temp: bool, log: Option<&dyn Fn(PageId) -> Result<u64>>) -> Result<(ExclusiveGuard<'_>, u64)> {
+        self.refuse_if_read_only("allocating pages")?;
         let class = (bytes as u64)
             .checked_add(PAGE_HEADER_SIZE as u64)
             .and_then(|total| self.classes.class_for(total))
@@ -1408,6 +1553,7 @@ impl BufferManager {
     /// Frees `pid`. Waits for other latches on it to be released; the caller must not hold
     /// one (use [`ExclusiveGuard::free`] to free a page you have latched).
     pub fn free(&self, pid: PageId) -> Result<()> {
+        self.refuse_if_read_only("freeing pages")?;
         let sp = self.lookup(pid)?;
         let index = pid.index();
         let st = sp.state(index);
@@ -1431,6 +1577,7 @@ impl BufferManager {
     pub(crate) fn free_locked(&self, sp: &Space, index: u64) -> Result<()> {
         let st = sp.state(index);
         let pid = sp.pid(index);
+
         let resident = self.resident.read().remove(pid);
         let mut bm = sp.bitmap.lock();
         if !bm.free(index) {
@@ -1550,6 +1697,13 @@ impl BufferManager {
     }
 
     fn checkpoint_locked(&self) -> Result<()> {
+        if self.read_only {
+            // Nothing to write unless someone changed a page, which is refused.
+            if self.dirty.lock().is_empty() {
+                return Ok(());
+            }
+            return Err(Error::ReadOnly { dir: self.dir.clone(), op: "checkpointing changed pages" });
+        }
         let began = self.wal.end();
         self.last_checkpoint.store(began, Ordering::Relaxed);
         // Every allocation in the table stored below must have its log record on disk.
@@ -1736,6 +1890,62 @@ impl BufferManager {
             direct_io: direct,
             classes,
         }
+    }
+
+    /// The allocation of every size class that holds (or held, since this open) persistent
+    /// pages, by class: allocated and free page indices as compact ranges.
+    pub fn allocation(&self) -> Vec<ClassAllocation> {
+        let mut out = Vec::new();
+        for class in 0..self.classes.count() {
+            let Some(sp) = self.spaces[class * 2].get() else { continue };
+            let page_size = sp.page_size();
+            let file_pages = sp.file.len().unwrap_or(0) / page_size;
+            let bm = sp.bitmap.lock();
+            let high_water = bm.high_water();
+            out.push(ClassAllocation {
+                class: class as u8,
+                page_size,
+                pages_allocated: bm.allocated(),
+                high_water,
+                file_pages,
+                allocated: bm.runs(),
+                free: bm.free_runs(high_water.max(file_pages)),
+            });
+        }
+        out
+    }
+
+    /// Reads persistent page `pid` straight from its data file (bypassing the pool, so a
+    /// resident page that was changed since shows its older disk copy) and reports its
+    /// header and whether it verifies, for inspection. A page that fails verification is
+    /// reported, not an error; a temporary page, a class this database does not have and a
+    /// page that is not allocated are [`Error::InvalidPageId`].
+    pub fn inspect_page(&self, pid: PageId) -> Result<PageInspection> {
+        if pid.is_temp() {
+            return Err(Error::InvalidPageId { pid, reason: "temporary pages are never stored in the database" });
+        }
+        if pid.class() as usize >= self.classes.count() {
+            return Err(Error::InvalidPageId { pid, reason: "this database has no such size class" });
+        }
+        let not_allocated = Error::InvalidPageId { pid, reason: "page is not allocated (never allocated or freed)" };
+        let Some(sp) = self.spaces[pid.space()].get() else { return Err(not_allocated) };
+        if !sp.bitmap.lock().is_allocated(pid.index()) {
+            return Err(not_allocated);
+        }
+        let size = sp.page_size();
+        let offset = sp.offset(pid.index());
+        let mut image = crate::storage::AlignedBuf::zeroed(size as usize);
+        let n = sp.file.read_at(image.io(), offset).map_err(|e| Error::io("read page", sp.path(), e))?;
+        Ok(PageInspection {
+            pid,
+            file: sp.path(),
+            offset,
+            page_size: size,
+            bytes_on_disk: n as u64,
+            header: page::Header::parse(&image),
+            computed_checksum: page::computed_checksum(&image),
+            verdict: page::verify(&image, pid),
+        })
     }
 
     /// Allocated persistent page ids of every class, ascending.

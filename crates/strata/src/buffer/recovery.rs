@@ -24,15 +24,19 @@ use crate::error::{Error, Result};
 use crate::storage::wal::{Body, Compensation, Record};
 use crate::storage::PageId;
 
-/// What recovery did.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Report {
-    /// Transaction records read (flush marks not counted).
+/// What recovery did when a database was opened ([`BufferManager::recovery_report`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Report {
+    /// Transaction records read from the log after the last checkpoint (flush marks not
+    /// counted); 0 when there was nothing to recover.
     pub records: u64,
     /// Records applied to pages during redo.
     pub redone: u64,
-    /// Transactions rolled back.
+    /// Transactions rolled back (they had neither committed nor aborted).
     pub losers: u64,
+    /// Page images of the last double-write batch copied home because their home copy was
+    /// torn or older.
+    pub pages_restored: u64,
 }
 
 pub(crate) fn recover(bm: &BufferManager, start: u64) -> Result<Report> {

@@ -120,6 +120,37 @@ impl ClassBitmap {
         })
     }
 
+    /// The allocated indices as inclusive ranges `(first, last)`, ascending.
+    pub fn runs(&self) -> Vec<(u64, u64)> {
+        let mut out: Vec<(u64, u64)> = Vec::new();
+        for i in self.iter() {
+            match out.last_mut() {
+                Some((_, last)) if *last + 1 == i => *last = i,
+                _ => out.push((i, i)),
+            }
+        }
+        out
+    }
+
+    /// The free indices below `end` as inclusive ranges `(first, last)`, ascending.
+    pub fn free_runs(&self, end: u64) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        let mut next = 0;
+        for (first, last) in self.runs() {
+            if first >= end {
+                break;
+            }
+            if first > next {
+                out.push((next, first - 1));
+            }
+            next = last + 1;
+        }
+        if next < end {
+            out.push((next, end - 1));
+        }
+        out
+    }
+
     fn from_words(mut words: Vec<u64>) -> ClassBitmap {
         while words.last() == Some(&0) {
             words.pop();
@@ -287,6 +318,21 @@ mod tests {
         assert_eq!(b.allocated(), 131);
         assert_eq!(b.high_water(), 131);
         assert_eq!(b.iter().count(), 131);
+    }
+
+    #[test]
+    fn runs_and_free_runs_are_compact_ranges() {
+        let mut b = ClassBitmap::default();
+        assert_eq!(b.runs(), vec![]);
+        assert_eq!(b.free_runs(0), vec![]);
+        assert_eq!(b.free_runs(3), vec![(0, 2)]);
+        for i in [0, 1, 2, 5, 63, 64, 65, 200] {
+            b.set_allocated(i);
+        }
+        assert_eq!(b.runs(), vec![(0, 2), (5, 5), (63, 65), (200, 200)]);
+        assert_eq!(b.free_runs(b.high_water()), vec![(3, 4), (6, 62), (66, 199)]);
+        assert_eq!(b.free_runs(205), vec![(3, 4), (6, 62), (66, 199), (201, 204)]);
+        assert_eq!(b.free_runs(10), vec![(3, 4), (6, 9)]);
     }
 
     #[test]

@@ -339,6 +339,18 @@ pub trait StorageBackend: Send + Sync + fmt::Debug {
     fn lock_dir(&self, dir: &Path) -> crate::Result<Option<DirLock>> {
         DirLock::acquire(dir).map(Some)
     }
+    /// Takes the lock on `dir` shared, for a read-only open (see [`DirLock::acquire_shared`]);
+    /// fails with [`crate::Error::Locked`] while a writer holds it. Backends that take no lock
+    /// return `None`.
+    fn lock_dir_shared(&self, dir: &Path) -> crate::Result<Option<DirLock>> {
+        DirLock::acquire_shared(dir)
+    }
+    /// Opens an existing file for reading only (where the backend can, with the operating
+    /// system's read-only access, so that no write through it can succeed). The default opens
+    /// it as [`open`](Self::open) does without creating it.
+    fn open_read_only(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn StorageFile>> {
+        self.open(path, mode, false)
+    }
 }
 
 /// The real filesystem, with `O_DIRECT` for page data.
@@ -410,10 +422,8 @@ impl StorageFile for PosixFile {
     }
 }
 
-impl StorageBackend for FileBackend {
-    fn open(&self, path: &Path, mode: OpenMode, create: bool) -> io::Result<Arc<dyn StorageFile>> {
-        let mut opts = OpenOptions::new();
-        opts.read(true).write(true).create(create);
+impl FileBackend {
+    fn open_with(&self, path: &Path, mode: OpenMode, opts: OpenOptions) -> io::Result<Arc<dyn StorageFile>> {
         if mode == OpenMode::Direct && !self.buffered_only {
             let mut direct = opts.clone();
             direct.custom_flags(libc::O_DIRECT);
@@ -425,6 +435,20 @@ impl StorageBackend for FileBackend {
         }
         let file = opts.open(path)?;
         Ok(Arc::new(PosixFile { file, path: path.to_owned(), direct: false }))
+    }
+}
+
+impl StorageBackend for FileBackend {
+    fn open(&self, path: &Path, mode: OpenMode, create: bool) -> io::Result<Arc<dyn StorageFile>> {
+        let mut opts = OpenOptions::new();
+        opts.read(true).write(true).create(create);
+        self.open_with(path, mode, opts)
+    }
+
+    fn open_read_only(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn StorageFile>> {
+        let mut opts = OpenOptions::new();
+        opts.read(true);
+        self.open_with(path, mode, opts)
     }
 
     fn read_file(&self, path: &Path) -> io::Result<Vec<u8>> {
@@ -609,6 +633,13 @@ impl StorageBackend for FaultyBackend {
     }
     fn lock_dir(&self, dir: &Path) -> crate::Result<Option<DirLock>> {
         self.inner.lock_dir(dir)
+    }
+    fn lock_dir_shared(&self, dir: &Path) -> crate::Result<Option<DirLock>> {
+        self.inner.lock_dir_shared(dir)
+    }
+    fn open_read_only(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn StorageFile>> {
+        let inner = self.inner.open_read_only(path, mode)?;
+        Ok(Arc::new(FaultyFile { inner, faults: self.faults.clone() }))
     }
 }
 

@@ -1,16 +1,23 @@
-//! The database directory's lock: one open of a database at a time, across processes.
+//! The database directory's lock: one writer of a database at a time, across processes, or
+//! any number of read-only opens.
 //!
-//! Every open of a database (create, open) takes an exclusive `flock(2)` on the file
-//! `DIR/lock` and keeps it until the buffer manager is dropped. A second open, from another
-//! process or from the same one (`flock` locks belong to the open file description, not to
-//! the process), is refused with [`Error::Locked`] before it reads or writes anything else.
+//! Every read-write open of a database (create, open) takes an exclusive `flock(2)` on the
+//! file `DIR/lock` and keeps it until the buffer manager is dropped. A second open, from
+//! another process or from the same one (`flock` locks belong to the open file description,
+//! not to the process), is refused with [`Error::Locked`] before it reads or writes anything
+//! else. Read-only opens ([`crate::BufferManager::open_read_only`]) take the same lock
+//! *shared*: they coexist with each other, a read-only open is refused with
+//! [`Error::Locked`] while a writer holds the lock, and a writer with
+//! [`Error::LockedByReaders`] while readers hold it.
 //! The kernel releases the lock when the holder exits, however it exits (`kill -9`
 //! included), so a crashed holder never leaves a stale lock behind; the file itself stays
 //! and is reused.
 //!
 //! The holder writes its pid (decimal, one line) into the file so that the refusal can name
 //! it. That is information only, never trusted for mutual exclusion: a pid that is absent,
-//! unreadable, or of a process that no longer exists is reported as unknown.
+//! unreadable, or of a process that no longer exists is reported as unknown. Readers write
+//! nothing into it (a read-only open modifies no file); the only file a reader may create is
+//! the lock file itself, empty, in a database made before the lock existed.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -22,12 +29,32 @@ use crate::error::{Error, Result};
 /// Name of the lock file inside the database directory.
 pub const LOCK_FILE: &str = "lock";
 
-/// An exclusive lock on a database directory, held until dropped.
+/// An exclusive or shared lock on a database directory, held until dropped.
 #[derive(Debug)]
 pub struct DirLock {
     /// Closing the descriptor (on drop) releases the lock.
     _file: File,
     path: PathBuf,
+    shared: bool,
+}
+
+/// `flock(fd, op | LOCK_NB)`, retried on EINTR: `Ok(true)` when taken, `Ok(false)` when
+/// another holder's lock conflicts.
+fn try_flock(file: &File, op: libc::c_int) -> io::Result<bool> {
+    loop {
+        // SAFETY: flock only takes a descriptor and flags; `file` keeps the descriptor open
+        // for the duration of the call.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), op | libc::LOCK_NB) };
+        if rc == 0 {
+            return Ok(true);
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EWOULDBLOCK) => return Ok(false),
+            _ => return Err(e),
+        }
+    }
 }
 
 impl DirLock {
@@ -36,24 +63,49 @@ impl DirLock {
     pub fn acquire(dir: &Path) -> Result<DirLock> {
         let path = dir.join(LOCK_FILE);
         let mut file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path).map_err(|e| Error::io("open", &path, e))?;
-        loop {
-            // SAFETY: flock only takes a descriptor and flags; `file` keeps the descriptor
-            // open for the duration of the call.
-            let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-            if rc == 0 {
-                break;
+        if !try_flock(&file, libc::LOCK_EX).map_err(|e| Error::io("lock", &path, e))? {
+            // Held. If a shared lock can be taken, only readers hold it (they write no pid;
+            // the one in the file is an earlier writer's). Ours is released when `file` closes.
+            if try_flock(&file, libc::LOCK_SH).unwrap_or(false) {
+                return Err(Error::LockedByReaders { dir: dir.to_owned() });
             }
-            let e = io::Error::last_os_error();
-            match e.raw_os_error() {
-                Some(libc::EINTR) => continue,
-                Some(libc::EWOULDBLOCK) => return Err(Error::Locked { dir: dir.to_owned(), pid: holder_pid(&mut file) }),
-                _ => return Err(Error::io("lock", &path, e)),
-            }
+            return Err(Error::Locked { dir: dir.to_owned(), pid: holder_pid(&mut file) });
         }
         // Ours now: replace the previous holder's pid with ours (information only, so a
         // failure to write it does not stop the open).
         let _ = file.set_len(0).and_then(|()| (&file).write_all(format!("{}\n", std::process::id()).as_bytes()));
-        Ok(DirLock { _file: file, path })
+        Ok(DirLock { _file: file, path, shared: false })
+    }
+
+    /// Locks `dir` (which must exist) shared, for a read-only open, or fails with
+    /// [`Error::Locked`] naming the writer's pid where it is known. Never waits and writes
+    /// nothing. Returns `None` (no lock needed) when the lock file is absent and cannot be
+    /// created because the filesystem is read-only or the directory is not writable by this
+    /// user: no writer of this user can open the database there either.
+    pub fn acquire_shared(dir: &Path) -> Result<Option<DirLock>> {
+        let path = dir.join(LOCK_FILE);
+        let mut file = match File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                // A database made before the lock existed: an empty lock file holds no data,
+                // and without it a writer could not see this reader.
+                match OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path) {
+                    Ok(f) => f,
+                    Err(e) if matches!(e.raw_os_error(), Some(libc::EROFS) | Some(libc::EACCES) | Some(libc::EPERM)) => return Ok(None),
+                    Err(e) => return Err(Error::io("create", &path, e)),
+                }
+            }
+            Err(e) => return Err(Error::io("open", &path, e)),
+        };
+        if !try_flock(&file, libc::LOCK_SH).map_err(|e| Error::io("lock", &path, e))? {
+            return Err(Error::Locked { dir: dir.to_owned(), pid: holder_pid(&mut file) });
+        }
+        Ok(Some(DirLock { _file: file, path, shared: true }))
+    }
+
+    /// Whether this is a reader's shared lock.
+    pub fn is_shared(&self) -> bool {
+        self.shared
     }
 
     /// The lock file's path.
@@ -94,6 +146,43 @@ mod tests {
         drop(first);
         let again = DirLock::acquire(dir.path()).unwrap();
         drop(again);
+    }
+
+    #[test]
+    fn readers_share_the_lock_and_exclude_a_writer_and_the_other_way_round() {
+        let dir = tempfile::tempdir().unwrap();
+        // A writer leaves its pid behind.
+        drop(DirLock::acquire(dir.path()).unwrap());
+        let before = std::fs::read(dir.path().join(LOCK_FILE)).unwrap();
+        let r1 = DirLock::acquire_shared(dir.path()).unwrap().unwrap();
+        let r2 = DirLock::acquire_shared(dir.path()).unwrap().unwrap();
+        assert!(r1.is_shared() && r2.is_shared());
+        match DirLock::acquire(dir.path()) {
+            Err(Error::LockedByReaders { dir: d }) => assert_eq!(d, dir.path()),
+            other => panic!("expected LockedByReaders, got {other:?}"),
+        }
+        drop(r1);
+        assert!(matches!(DirLock::acquire(dir.path()), Err(Error::LockedByReaders { .. })));
+        drop(r2);
+        // Readers wrote nothing, and the refused writer did not write its pid either.
+        assert_eq!(std::fs::read(dir.path().join(LOCK_FILE)).unwrap(), before);
+        let w = DirLock::acquire(dir.path()).unwrap();
+        assert!(!w.is_shared());
+        match DirLock::acquire_shared(dir.path()) {
+            Err(Error::Locked { pid, .. }) => assert_eq!(pid, Some(std::process::id())),
+            other => panic!("expected Locked, got {other:?}"),
+        }
+        drop(w);
+        drop(DirLock::acquire_shared(dir.path()).unwrap().unwrap());
+    }
+
+    #[test]
+    fn a_reader_creates_a_missing_lock_file_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = DirLock::acquire_shared(dir.path()).unwrap().unwrap();
+        assert_eq!(std::fs::read(dir.path().join(LOCK_FILE)).unwrap(), b"");
+        assert!(matches!(DirLock::acquire(dir.path()), Err(Error::LockedByReaders { .. })));
+        drop(r);
     }
 
     #[test]

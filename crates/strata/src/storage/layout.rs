@@ -66,6 +66,44 @@ impl fmt::Display for PageId {
     }
 }
 
+/// Parses what [`PageId`]'s `Display` prints (`c3:17` for page 17 of class 3, `t3:17` for a
+/// temporary page) or a raw 64-bit id (decimal, or hexadecimal after `0x`).
+impl std::str::FromStr for PageId {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<PageId, String> {
+        let bad = || format!("{s:?} is not a page id: expected CLASS:INDEX as in c3:17 (t3:17 for a temporary page) or a raw 64-bit id");
+        let s = s.trim();
+        if let Some(hex) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+            return u64::from_str_radix(hex, 16).map(PageId::from_raw).map_err(|_| bad());
+        }
+        if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
+            return s.parse::<u64>().map(PageId::from_raw).map_err(|_| bad());
+        }
+        let (temp, rest) = match s.as_bytes().first() {
+            Some(b'c') => (false, &s[1..]),
+            Some(b't') => (true, &s[1..]),
+            _ => return Err(bad()),
+        };
+        let (class, index) = rest.split_once(':').ok_or_else(bad)?;
+        let digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+        if !digits(class) || !digits(index) {
+            return Err(bad());
+        }
+        let class: u8 = class
+            .parse()
+            .ok()
+            .filter(|&c| (c as usize) < MAX_CLASSES)
+            .ok_or_else(|| format!("{s:?} is not a page id: the class must be below {MAX_CLASSES}"))?;
+        let index: u64 = index
+            .parse()
+            .ok()
+            .filter(|&i| i <= PageId::MAX_INDEX)
+            .ok_or_else(|| format!("{s:?} is not a page id: the index must be at most {}", PageId::MAX_INDEX))?;
+        Ok(PageId::new(class, temp, index))
+    }
+}
+
 impl fmt::Debug for PageId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "PageId({self})")
@@ -128,6 +166,18 @@ pub fn temp_file(dir: &Path, class: u8) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn page_id_parses_its_display_form_and_raw_ids() {
+        for pid in [PageId::new(0, false, 0), PageId::new(3, false, 17), PageId::new(63, true, PageId::MAX_INDEX)] {
+            assert_eq!(pid.to_string().parse::<PageId>(), Ok(pid));
+            assert_eq!(pid.raw().to_string().parse::<PageId>(), Ok(pid));
+            assert_eq!(format!("{:#x}", pid.raw()).parse::<PageId>(), Ok(pid));
+        }
+        for bad in ["", "c", "c3", "c3:", "c:3", "x3:1", "c3:-1", "c64:1", "c3:1x", "-5", "0xZZ", "99999999999999999999", "c3:144115188075855872"] {
+            assert!(bad.parse::<PageId>().is_err(), "{bad:?} must not parse");
+        }
+    }
 
     #[test]
     fn page_id_packs_class_temp_and_index() {

@@ -9,6 +9,7 @@
 //! * [`alloc_table`]: the per-class allocation bitmaps and their checksummed file.
 //! * [`wal`]: the write-ahead log (records, segments, group commit, end-of-log detection).
 //! * [`doublewrite`]: the double-write area that makes in-place page writes tear-proof.
+//! * [`readonly`]: the backend wrapper of read-only opens, which refuses every write.
 
 pub mod alloc_table;
 pub mod backend;
@@ -17,6 +18,7 @@ pub mod doublewrite;
 pub mod layout;
 pub mod meta;
 pub mod page;
+pub mod readonly;
 pub mod sim;
 #[cfg(target_os = "linux")]
 pub mod uring;
@@ -29,6 +31,7 @@ pub use dirlock::DirLock;
 pub use layout::{PageId, SizeClasses, MAX_CLASSES};
 pub use meta::Meta;
 pub use page::PAGE_HEADER_SIZE;
+pub use readonly::ReadOnlyBackend;
 pub use sim::{Capture, CrashMode, SimBackend};
 #[cfg(target_os = "linux")]
 pub use uring::UringBackend;

@@ -46,6 +46,44 @@ impl std::fmt::Display for PageFault {
     }
 }
 
+/// The header fields of a page image as stored, whether or not they verify (for
+/// inspection; [`verify`] is what reads use).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    /// Bytes 0..4: the stored CRC-32C of bytes 4..page_size.
+    pub checksum: u32,
+    /// Bytes 4..8: [`Header::MAGIC`] in every written page.
+    pub magic: u32,
+    /// Bytes 8..16: the raw id of the page the image claims to be.
+    pub page_id: u64,
+    /// Bytes 16..24: the LSN of the page's last logged change.
+    pub lsn: u64,
+    /// Bytes 24..32: reserved, zero.
+    pub reserved: u64,
+}
+
+impl Header {
+    /// The magic number of every page (`SPG1`, little-endian).
+    pub const MAGIC: u32 = MAGIC;
+
+    /// The header of `image` (at least [`PAGE_HEADER_SIZE`] bytes).
+    pub fn parse(image: &[u8]) -> Header {
+        let word = |at: usize| u64::from_le_bytes(image[at..at + 8].try_into().unwrap());
+        Header {
+            checksum: u32::from_le_bytes(image[0..4].try_into().unwrap()),
+            magic: u32::from_le_bytes(image[4..8].try_into().unwrap()),
+            page_id: word(8),
+            lsn: word(16),
+            reserved: word(24),
+        }
+    }
+}
+
+/// The checksum `image` (a whole page) should carry: CRC-32C of its bytes 4..
+pub fn computed_checksum(image: &[u8]) -> u32 {
+    crc32c::crc32c(&image[4..])
+}
+
 /// Fills in the header fields of a page image before it is written (the checksum last).
 /// Returns the 4 header words (bytes 0..32) to store; the caller stores them.
 pub fn header_words(pid: PageId, lsn: u64, body_crc: impl FnOnce(&[u8; 28]) -> u32) -> [u64; 4] {
@@ -116,5 +154,17 @@ mod tests {
         img[4000] ^= 1;
         assert!(matches!(verify(&img, pid), Err(PageFault::BadChecksum { .. })));
         assert_eq!(verify(&vec![0u8; 4096], pid), Err(PageFault::Blank));
+    }
+
+    #[test]
+    fn header_parses_what_seal_wrote() {
+        let pid = PageId::new(1, false, 5);
+        let mut img = vec![3u8; 8192];
+        seal(&mut img, pid, 1234);
+        let h = Header::parse(&img);
+        assert_eq!((h.magic, h.page_id, h.lsn, h.reserved), (Header::MAGIC, pid.raw(), 1234, 0));
+        assert_eq!(h.checksum, computed_checksum(&img));
+        img[5000] ^= 0x10;
+        assert_ne!(Header::parse(&img).checksum, computed_checksum(&img));
     }
 }

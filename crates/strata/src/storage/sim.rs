@@ -557,6 +557,9 @@ impl StorageBackend for SimBackend {
     fn lock_dir(&self, _dir: &Path) -> crate::Result<Option<super::DirLock>> {
         Ok(None)
     }
+    fn lock_dir_shared(&self, _dir: &Path) -> crate::Result<Option<super::DirLock>> {
+        Ok(None)
+    }
 }
 
 #[cfg(test)]

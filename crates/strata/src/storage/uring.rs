@@ -204,6 +204,13 @@ impl StorageBackend for UringBackend {
     fn lock_dir(&self, dir: &Path) -> crate::Result<Option<super::DirLock>> {
         self.files.lock_dir(dir)
     }
+    fn lock_dir_shared(&self, dir: &Path) -> crate::Result<Option<super::DirLock>> {
+        self.files.lock_dir_shared(dir)
+    }
+    /// Read-only opens (inspection) read with `pread`: they read little, and need no ring.
+    fn open_read_only(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn StorageFile>> {
+        self.files.open_read_only(path, mode)
+    }
     fn io_name(&self) -> String {
         match &self.fallback {
             None => "io_uring".to_owned(),

@@ -104,6 +104,8 @@ pub struct Wal {
     flush_done: Condvar,
     segments: Mutex<BTreeSet<u64>>,
     failed: Mutex<Option<String>>,
+    /// Opened by [`Wal::open_read_only`]: every append and flush is refused.
+    read_only: bool,
     records: AtomicU64,
     bytes: AtomicU64,
     flushes: AtomicU64,
@@ -221,6 +223,46 @@ impl Wal {
             flush_done: Condvar::new(),
             segments: Mutex::new(segments),
             failed: Mutex::new(None),
+            read_only: false,
+            records: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            flushes: AtomicU64::new(0),
+        })
+    }
+
+    /// Opens the log of database `dir` for reading only: finds its end reading from `start`
+    /// as [`open`](Self::open) does, but changes nothing (a torn tail and the segments after
+    /// it are left as they are and never read; a missing log directory is an empty log).
+    /// Appends and flushes fail with [`Error::ReadOnly`].
+    pub fn open_read_only(backend: Arc<crate::storage::ReadOnlyBackend>, dir: &Path, start: u64) -> Result<Wal> {
+        let wal_dir = dir.join(WAL_DIR);
+        let mut segments: BTreeSet<u64> = BTreeSet::new();
+        if backend.exists(&wal_dir) {
+            for name in backend.list_dir(&wal_dir).map_err(|e| Error::io("list", &wal_dir, e))? {
+                if let Some(s) = parse_segment_name(&name) {
+                    segments.insert(s);
+                }
+            }
+        }
+        let end = find_end(backend.as_ref(), &wal_dir, &segments, start)?;
+        let segment = segments.range(..=end).next_back().copied().unwrap_or(end);
+        segments.retain(|&s| s <= segment);
+        let path = wal_dir.join(segment_name(segment));
+        // Through the read-only backend: never created, never written.
+        let file = backend.open(&path, OpenMode::Buffered, true).map_err(|e| Error::io("open", &path, e))?;
+        Ok(Wal {
+            backend,
+            dir: wal_dir,
+            segment_size: DEFAULT_SEGMENT_SIZE,
+            group_commit: true,
+            tail: Mutex::new(Tail { next: end, segment, buf: Vec::new(), buf_start: end, new_segments: Vec::new() }),
+            flushed: AtomicU64::new(end),
+            writer: Mutex::new(Writer { segment, file }),
+            flushing: Mutex::new(false),
+            flush_done: Condvar::new(),
+            segments: Mutex::new(segments),
+            failed: Mutex::new(None),
+            read_only: true,
             records: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             flushes: AtomicU64::new(0),
@@ -244,6 +286,10 @@ impl Wal {
 
     /// Fails with [`Error::LogFailed`] if an earlier write or fsync of the log failed.
     pub fn check_failed(&self) -> Result<()> {
+        if self.read_only {
+            let dir = self.dir.parent().unwrap_or(&self.dir).to_owned();
+            return Err(Error::ReadOnly { dir, op: "writing the log" });
+        }
         match &*self.failed.lock() {
             Some(reason) => Err(Error::LogFailed(reason.clone())),
             None => Ok(()),
