@@ -218,10 +218,12 @@ pub fn check(dir: &Path, pool: u64, json: bool) -> Result<(), Error> {
         print_json(&serde_json::json!({"ok": true, "report": report}))?;
     } else {
         println!(
-            "ok: {} pages verified, {} columns and {} graphs consistent{}",
+            "ok: {} pages verified, {} columns, {} graphs, {} tables and {} key-value trees consistent{}",
             report.pages_verified,
             report.columns,
             report.graphs,
+            report.tables.len(),
+            report.trees.len(),
             if report.unreferenced_pages > 0 {
                 format!(", {} unreferenced pages (from an interrupted import; harmless)", report.unreferenced_pages)
             } else {
@@ -250,7 +252,26 @@ pub fn stats(dir: &Path, json: bool) -> Result<(), Error> {
                 "bytes_allocated": c.allocated_pages * c.page_size, "file_bytes": c.file_bytes})
             })
             .collect();
+        let mut tables = serde_json::Map::new();
+        for (name, t) in &catalog.tables {
+            let r = t.shape(db.buffer())?;
+            tables.insert(
+                name.clone(),
+                serde_json::json!({"rows": r.entries, "schema": t.schema.to_spec(), "height": r.height, "inner_nodes": r.inner_nodes,
+                "leaves_per_class": r.leaves_per_class, "bytes": r.bytes}),
+            );
+        }
+        let mut trees = serde_json::Map::new();
+        for (name, t) in &catalog.trees {
+            let r = t.shape(db.buffer())?;
+            trees.insert(
+                name.clone(),
+                serde_json::json!({"height": r.height, "inner_nodes": r.inner_nodes, "leaves_per_class": r.leaves_per_class, "bytes": r.bytes}),
+            );
+        }
         return print_json(&serde_json::json!({
+            "tables": tables,
+            "trees": trees,
             "min_page": db.buffer().classes().min_page(),
             "classes": classes,
             "pages_allocated": st.classes.iter().map(|c| c.allocated_pages).sum::<u64>(),
@@ -271,6 +292,32 @@ pub fn stats(dir: &Path, json: bool) -> Result<(), Error> {
     }
     for (name, g) in &catalog.graphs {
         println!("graph {name}: {} vertices, {} edges in {} pages", g.vertices, g.edges, g.pages().count());
+    }
+    let classes = db.buffer().classes();
+    let leaves = |per_class: &[u64]| {
+        let parts: Vec<String> =
+            per_class.iter().enumerate().filter(|(_, &n)| n > 0).map(|(c, n)| format!("{n} of {}", Bytes(classes.page_size(c as u8)))).collect();
+        if parts.is_empty() {
+            "none".to_string()
+        } else {
+            parts.join(", ")
+        }
+    };
+    for (name, t) in &catalog.tables {
+        let r = t.shape(db.buffer())?;
+        println!(
+            "table {name}: {} rows ({}), tree height {}, {} inner nodes, leaves {}, {}",
+            r.entries,
+            t.schema.to_spec(),
+            r.height,
+            r.inner_nodes,
+            leaves(&r.leaves_per_class),
+            Bytes(r.bytes)
+        );
+    }
+    for (name, t) in &catalog.trees {
+        let r = t.shape(db.buffer())?;
+        println!("tree {name}: height {}, {} inner nodes, leaves {}, {}", r.height, r.inner_nodes, leaves(&r.leaves_per_class), Bytes(r.bytes));
     }
     Ok(())
 }

@@ -208,6 +208,14 @@ fn a_4_kib_smallest_class_and_a_50_mib_string_work() {
     let check = json(&["check", p(&db), "--pool", "160MiB", "--json"]);
     let per_class = check["report"]["tables"]["t"]["leaves_per_class"].as_array().unwrap().clone();
     assert!(per_class.iter().filter(|c| c.as_u64().unwrap() > 0).count() >= 3, "leaves of several classes: {per_class:?}");
+    // stats reports the same shape from the inner nodes alone, read-only.
+    let stats = json(&["stats", p(&db), "--json"]);
+    let t = &stats["tables"]["t"];
+    assert_eq!(t["rows"], 302);
+    assert_eq!(t["leaves_per_class"].as_array().unwrap(), &per_class);
+    assert_eq!(t["height"], check["report"]["tables"]["t"]["height"]);
+    assert_eq!(t["bytes"], check["report"]["tables"]["t"]["bytes"]);
+    assert_eq!(t["schema"], "k:i64,v:str");
     assert_eq!(rows(&db, "t"), 302);
 }
 

@@ -539,6 +539,12 @@ impl BTree {
         check::check(bm, self.root(), visit, None).map(|(r, _)| r)
     }
 
+    /// The tree's height, inner nodes, leaves per size class and bytes, from its inner
+    /// nodes alone (`entries` is 0): cheap statistics without reading the leaves.
+    pub fn shape(&self, bm: &BufferManager) -> Result<TreeReport> {
+        check::shape(bm, self.root())
+    }
+
     /// [`check`](Self::check) of a table's tree: `pax` checks each leaf and returns its
     /// rows; also returns the row id after the last row.
     pub(crate) fn check_table(&self, bm: &BufferManager, visit: &mut dyn FnMut(PageId), pax: check::PaxCheck<'_>) -> Result<(TreeReport, u64)> {

@@ -207,6 +207,14 @@ impl Table {
         })
     }
 
+    /// The table's rows, tree height, inner nodes, leaves per size class and bytes, from
+    /// the inner nodes alone (see [`BTree::shape`]; `entries` is the row count).
+    pub fn shape(&self, bm: &BufferManager) -> Result<TreeReport> {
+        let mut r = self.tree.shape(bm)?;
+        r.entries = self.rows(bm)?;
+        Ok(r)
+    }
+
     /// Verifies the table: the tree (order, separators against leaves, depth, classes),
     /// every row readable, ids dense from 0 and ending at [`rows`](Self::rows). `visit` is
     /// called with every page.
