@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use clap::Subcommand;
 use strata::ops::torture::{self, Bank, Outcome, Rng, Verdict};
+use strata::ops::torture_tree;
 use strata::txn::DEFAULT_LOCK_WAIT;
 use strata::{Config, Database, Error};
 
@@ -46,6 +47,11 @@ pub enum TortureCmd {
         /// inside checkpoints and log truncation).
         #[arg(long, default_value = "1MiB", value_parser = parse_size)]
         checkpoint_every: u64,
+        /// `bank` (transfers between accounts on pages of several classes) or `tree`
+        /// (inserts, updates and removes in a key-value B+-tree, values up to 80 KB). A
+        /// database holds one workload; `verify` recognises which.
+        #[arg(long, default_value = "bank")]
+        workload: String,
     },
     /// Recover DIR and check its bank: total conserved, scratch pages intact, no leaked page,
     /// and the last committed sequence number. Exits 1 when the bank is not consistent.
@@ -62,8 +68,13 @@ pub enum TortureCmd {
 
 pub fn run(cmd: TortureCmd) -> Result<(), Error> {
     match cmd {
-        TortureCmd::Run { dir, pool, accounts, threads, seed, seconds, checkpoint_every } => {
-            run_bank(&dir, Config::new(&dir).pool_size(pool).checkpoint_every(checkpoint_every), accounts, threads, seed, seconds)
+        TortureCmd::Run { dir, pool, accounts, threads, seed, seconds, checkpoint_every, workload } => {
+            let config = Config::new(&dir).pool_size(pool).checkpoint_every(checkpoint_every);
+            match workload.as_str() {
+                "bank" => run_bank(&dir, config, accounts, threads, seed, seconds),
+                "tree" => run_tree(&dir, config, threads, seed, seconds),
+                w => Err(Error::InvalidInput(format!("unknown --workload {w:?}: use bank or tree"))),
+            }
         }
         TortureCmd::Verify { dir, pool, json } => verify(&dir, pool, json),
     }
@@ -117,25 +128,35 @@ struct Counts {
     conflicts: AtomicU64,
 }
 
-fn run_bank(dir: &Path, config: Config, accounts: u64, threads: usize, seed: u64, seconds: Option<f64>) -> Result<(), Error> {
-    if threads == 0 || threads as u64 > torture::MAX_SLOTS {
-        return Err(Error::InvalidInput(format!("--threads must be between 1 and {}", torture::MAX_SLOTS)));
+/// `--threads` and `--seconds`, checked.
+fn run_limits(threads: usize, max: u64, seconds: Option<f64>) -> Result<Option<Duration>, Error> {
+    if threads == 0 || threads as u64 > max {
+        return Err(Error::InvalidInput(format!("--threads must be between 1 and {max}")));
     }
-    let duration = match seconds {
-        None => None,
-        Some(s) if s.is_finite() && s >= 0.0 => Some(Duration::from_secs_f64(s)),
-        Some(s) => return Err(Error::InvalidInput(format!("--seconds must be a non-negative number, got {s}"))),
-    };
-    let db = if absent_or_empty(dir)? {
-        Database::create(config.min_page(4096))?
-    } else {
-        match Database::open(config.clone()) {
-            // A run killed in the middle of creating the database: create it again (refused
-            // unless DIR holds only what an interrupted create leaves).
-            Err(Error::NotADatabase { .. }) => Database::create(config.min_page(4096))?,
-            r => r?,
-        }
-    };
+    match seconds {
+        None => Ok(None),
+        Some(s) if s.is_finite() && s >= 0.0 => Ok(Some(Duration::from_secs_f64(s))),
+        Some(s) => Err(Error::InvalidInput(format!("--seconds must be a non-negative number, got {s}"))),
+    }
+}
+
+/// Creates the database with 4 KiB pages when DIR is absent or empty (or holds only what an
+/// interrupted create leaves), else opens (recovers) it.
+fn create_or_open(dir: &Path, config: Config) -> Result<Database, Error> {
+    if absent_or_empty(dir)? {
+        return Database::create(config.min_page(4096));
+    }
+    match Database::open(config.clone()) {
+        // A run killed in the middle of creating the database: create it again (refused
+        // unless DIR holds only what an interrupted create leaves).
+        Err(Error::NotADatabase { .. }) => Database::create(config.min_page(4096)),
+        r => r,
+    }
+}
+
+fn run_bank(dir: &Path, config: Config, accounts: u64, threads: usize, seed: u64, seconds: Option<f64>) -> Result<(), Error> {
+    let duration = run_limits(threads, torture::MAX_SLOTS, seconds)?;
+    let db = create_or_open(dir, config)?;
     let (bm, locks) = (db.buffer(), db.locks());
     let bank = Bank::setup(bm, locks, accounts, INITIAL_BALANCE, threads as u64)?;
     let verdict = torture::verify(bm, locks)?;
@@ -143,6 +164,95 @@ fn run_bank(dir: &Path, config: Config, accounts: u64, threads: usize, seed: u64
         return Err(Error::Inconsistent(format!("{}; refusing to run", problems(&verdict))));
     }
     let start_seq = verdict.last_committed;
+    let step = |i: usize| {
+        let bank = &bank;
+        move |rng: &mut Rng, seq: &AtomicU64| torture::transfer(bm, locks, bank, i, rng, seq, DEFAULT_LOCK_WAIT)
+    };
+    let printed = drive(threads, seed, start_seq, duration, &step)?;
+    db.close()?;
+    printed.report(start_seq);
+    Ok(())
+}
+
+/// Lock wait of the tree workload's transactions: short, so that deadlocks between writers
+/// of shared leaves (page locks are held to the end) are broken quickly and retried.
+const TREE_LOCK_WAIT: Duration = Duration::from_millis(100);
+
+fn run_tree(dir: &Path, config: Config, threads: usize, seed: u64, seconds: Option<f64>) -> Result<(), Error> {
+    let duration = run_limits(threads, torture_tree::MAX_SLOTS, seconds)?;
+    let db = create_or_open(dir, config)?;
+    let tree = match db.tree(torture_tree::TREE_NAME) {
+        Ok(t) => t,
+        Err(Error::NotFound { .. }) => {
+            let catalog = db.catalog();
+            if catalog.contains("") || !(catalog.columns.is_empty() && catalog.graphs.is_empty() && catalog.trees.is_empty() && catalog.tables.is_empty()) {
+                return Err(Error::InvalidInput(format!("{} already holds other data; use an empty directory", dir.display())));
+            }
+            // A run killed between the tree's creation commit and the catalog update left
+            // its pages allocated but unnamed: free them (the catalog names nothing else).
+            let orphans = db.buffer().allocated_pages();
+            if !orphans.is_empty() {
+                let mut tx = db.begin();
+                for pid in orphans {
+                    tx.free(pid)?;
+                }
+                tx.commit()?;
+            }
+            db.create_tree(torture_tree::TREE_NAME)?
+        }
+        Err(e) => return Err(e),
+    };
+    let bm = db.buffer();
+    let verdict = torture_tree::verify(bm, &tree)?;
+    if !verdict.ok {
+        return Err(Error::Inconsistent(format!("torture tree verification failed: {}; refusing to run", verdict.problems.join("; "))));
+    }
+    let start_seq = verdict.last_committed;
+    let locks = db.locks();
+    // Each slot's committed transactions so far: its next transaction's operations.
+    let done: Vec<u64> = (0..threads as u64).map(|i| torture_tree::progress(bm, &tree, i).map(|(_, n)| n)).collect::<Result<_, Error>>()?;
+    let step = |i: usize| {
+        let tree = &tree;
+        let mut done = done[i];
+        move |rng: &mut Rng, seq: &AtomicU64| torture_tree::run_tx(bm, locks, tree, i as u64, &mut done, rng.below(16) == 0, seq, TREE_LOCK_WAIT)
+    };
+    let printed = drive(threads, seed, start_seq, duration, &step)?;
+    db.close()?;
+    printed.report(start_seq);
+    Ok(())
+}
+
+/// What [`drive`] did.
+struct Driven {
+    commits: u64,
+    aborts: u64,
+    conflicts: u64,
+    printed: Option<u64>,
+    elapsed: f64,
+}
+
+impl Driven {
+    fn report(&self, start_seq: u64) {
+        eprintln!(
+            "torture: {} commits (last committed {}), {} aborts, {} conflicts in {:.2} s ({:.0} commits/s)",
+            self.commits,
+            self.printed.unwrap_or(start_seq),
+            self.aborts,
+            self.conflicts,
+            self.elapsed,
+            self.commits as f64 / self.elapsed.max(1e-9),
+        );
+    }
+}
+
+/// Runs `threads` workers, each repeating the transaction that `step(worker)` makes, until
+/// `duration` has passed (or forever), printing `committed SEQ` in order after commits
+/// return. An error in any worker stops all of them and is returned.
+fn drive<F, W>(threads: usize, seed: u64, start_seq: u64, duration: Option<Duration>, step: &F) -> Result<Driven, Error>
+where
+    F: Fn(usize) -> W + Sync,
+    W: FnMut(&mut Rng, &AtomicU64) -> Result<Outcome, Error>,
+{
     let seq = AtomicU64::new(start_seq);
     let printer = Mutex::new(Printer { next: start_seq + 1, pending: BTreeSet::new(), printed: None });
     let stop = AtomicBool::new(false);
@@ -155,11 +265,12 @@ fn run_bank(dir: &Path, config: Config, accounts: u64, threads: usize, seed: u64
     let start = Instant::now();
     std::thread::scope(|s| {
         for i in 0..threads {
-            let (bank, seq, printer, stop, counts, fail) = (&bank, &seq, &printer, &stop, &counts, &fail);
+            let (seq, printer, stop, counts, fail) = (&seq, &printer, &stop, &counts, &fail);
             s.spawn(move || {
                 let mut rng = Rng(seed ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+                let mut work = step(i);
                 while !stop.load(Ordering::SeqCst) && duration.map_or(true, |d| start.elapsed() < d) {
-                    match torture::transfer(bm, locks, bank, i, &mut rng, seq, DEFAULT_LOCK_WAIT) {
+                    match work(&mut rng, seq) {
                         Ok(Outcome::Committed(n)) => {
                             counts.commits.fetch_add(1, Ordering::Relaxed);
                             let r = printer.lock().unwrap_or_else(|p| p.into_inner()).committed(n);
@@ -179,25 +290,23 @@ fn run_bank(dir: &Path, config: Config, accounts: u64, threads: usize, seed: u64
             });
         }
     });
-    let elapsed = start.elapsed().as_secs_f64();
     if let Some(e) = failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
         return Err(e);
     }
-    db.close()?;
-    let commits = counts.commits.load(Ordering::Relaxed);
-    let printed = printer.into_inner().unwrap_or_else(|p| p.into_inner()).printed;
-    eprintln!(
-        "torture: {commits} commits (last committed {}), {} aborts, {} conflicts in {elapsed:.2} s ({:.0} commits/s)",
-        printed.unwrap_or(start_seq),
-        counts.aborts.load(Ordering::Relaxed),
-        counts.conflicts.load(Ordering::Relaxed),
-        commits as f64 / elapsed.max(1e-9),
-    );
-    Ok(())
+    Ok(Driven {
+        commits: counts.commits.load(Ordering::Relaxed),
+        aborts: counts.aborts.load(Ordering::Relaxed),
+        conflicts: counts.conflicts.load(Ordering::Relaxed),
+        printed: printer.into_inner().unwrap_or_else(|p| p.into_inner()).printed,
+        elapsed: start.elapsed().as_secs_f64(),
+    })
 }
 
 fn verify(dir: &Path, pool: u64, json: bool) -> Result<(), Error> {
     let db = Database::open(Config::new(dir).pool_size(pool))?;
+    if let Ok(tree) = db.tree(torture_tree::TREE_NAME) {
+        return verify_tree(db, &tree, json);
+    }
     let verdict = torture::verify(db.buffer(), db.locks())?;
     db.close()?;
     if json {
@@ -215,5 +324,28 @@ fn verify(dir: &Path, pool: u64, json: bool) -> Result<(), Error> {
         Ok(())
     } else {
         Err(Error::Inconsistent(problems(&verdict)))
+    }
+}
+
+fn verify_tree(db: Database, tree: &strata::access::btree::BTree, json: bool) -> Result<(), Error> {
+    let verdict = torture_tree::verify(db.buffer(), tree)?;
+    db.close()?;
+    if json {
+        let s = serde_json::to_string(&verdict).map_err(|e| Error::InvalidInput(format!("cannot encode output: {e}")))?;
+        println!("{s}");
+    } else {
+        println!("{}: last committed {}", if verdict.ok { "ok" } else { "NOT OK" }, verdict.last_committed);
+        println!(
+            "{} commits of {} slots, {} keys, tree height {}, {} leaked pages",
+            verdict.commits, verdict.slots, verdict.keys, verdict.height, verdict.leaked_pages
+        );
+        for p in &verdict.problems {
+            println!("problem: {p}");
+        }
+    }
+    if verdict.ok {
+        Ok(())
+    } else {
+        Err(Error::Inconsistent(format!("torture tree verification failed: {}", verdict.problems.join("; "))))
     }
 }

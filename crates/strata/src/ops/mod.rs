@@ -7,6 +7,7 @@ pub mod scan;
 pub mod sort;
 pub(crate) mod spill;
 pub mod torture;
+pub mod torture_tree;
 
 pub use bfs::{bfs, BfsResult};
 pub use groupby::{
