@@ -36,6 +36,17 @@ pub enum GenCmd {
         #[arg(long)]
         out: PathBuf,
     },
+    /// A CSV table of every column type (id, amount, day, flag, name, comment, blob), with
+    /// NULLs, quoted fields with commas and quotes, and strings of every length class, until
+    /// the file has `--size` bytes.
+    Csv {
+        #[arg(long, value_parser = crate::parse_size)]
+        size: u64,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 /// SplitMix64 (the library's): small, fast, and good enough for benchmark data; `below` is
@@ -46,6 +57,11 @@ pub fn run(cmd: GenCmd) -> Result<(), Error> {
     match cmd {
         GenCmd::Ints { count, seed, out, format, max } => ints(count, seed, &out, &format, max),
         GenCmd::Rmat { scale, edgefactor, seed, out } => rmat(scale, edgefactor, seed, &out),
+        GenCmd::Csv { size, seed, out } => {
+            let rows = csv(size, seed, &out)?;
+            eprintln!("wrote {rows} rows to {}", out.display());
+            Ok(())
+        }
     }
 }
 
@@ -142,4 +158,62 @@ mod tests {
             assert_eq!(seen, (0..1u64 << bits).collect::<Vec<_>>(), "bits {bits}");
         }
     }
+}
+
+/// Writes a CSV file of at most `size` bytes (whole rows, at least one; see
+/// [`GenCmd::Csv`]). Returns the number of rows.
+pub fn csv(size: u64, seed: u64, out: &PathBuf) -> Result<u64, Error> {
+    use std::fmt::Write as _;
+    const WORDS: [&str; 10] = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa"];
+    let file = File::create(out).map_err(|e| Error::io("create", out, e))?;
+    let mut w = BufWriter::with_capacity(1 << 20, file);
+    let mut put = |s: &str| w.write_all(s.as_bytes()).map_err(|e| Error::io("write", out, e));
+    let header = "id,amount,day,flag,name,comment,blob\n";
+    put(header)?;
+    let mut written = header.len() as u64;
+    let mut r = SplitMix(seed);
+    let mut line = String::new();
+    let mut rows = 0u64;
+    loop {
+        line.clear();
+        let day = (r.below(20_000) as i32) - 5_000;
+        // Amounts in the shortest round-trip form, so that an export gives the same bytes.
+        let amount = strata::access::table::text::format_f64(r.below(100_000_000) as f64 / 100.0);
+        let _ = write!(line, "{rows},{amount},{},", strata::access::table::text::format_date(day));
+        if r.below(10) > 0 {
+            line.push_str(if r.coin() { "true" } else { "false" });
+        }
+        line.push(',');
+        line.push_str(WORDS[r.below(10) as usize]);
+        line.push(',');
+        match r.below(20) {
+            0 => {}                                           // NULL
+            1 => line.push_str("\"\""),                       // the empty string
+            2 => line.push_str("\"said \"\"hi\"\", twice\""), // quotes and a comma
+            _ => {
+                let most = if r.below(50) == 0 { 200 } else { 12 };
+                let n = 1 + r.below(most);
+                for i in 0..n {
+                    if i > 0 {
+                        line.push(' ');
+                    }
+                    line.push_str(WORDS[r.below(10) as usize]);
+                }
+            }
+        }
+        line.push(',');
+        if r.below(4) == 0 {
+            let _ = write!(line, "\\x{:016x}", r.next_u64());
+        }
+        line.push('\n');
+        if written + line.len() as u64 > size && rows > 0 {
+            break;
+        }
+        put(&line)?;
+        written += line.len() as u64;
+        rows += 1;
+    }
+    drop(put);
+    w.flush().map_err(|e| Error::io("write", out, e))?;
+    Ok(rows)
 }
