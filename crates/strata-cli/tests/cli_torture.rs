@@ -133,6 +133,9 @@ fn kill_trials(workload: &str, trials: u64) {
         // A quarter of the kills land early (opening, recovering the previous trial's
         // state, setting up); the rest mostly during transfers.
         let delay_ms = if r % 4 == 0 { 30 + (r >> 8) % 60 } else { 90 + (r >> 8) % 511 };
+        // The tree workload starts by verifying the whole tree (larger after each trial), so
+        // its kills come later to land among transactions as often.
+        let delay_ms = if workload == "tree" { delay_ms * 3 } else { delay_ms };
         let mut child = spawn_run(&dir, &["--seed", &trial.to_string(), "--workload", workload], &stderr_file);
         let reader = read_commits(&mut child);
         std::thread::sleep(Duration::from_millis(delay_ms));
