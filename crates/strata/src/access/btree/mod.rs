@@ -203,12 +203,51 @@ impl BTree {
         }
     }
 
+    /// Descends optimistically to the leaf for `key` keeping no path (lookups): each child's
+    /// version is taken before its parent is validated, so the leaf returned was the right
+    /// one when its version was read. `None`: restart.
+    fn descend_leaf<'a>(&self, bm: &'a BufferManager, key: &[u8], buf: &mut Vec<u8>) -> Result<Option<OptimisticGuard<'a>>> {
+        let mut g = bm.fix_optimistic(self.root())?;
+        for depth in 0..48 {
+            let kind = g.read_u64(0) as u8;
+            if kind != KIND_INNER {
+                if depth == 0 {
+                    return BTree::restart_or_corrupt(bm, &g, "the root is not an inner node");
+                }
+                if kind != KIND_LEAF && kind != node::KIND_PAX {
+                    return BTree::restart_or_corrupt(bm, &g, "unknown node kind");
+                }
+                return Ok(Some(g));
+            }
+            let h = match node::header(&g) {
+                Ok(h) => h,
+                Err(_) => return BTree::restart_or_corrupt(bm, &g, "impossible header"),
+            };
+            let child = match node::inner_child(&g, &h, key, buf) {
+                Ok((_, c)) => c,
+                Err(_) => return BTree::restart_or_corrupt(bm, &g, "impossible slot"),
+            };
+            if !g.validate() {
+                return Ok(None);
+            }
+            let c = match bm.fix_optimistic(PageId::from_raw(child)) {
+                Ok(c) => c,
+                Err(e) => return if g.validate() { Err(e) } else { Ok(None) },
+            };
+            if !g.validate() {
+                return Ok(None);
+            }
+            g = c;
+        }
+        Err(BTree::corrupt(bm, g.pid(), "the tree is deeper than any real tree (a cycle?)"))
+    }
+
     /// Looks `key` up; on a hit its value is copied into `out` and `true` returned.
     pub fn get(&self, bm: &BufferManager, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         let mut buf = Vec::new();
         for _ in 0..OPTIMISTIC_TRIES {
-            let Some(path) = self.descend(bm, key, &mut buf)? else { continue };
-            let g = &path.leaf;
+            let Some(leaf) = self.descend_leaf(bm, key, &mut buf)? else { continue };
+            let g = &leaf;
             match leaf::find(g, key, &mut buf) {
                 Ok(Some((off, len))) => {
                     out.resize(len, 0);
@@ -272,8 +311,8 @@ impl BTree {
     pub(crate) fn read_leaf<T>(&self, bm: &BufferManager, key: &[u8], f: &mut dyn FnMut(PageId, &dyn Src) -> Result<T, Restart>) -> Result<T> {
         let mut buf = Vec::new();
         for _ in 0..OPTIMISTIC_TRIES {
-            let Some(path) = self.descend(bm, key, &mut buf)? else { continue };
-            let g = &path.leaf;
+            let Some(leaf) = self.descend_leaf(bm, key, &mut buf)? else { continue };
+            let g = &leaf;
             match f(g.pid(), g) {
                 Ok(v) if g.validate() => return Ok(v),
                 Ok(_) => {}

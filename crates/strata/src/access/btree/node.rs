@@ -142,19 +142,26 @@ pub fn slot<S: Src + ?Sized>(s: &S, i: usize) -> Result<(usize, usize, u64, u64)
     Ok((off, len, s.word(at + 16), s.word(at + 8)))
 }
 
-/// Compares `key` with slot `i`'s key.
-pub fn cmp_slot<S: Src + ?Sized>(s: &S, i: usize, key: &[u8], kp: u64, buf: &mut Vec<u8>) -> Result<(Ordering, u64), Restart> {
-    let (off, len, sp, w1) = slot(s, i)?;
-    let o = kp.cmp(&sp);
-    if o != Ordering::Equal {
-        return Ok((o, w1));
+/// Compares `key` (whose [`prefix`] is `kp`) with slot `i`'s key. The slot's prefix word
+/// decides most comparisons alone; the key's position is read (and checked) only when the
+/// prefixes are equal.
+#[inline]
+pub fn cmp_slot<S: Src + ?Sized>(s: &S, i: usize, key: &[u8], kp: u64, buf: &mut Vec<u8>) -> Result<Ordering, Restart> {
+    let at = HDR + i * SLOT;
+    if at + SLOT > s.size() {
+        return Err(Restart);
     }
+    let o = kp.cmp(&s.word(at + 16));
+    if o != Ordering::Equal {
+        return Ok(o);
+    }
+    let (off, len, _, _) = slot(s, i)?;
     if key.len() <= 8 && len <= 8 {
-        return Ok((key.len().cmp(&len), w1));
+        return Ok(key.len().cmp(&len));
     }
     buf.resize(len, 0);
     s.copy(off, buf);
-    Ok((key.cmp(&buf[..]), w1))
+    Ok(key.cmp(&buf[..]))
 }
 
 /// The first slot whose key is greater than `key` (`count` if none), with that slot's word 1.
@@ -164,7 +171,7 @@ pub fn upper_bound<S: Src + ?Sized>(s: &S, count: usize, key: &[u8], buf: &mut V
     let (mut lo, mut hi) = (0, count);
     while lo < hi {
         let mid = (lo + hi) / 2;
-        if cmp_slot(s, mid, key, kp, buf)?.0 == Ordering::Less {
+        if cmp_slot(s, mid, key, kp, buf)? == Ordering::Less {
             hi = mid;
         } else {
             lo = mid + 1;
@@ -179,13 +186,13 @@ pub fn lower_bound<S: Src + ?Sized>(s: &S, count: usize, key: &[u8], buf: &mut V
     let (mut lo, mut hi) = (0, count);
     while lo < hi {
         let mid = (lo + hi) / 2;
-        if cmp_slot(s, mid, key, kp, buf)?.0 == Ordering::Greater {
+        if cmp_slot(s, mid, key, kp, buf)? == Ordering::Greater {
             lo = mid + 1;
         } else {
             hi = mid;
         }
     }
-    let found = lo < count && cmp_slot(s, lo, key, kp, buf)?.0 == Ordering::Equal;
+    let found = lo < count && cmp_slot(s, lo, key, kp, buf)? == Ordering::Equal;
     Ok((lo, found))
 }
 
