@@ -367,3 +367,65 @@ fn every_crash_point_recovers_a_whole_tree() {
     assert!(images >= 100, "only {images} crash images");
     eprintln!("tree crash consistency: {batches} batches, {images} crash images recovered");
 }
+
+/// Removing every key of a leaf unlinks it and frees its page at commit (a rolled-back
+/// removal keeps it): a tree whose keys are removed gives its pages back.
+#[test]
+fn emptied_leaves_are_unlinked_and_freed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("db");
+    let db = Database::create(config(&dir, 512 << 10)).unwrap();
+    let tree = db.create_tree("t").unwrap();
+    let mut model = BTreeMap::new();
+    let mut tx = db.begin();
+    for i in 0..3000u64 {
+        let k = i.to_be_bytes().to_vec();
+        let v = value(&k, 200, 1);
+        tree.insert(&mut tx, &k, &v).unwrap();
+        model.insert(k, v);
+    }
+    tx.commit().unwrap();
+    let leaves = |db: &Database| db.check().unwrap().trees["t"].leaves_per_class.iter().sum::<u64>();
+    let full = leaves(&db);
+    assert!(full > 100, "{full} leaves");
+    // A removal of half the keys that rolls back changes nothing.
+    let mut tx = db.begin();
+    for i in 0..1500u64 {
+        assert!(tree.remove(&mut tx, &i.to_be_bytes()).unwrap());
+    }
+    tx.abort().unwrap();
+    assert_eq!(leaves(&db), full);
+    assert_same(&db, &tree, &model);
+    // Remove the first half, every third key of the rest, then the last keys one by one.
+    let mut tx = db.begin();
+    for i in (0..1500u64).chain((1500..3000).step_by(3)) {
+        assert!(tree.remove(&mut tx, &i.to_be_bytes()).unwrap());
+        model.remove(&i.to_be_bytes()[..]);
+    }
+    tx.commit().unwrap();
+    let after = leaves(&db);
+    assert!(after < full * 6 / 10, "{after} of {full} leaves left");
+    assert_eq!(db.check().unwrap().unreferenced_pages, 0, "the unlinked leaves were freed");
+    assert_same(&db, &tree, &model);
+    let mut tx = db.begin();
+    for k in model.keys().cloned().collect::<Vec<_>>() {
+        assert!(tree.remove(&mut tx, &k).unwrap());
+    }
+    tx.commit().unwrap();
+    model.clear();
+    assert_same(&db, &tree, &model);
+    assert!(leaves(&db) <= 3, "an empty tree keeps only the leaves that are their parents' only children");
+    db.close().unwrap();
+    // Reopened, it verifies and takes new keys.
+    let db = Database::open(config(&dir, 512 << 10)).unwrap();
+    let tree = db.tree("t").unwrap();
+    let mut tx = db.begin();
+    for i in (0..3000u64).step_by(7) {
+        let k = i.to_be_bytes().to_vec();
+        let v = value(&k, 300, 2);
+        tree.insert(&mut tx, &k, &v).unwrap();
+        model.insert(k, v);
+    }
+    tx.commit().unwrap();
+    assert_same(&db, &tree, &model);
+}

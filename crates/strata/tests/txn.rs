@@ -321,4 +321,3 @@ fn a_failed_home_write_stops_in_place_writes_until_reopen_and_loses_nothing() {
     tx.commit().unwrap();
     db.close().unwrap();
 }
-

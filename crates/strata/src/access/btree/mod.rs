@@ -372,7 +372,8 @@ impl BTree {
         }
     }
 
-    /// Removes `key`; returns whether it was present. Empty leaves stay in the tree.
+    /// Removes `key`; returns whether it was present. A leaf left empty is unlinked from its
+    /// parent and freed when the transaction commits (unless it is its parent's only child).
     pub fn remove(&self, tx: &mut Transaction<'_>, key: &[u8]) -> Result<bool> {
         let bm = tx.buffer();
         let mut buf = Vec::new();
@@ -381,8 +382,66 @@ impl BTree {
             let Some(mut g) = self.latch_leaf(tx, path)? else { continue };
             kv_leaf(&g)?;
             tx.begin_section();
-            return leaf::remove(tx, &mut g, key, &mut buf);
+            let removed = leaf::remove(tx, &mut g, key, &mut buf)?;
+            let emptied = removed && node::header(g.data()).is_ok_and(|h| h.count == 0);
+            drop(g);
+            if emptied {
+                self.unlink_empty_leaf(tx, key, &mut buf)?;
+            }
+            return Ok(removed);
         }
+    }
+
+    /// Unlinks the empty leaf that holds `key`'s range from its parent (its range joins the
+    /// next child's, or the previous child becomes `upper`) and frees it at commit: the
+    /// simplest merge, and the one that keeps a tree whose keys were removed from keeping its
+    /// pages. Best effort: a leaf that is its parent's only child, or that changes under
+    /// us, stays (an empty leaf is a valid leaf).
+    fn unlink_empty_leaf(&self, tx: &mut Transaction<'_>, key: &[u8], buf: &mut Vec<u8>) -> Result<()> {
+        let bm = tx.buffer();
+        for _ in 0..OPTIMISTIC_TRIES {
+            let Some(mut path) = self.descend(bm, key, buf)? else { continue };
+            let parent = path.inner.pop().expect("a leaf has a parent");
+            let (Ok(ph), Ok(lh)) = (node::header(&parent.g), node::header(&path.leaf)) else { continue };
+            if !parent.g.validate() || !path.leaf.validate() {
+                continue;
+            }
+            if lh.kind != KIND_LEAF || lh.count != 0 || ph.count == 0 {
+                return Ok(());
+            }
+            let (ppid, lpid) = (parent.g.pid(), path.leaf.pid());
+            if !tx.holds(ppid) || !tx.holds(lpid) {
+                drop((parent, path));
+                tx.lock(ppid)?;
+                tx.lock(lpid)?;
+                continue;
+            }
+            let idx = parent.idx;
+            let Ok(mut pg) = parent.g.upgrade() else { continue };
+            let Ok(lg) = path.leaf.upgrade() else {
+                pg.release_unchanged();
+                continue;
+            };
+            tx.begin_section();
+            let (h, mut e) = node::decode(pg.data()).map_err(|_| BTree::corrupt(bm, ppid, "impossible inner node"))?;
+            let mut upper = pg.data().word(W_UPPER);
+            let tree = pg.data().word(W_TREE);
+            let child_at = |e: &Entries, i: usize| if i < e.len() { e.child(i) } else { upper };
+            if child_at(&e, idx) != lpid.raw() {
+                return Err(BTree::corrupt(bm, ppid, "child pointer moved under a latched parent"));
+            }
+            if idx < h.count {
+                e.items.remove(idx);
+            } else {
+                upper = e.child(h.count - 1);
+                e.items.pop();
+            }
+            let img = node::build(pg.len(), KIND_INNER, &e, 0..e.len(), upper, tree);
+            write_image(tx, &mut pg, &img)?;
+            drop((pg, lg));
+            return tx.free(lpid);
+        }
+        Ok(())
     }
 
     /// Takes the transaction's lock on the path's leaf (waiting with no latch held), then
