@@ -68,9 +68,11 @@ unsafe fn word_at<'a>(frame: *mut u8, byte: usize) -> &'a AtomicU64 {
 fn atomic_copy_out(frame: *mut u8, at: usize, dst: &mut [u8]) {
     let start = PAGE_HEADER_SIZE + at;
     let end = start + dst.len();
-    // SAFETY (every load below): the word's offset is 8-aligned and below `end`, which the
-    // callers bound by the page size.
-    let load = |w: usize| unsafe { word_at(frame, w) }.load(Ordering::Relaxed).to_ne_bytes();
+    let load = |w: usize| {
+        // SAFETY: every `w` passed below is 8-aligned and below `end`, which the callers bound
+        // by the page size; the frame outlives the copy.
+        unsafe { word_at(frame, w) }.load(Ordering::Relaxed).to_ne_bytes()
+    };
     if start == end {
         return;
     }
