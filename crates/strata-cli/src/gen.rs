@@ -146,20 +146,6 @@ pub fn rmat(scale: u32, edgefactor: u64, seed: u64, out: &PathBuf) -> Result<(),
     w.flush().map_err(|e| Error::io("write", out, e))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn scramble_is_a_bijection() {
-        for bits in [1u32, 2, 5, 10] {
-            let mut seen: Vec<u64> = (0..1u64 << bits).map(|x| scramble(x, bits, 0x1234_5678_9abc, 0xfeed_beef)).collect();
-            seen.sort_unstable();
-            assert_eq!(seen, (0..1u64 << bits).collect::<Vec<_>>(), "bits {bits}");
-        }
-    }
-}
-
 /// Writes a CSV file of at most `size` bytes (whole rows, at least one; see
 /// [`GenCmd::Csv`]). Returns the number of rows.
 pub fn csv(size: u64, seed: u64, out: &PathBuf) -> Result<u64, Error> {
@@ -167,9 +153,9 @@ pub fn csv(size: u64, seed: u64, out: &PathBuf) -> Result<u64, Error> {
     const WORDS: [&str; 10] = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa"];
     let file = File::create(out).map_err(|e| Error::io("create", out, e))?;
     let mut w = BufWriter::with_capacity(1 << 20, file);
-    let mut put = |s: &str| w.write_all(s.as_bytes()).map_err(|e| Error::io("write", out, e));
+    let put = |w: &mut BufWriter<File>, s: &str| w.write_all(s.as_bytes()).map_err(|e| Error::io("write", out, e));
     let header = "id,amount,day,flag,name,comment,blob\n";
-    put(header)?;
+    put(&mut w, header)?;
     let mut written = header.len() as u64;
     let mut r = SplitMix(seed);
     let mut line = String::new();
@@ -209,11 +195,24 @@ pub fn csv(size: u64, seed: u64, out: &PathBuf) -> Result<u64, Error> {
         if written + line.len() as u64 > size && rows > 0 {
             break;
         }
-        put(&line)?;
+        put(&mut w, &line)?;
         written += line.len() as u64;
         rows += 1;
     }
-    drop(put);
     w.flush().map_err(|e| Error::io("write", out, e))?;
     Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scramble_is_a_bijection() {
+        for bits in [1u32, 2, 5, 10] {
+            let mut seen: Vec<u64> = (0..1u64 << bits).map(|x| scramble(x, bits, 0x1234_5678_9abc, 0xfeed_beef)).collect();
+            seen.sort_unstable();
+            assert_eq!(seen, (0..1u64 << bits).collect::<Vec<_>>(), "bits {bits}");
+        }
+    }
 }

@@ -218,7 +218,7 @@ fn write_csv(db: &Database, table: &strata::access::table::Table, file: File, to
                 return false;
             }
             rows += 1;
-            if rows % 4096 == 0 {
+            if rows.is_multiple_of(4096) {
                 pb.set_position(rows);
             }
             true

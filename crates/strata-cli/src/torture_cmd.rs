@@ -269,7 +269,7 @@ where
             s.spawn(move || {
                 let mut rng = Rng(seed ^ (i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
                 let mut work = step(i);
-                while !stop.load(Ordering::SeqCst) && duration.map_or(true, |d| start.elapsed() < d) {
+                while !stop.load(Ordering::SeqCst) && duration.is_none_or(|d| start.elapsed() < d) {
                     match work(&mut rng, seq) {
                         Ok(Outcome::Committed(n)) => {
                             counts.commits.fetch_add(1, Ordering::Relaxed);

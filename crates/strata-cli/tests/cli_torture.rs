@@ -132,7 +132,7 @@ fn kill_trials(workload: &str, trials: u64) {
         let r = mix(trial ^ 0x5EED);
         // A quarter of the kills land early (opening, recovering the previous trial's
         // state, setting up); the rest mostly during transfers.
-        let delay_ms = if r % 4 == 0 { 30 + (r >> 8) % 60 } else { 90 + (r >> 8) % 511 };
+        let delay_ms = if r.is_multiple_of(4) { 30 + (r >> 8) % 60 } else { 90 + (r >> 8) % 511 };
         // The tree workload starts by verifying the whole tree (larger after each trial), so
         // its kills come later to land among transactions as often.
         let delay_ms = if workload == "tree" { delay_ms * 3 } else { delay_ms };
@@ -170,7 +170,7 @@ fn kill_trials(workload: &str, trials: u64) {
         let last = num(&v, "last_committed");
         let ok = v["ok"] == Value::Bool(true) && success && (workload == "tree" || num(&v, "total") == num(&v, "expected_total"));
         assert_eq!(v["workload"] == "tree", workload == "tree", "verify recognised the workload: {v}");
-        let kept = seen.last.map_or(true, |n| last >= n);
+        let kept = seen.last.is_none_or(|n| last >= n);
         if !ok || !kept {
             let at = keep_failure(&before);
             panic!(

@@ -41,6 +41,10 @@ pub struct CheckReport {
     pub unreferenced_pages: u64,
 }
 
+/// A source of rows for [`Database::load_table`]: called once with a sink, it hands every
+/// row to the sink and returns how many it handed.
+pub type RowFeed<'a> = dyn FnMut(&mut dyn FnMut(&[Value]) -> Result<()>) -> Result<u64> + 'a;
+
 /// Checks the name of a new object.
 fn check_name(kind: &str, name: &str) -> Result<()> {
     if name.is_empty() || name.len() > 255 || name.chars().any(|c| c.is_control()) {
@@ -154,10 +158,7 @@ impl Database {
         tx.commit()?;
         let mut next = catalog.clone();
         next.trees.insert(name.to_owned(), tree);
-        if let Err(e) = next.store(self.bm.backend().as_ref(), self.bm.dir()) {
-            // The pages stay allocated but unreferenced (reported by `check`, harmless).
-            return Err(e);
-        }
+        next.store(self.bm.backend().as_ref(), self.bm.dir())?;
         *catalog = next;
         Ok(tree)
     }
@@ -220,13 +221,7 @@ impl Database {
     /// far. On error the transaction in progress is rolled back: a table this call created
     /// is dropped again; a table that existed keeps the rows of the commits reported.
     /// Returns the rows appended.
-    pub fn load_table(
-        &self,
-        name: &str,
-        schema: &Schema,
-        feed: &mut dyn FnMut(&mut dyn FnMut(&[Value]) -> Result<()>) -> Result<u64>,
-        committed: &mut dyn FnMut(u64),
-    ) -> Result<u64> {
+    pub fn load_table(&self, name: &str, schema: &Schema, feed: &mut RowFeed<'_>, committed: &mut dyn FnMut(u64)) -> Result<u64> {
         let (table, created) = match self.catalog.lock().tables.get(name) {
             Some(t) if t.schema != *schema => {
                 return Err(Error::InvalidInput(format!("table {name:?} has the columns {}, the input has {}", t.schema.to_spec(), schema.to_spec())))
@@ -245,12 +240,7 @@ impl Database {
         r
     }
 
-    fn append_batched(
-        &self,
-        table: &Table,
-        feed: &mut dyn FnMut(&mut dyn FnMut(&[Value]) -> Result<()>) -> Result<u64>,
-        committed: &mut dyn FnMut(u64),
-    ) -> Result<u64> {
+    fn append_batched(&self, table: &Table, feed: &mut RowFeed<'_>, committed: &mut dyn FnMut(u64)) -> Result<u64> {
         /// Row bytes handed to one `append`.
         const BATCH: usize = 256 << 10;
         /// Row bytes per transaction.

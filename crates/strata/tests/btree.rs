@@ -340,7 +340,7 @@ fn every_crash_point_recovers_a_whole_tree() {
         let mut tx = db.begin();
         for _ in 0..30 {
             let k = (rng.next_u64() % 2000).to_be_bytes();
-            if rng.next_u64() % 5 == 0 {
+            if rng.next_u64().is_multiple_of(5) {
                 tree.remove(&mut tx, &k).unwrap();
                 model.remove(&k[..]);
             } else {

@@ -165,7 +165,7 @@ fn every_crash_point_recovers_to_an_acknowledged_state() {
         for cap in be.take_captures() {
             let what = format!("seed {seed}, sync point {} ({}), {:?}", cap.sync_point, if cap.after { "after" } else { "before" }, cap.mode);
             recheck += 1;
-            if recheck % 16 == 0 {
+            if recheck.is_multiple_of(16) {
                 // Crash the recovery of this image at each of its sync points, too.
                 let nested = cap.image.crash_image(seed ^ recheck, CrashMode::DropUnsynced);
                 nested.set_label(cap.label);

@@ -88,7 +88,7 @@ fn sort_with_many_extreme_values_over_many_runs() {
     check_sort(4096, 1 << 20, ValueFormat::U64le, vals, 10, &[1, 3]);
     let vals: Vec<i128> = (0..300_000).map(|_| [i64::MIN as i128, -1, i64::MAX as i128][(r.next() % 3) as usize]).collect();
     check_sort(4096, 1 << 20, ValueFormat::I64le, vals, 10, &[2]);
-    let vals: Vec<i128> = (0..300_000).map(|_| if r.next() % 4 == 0 { u32::MAX as i128 } else { (r.next() % 1000) as i128 }).collect();
+    let vals: Vec<i128> = (0..300_000).map(|_| if r.next().is_multiple_of(4) { u32::MAX as i128 } else { (r.next() % 1000) as i128 }).collect();
     check_sort(64 << 10, 1 << 20, ValueFormat::U32le, vals, 10, &[1, 2]);
 }
 

@@ -251,7 +251,7 @@ fn monitor(bm: &BufferManager, cap: &Cap, running: &AtomicUsize) -> u64 {
         let a2 = cap.allowed.load(Ordering::SeqCst);
         assert!(used <= a1.max(a2), "monitor: used bytes {used} exceed the cap {}", a1.max(a2));
         samples += 1;
-        if samples % 16 == 0 {
+        if samples.is_multiple_of(16) {
             thread::yield_now();
         }
     }
@@ -496,7 +496,7 @@ fn worker(bm: &BufferManager, pages: &Pages, cap: &Cap, run: &Run, id: usize, op
                 t.shared += 2;
             }
             53..=72 => {
-                if read_optimistic_manual(bm, pages, i, &mut buf, r % 2 == 0) {
+                if read_optimistic_manual(bm, pages, i, &mut buf, r.is_multiple_of(2)) {
                     t.optimistic_valid += 1;
                 } else {
                     t.optimistic_invalid += 1;
@@ -648,7 +648,7 @@ fn shrinking_the_pool_races_with_loads() {
                     let pid = pids[rng.below(pids.len())];
                     let g = bm.fix_shared(pid).unwrap();
                     // (Checking every load would slow the loaders down and narrow the race.)
-                    if n % 64 == 0 {
+                    if n.is_multiple_of(64) {
                         assert_eq!(consistent(pid, g.data()), Ok(1));
                     }
                     n += 1;

@@ -39,7 +39,7 @@ fn row(i: u64) -> Vec<Value> {
         Value::I64(i as i64 * 3 - 1_000),
         Value::F64(i as f64 / 7.0),
         Value::Date((i % 40_000) as i32 - 20_000),
-        Value::Bool(i % 3 == 0),
+        Value::Bool(i.is_multiple_of(3)),
         Value::Str(text(&mut r, i)),
         Value::Bytes((0..r.below(30)).map(|b| (b as u8) ^ (i as u8)).collect()),
     ];

@@ -187,7 +187,7 @@ impl HashPool {
     /// page sizes are not served). With `writable`, files are opened for writing and dirty
     /// frames are written back on eviction.
     pub fn open(files: &[DataFile], page_size: usize, pool_bytes: u64, writable: bool) -> EResult<HashPool> {
-        if page_size == 0 || page_size % 4096 != 0 {
+        if page_size == 0 || !page_size.is_multiple_of(4096) {
             return Err(EngineError(format!("hashpool page size {page_size} is not a multiple of 4 KiB")));
         }
         let n = Self::frames_for(pool_bytes, page_size);

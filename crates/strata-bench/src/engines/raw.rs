@@ -53,7 +53,7 @@ thread_local! {
 fn with_buf<T>(len: usize, f: impl FnOnce(&mut [u8]) -> T) -> T {
     BUF.with(|b| {
         let mut b = b.borrow_mut();
-        if b.as_ref().map_or(true, |buf| buf.len() < len) {
+        if b.as_ref().is_none_or(|buf| buf.len() < len) {
             *b = Some(AlignedBuf::zeroed(len));
         }
         f(&mut b.as_mut().unwrap().as_mut()[..len])

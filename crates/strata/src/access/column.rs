@@ -108,7 +108,7 @@ impl Column {
     /// the pages allocated by this call are freed and the column is unchanged.
     pub fn append(&mut self, bm: &BufferManager, input: &mut dyn Read, len: u64, progress: &mut dyn FnMut(u64)) -> Result<()> {
         let width = self.format.width();
-        if len % width as u64 != 0 {
+        if !len.is_multiple_of(width as u64) {
             return Err(Error::InvalidInput(format!("input is {len} bytes, not a multiple of the {}-byte width of {}", width, self.format.name())));
         }
         let payload = Column::page_payload_for(bm, len);

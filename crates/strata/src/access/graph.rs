@@ -241,7 +241,7 @@ impl<'a, 'g> ArrayCursor<'a, 'g> {
     /// The values of page `p`.
     #[inline]
     fn page(&mut self, p: usize) -> Result<&[u8]> {
-        if self.cur.as_ref().map_or(true, |(q, _)| *q != p) {
+        if self.cur.as_ref().is_none_or(|(q, _)| *q != p) {
             self.cur = None;
             let page = self.pages.get(p).ok_or_else(|| Error::Inconsistent(format!("array access beyond its {} pages", self.pages.len())))?;
             self.cur = Some((p, self.bm.fix_shared(page.page_id())?));

@@ -56,7 +56,7 @@ pub struct Restart;
 /// (it lives as long as the buffer manager, which every guard borrows).
 #[inline]
 unsafe fn word_at<'a>(frame: *mut u8, byte: usize) -> &'a AtomicU64 {
-    debug_assert!(byte % 8 == 0);
+    debug_assert!(byte.is_multiple_of(8));
     // SAFETY: forwarded to the caller; frames are 4 KiB aligned, so the word is aligned.
     unsafe { AtomicU64::from_ptr(frame.add(byte).cast::<u64>()) }
 }
@@ -208,7 +208,7 @@ impl<'a> ExclusiveGuard<'a> {
     /// Writes a little-endian u64 at payload offset `at` (a multiple of 8).
     #[inline]
     pub fn write_u64(&mut self, at: usize, v: u64) {
-        assert!(at % 8 == 0 && at + 8 <= self.len(), "unaligned or out-of-page u64 write");
+        assert!(at.is_multiple_of(8) && at + 8 <= self.len(), "unaligned or out-of-page u64 write");
         // Store the little-endian byte image as a native word.
         #[allow(clippy::host_endian_bytes)]
         let word = u64::from_ne_bytes(v.to_le_bytes());
@@ -323,7 +323,7 @@ impl<'a> OptimisticGuard<'a> {
     /// if [`validate`](Self::validate) succeeds afterwards.
     #[inline]
     pub fn read_u64(&self, at: usize) -> u64 {
-        assert!(at % 8 == 0 && at + 8 <= self.len(), "unaligned or out-of-page u64 read");
+        assert!(at.is_multiple_of(8) && at + 8 <= self.len(), "unaligned or out-of-page u64 read");
         #[allow(clippy::host_endian_bytes)]
         // SAFETY: asserted aligned and inside the payload; the frame outlives the guard.
         let bytes = unsafe { word_at(self.frame, PAGE_HEADER_SIZE + at) }.load(Ordering::Relaxed).to_ne_bytes();

@@ -43,7 +43,7 @@ impl BufferManager {
         if pid.is_temp() {
             return Err(Error::InvalidInput(format!("page {pid} is temporary; temporary pages are not logged")));
         }
-        if at.checked_add(src.len()).map_or(true, |end| end > g.len()) {
+        if at.checked_add(src.len()).is_none_or(|end| end > g.len()) {
             return Err(Error::InvalidInput(format!("write of {} bytes at {at} lies outside the {}-byte payload of page {pid}", src.len(), g.len())));
         }
         let before = g.data()[at..at + src.len()].to_vec();

@@ -87,7 +87,7 @@ impl<'a, 'v> Probe<'a, 'v> {
     fn test(&mut self, w: u64) -> Result<bool> {
         let (p, bit) = (w / self.vis.bits_per_page, w % self.vis.bits_per_page);
         let slot = &mut self.slots[p as usize % PROBE_SLOTS];
-        if slot.as_ref().map_or(true, |(q, _)| *q != p) {
+        if slot.as_ref().is_none_or(|(q, _)| *q != p) {
             *slot = None;
             match self.vis.pages.get(p as usize) {
                 Some(Some(page)) => *slot = Some((p, page.shared()?)),
@@ -111,7 +111,7 @@ impl<'a> Marker<'a, '_> {
     #[inline]
     fn mark(&mut self, w: u64) -> Result<bool> {
         let (p, bit) = (w / self.vis.bits_per_page, w % self.vis.bits_per_page);
-        if self.cur.as_ref().map_or(true, |(q, _)| *q != p) {
+        if self.cur.as_ref().is_none_or(|(q, _)| *q != p) {
             self.cur = None;
             let slot = self.vis.pages.get_mut(p as usize).ok_or_else(|| Error::Inconsistent(format!("vertex index {w} beyond the graph's index space")))?;
             let g = match slot {
@@ -186,7 +186,7 @@ fn run<T: Record>(bm: &BufferManager, graph: &Graph, source: u64, threads: usize
             let mut nb = ArrayCursor::new(bm, &graph.neighbours, width)?;
             let mut fpage: Option<(usize, SharedGuard<'_>)> = None;
             while let Some(&(p, a, b)) = morsels.get(next.fetch_add(1, Ordering::Relaxed)) {
-                if fpage.as_ref().map_or(true, |(q, _)| *q != p) {
+                if fpage.as_ref().is_none_or(|(q, _)| *q != p) {
                     drop(fpage.take()); // release the old page before latching the next
                     fpage = Some((p, bm.fix_shared(front.pages()[p].0)?));
                 }

@@ -214,7 +214,7 @@ impl AllocTable {
     /// Parses and verifies; `n_classes` bounds the class numbers; `path` names errors.
     pub fn decode(bytes: &[u8], n_classes: usize, path: &Path) -> Result<AllocTable> {
         let bad = |reason: String| Error::corruption(path, None, reason);
-        if bytes.is_empty() || bytes.len() % BLOCK != 0 {
+        if bytes.is_empty() || !bytes.len().is_multiple_of(BLOCK) {
             return Err(bad(format!("allocation table is {} bytes, not a whole number of 4 KiB blocks", bytes.len())));
         }
         let n_blocks = bytes.len() / BLOCK;

@@ -59,7 +59,7 @@ impl<'a> IoBufMut<'a> {
     /// multiple of 8, and no other thread may write it during `'a` (other threads may read
     /// it with 8-byte atomic loads).
     pub unsafe fn from_frame(ptr: *mut u8, len: usize) -> Self {
-        debug_assert!(ptr as usize % 8 == 0 && len % 8 == 0);
+        debug_assert!((ptr as usize).is_multiple_of(8) && len.is_multiple_of(8));
         IoBufMut { ptr: NonNull::new(ptr).expect("null frame"), len, shared: true, _borrow: PhantomData }
     }
 
@@ -86,7 +86,7 @@ impl<'a> IoBufMut<'a> {
     pub fn copy_from(&mut self, at: usize, src: &[u8]) {
         assert!(at + src.len() <= self.len, "copy past the end of an I/O buffer");
         if self.shared {
-            assert!(at % 8 == 0 && src.len() % 8 == 0, "frame copies must be word-aligned");
+            assert!(at.is_multiple_of(8) && src.len().is_multiple_of(8), "frame copies must be word-aligned");
             for (i, chunk) in src.chunks_exact(8).enumerate() {
                 let word = u64::from_ne_bytes(chunk.try_into().unwrap());
                 // SAFETY: the frame is valid and 8-byte aligned for `len` bytes (from_frame's
@@ -104,7 +104,7 @@ impl<'a> IoBufMut<'a> {
     pub fn zero(&mut self, at: usize, len: usize) {
         assert!(at + len <= self.len);
         if self.shared {
-            assert!(at % 8 == 0 && len % 8 == 0);
+            assert!(at.is_multiple_of(8) && len.is_multiple_of(8));
             for i in (at..at + len).step_by(8) {
                 // SAFETY: as in copy_from.
                 unsafe { atomic_word(self.ptr.as_ptr().add(i)).store(0, Ordering::Relaxed) };

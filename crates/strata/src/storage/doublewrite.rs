@@ -117,7 +117,7 @@ impl DoubleWrite {
             let pid = PageId::from_raw(u64::from_le_bytes(header[e..e + 8].try_into().unwrap()));
             let off = u64::from_le_bytes(header[e + 8..e + 16].try_into().unwrap());
             let size = u64::from_le_bytes(header[e + 16..e + 24].try_into().unwrap());
-            if size == 0 || size % DIRECT_IO_ALIGN as u64 != 0 || off.checked_add(size).map_or(true, |end| end > len) {
+            if size == 0 || size % DIRECT_IO_ALIGN as u64 != 0 || off.checked_add(size).is_none_or(|end| end > len) {
                 continue;
             }
             let size = size as usize;

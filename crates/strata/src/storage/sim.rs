@@ -256,7 +256,7 @@ impl State {
     /// to take the "after" images too (call [`State::capture`] with `after = true`).
     fn begin_sync_point(&mut self) -> bool {
         self.sync_points += 1;
-        let armed = self.arm.as_ref().is_some_and(|a| self.sync_points % a.every == 0);
+        let armed = self.arm.as_ref().is_some_and(|a| self.sync_points.is_multiple_of(a.every));
         if armed {
             self.capture(false);
         }
@@ -399,7 +399,7 @@ impl StorageFile for SimHandle {
             let src = &f.current[start..start + n];
             // Frames (whose length is a multiple of 8) take whole words: pad to a multiple of 8
             // within the buffer. A buffer of another length is no frame and gets exactly `n`.
-            let padded = if dst.len() % 8 == 0 { n.next_multiple_of(8) } else { n };
+            let padded = if dst.len().is_multiple_of(8) { n.next_multiple_of(8) } else { n };
             if padded == n {
                 dst.copy_from(0, src);
             } else {

@@ -348,7 +348,7 @@ impl<'a> Transaction<'a> {
                         g.release_unchanged();
                     }
                     spins += 1;
-                    if spins % 64 == 0 {
+                    if spins.is_multiple_of(64) {
                         std::thread::sleep(Duration::from_micros(50));
                     } else {
                         std::thread::yield_now();

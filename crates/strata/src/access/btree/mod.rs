@@ -65,6 +65,10 @@ const OPTIMISTIC_TRIES: usize = 64;
 /// Structural changes one insert may need (a huge value in a full leaf needs three).
 const MAX_SPLITS_PER_INSERT: usize = 64;
 
+/// What [`BTree::scan_leaves`] calls with each leaf: (page id, bytes, least key not handed
+/// out yet); false stops the scan.
+pub(crate) type LeafVisitor<'a> = dyn FnMut(PageId, &[u8], &[u8]) -> Result<bool> + 'a;
+
 /// A B+-tree, named by its root page.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BTree {
@@ -579,7 +583,7 @@ impl BTree {
     /// leaf itself under a shared latch, for leaves larger than 256 KiB), `from` the least
     /// key not handed out yet (entries below it were in an earlier leaf). The next leaf is
     /// reached through the parent without a new descent where possible.
-    pub(crate) fn scan_leaves(&self, bm: &BufferManager, start: &[u8], f: &mut dyn FnMut(PageId, &[u8], &[u8]) -> Result<bool>) -> Result<()> {
+    pub(crate) fn scan_leaves(&self, bm: &BufferManager, start: &[u8], f: &mut LeafVisitor<'_>) -> Result<()> {
         let mut from = start.to_vec();
         let mut page = Vec::new();
         let mut buf = Vec::new();

@@ -467,7 +467,7 @@ mod tests {
     /// the values strata should read.
     fn all_types(start: usize, n: usize) -> (Vec<Data>, Vec<Vec<Value>>) {
         let rows: Vec<usize> = (start..start + n).collect();
-        let opt = |i: usize, k: usize| i % k != 0;
+        let opt = |i: usize, k: usize| !i.is_multiple_of(k);
         let a: Vec<_> = rows.iter().map(|&i| opt(i, 3).then_some(i as i64 * 1_000_003 - 7)).collect();
         let b: Vec<_> = rows.iter().map(|&i| Some(i as i32 - 5)).collect();
         let d: Vec<_> = rows.iter().map(|&i| opt(i, 4).then_some(i as i32 - 719_528)).collect();

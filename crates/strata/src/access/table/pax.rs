@@ -342,9 +342,9 @@ mod tests {
         leaf = header(&img[..], &sc).unwrap();
         assert_eq!(leaf.count, 20 + k);
         let mut out = Vec::new();
-        for i in 0..leaf.count {
+        for (i, want) in rows.iter().enumerate().take(leaf.count) {
             read_row(&img[..], &sc, &leaf, i, &mut out).unwrap();
-            assert_eq!(out, rows[i], "row {i}");
+            assert_eq!(&out, want, "row {i}");
         }
         verify(&img, &sc, &leaf).unwrap();
         // A wrong schema or a damaged offset is caught.
