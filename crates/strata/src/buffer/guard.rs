@@ -64,8 +64,13 @@ unsafe fn word_at<'a>(frame: *mut u8, byte: usize) -> &'a AtomicU64 {
 /// Copies `dst.len()` payload bytes starting at payload offset `at` out of `frame` with
 /// aligned 8-byte atomic loads: a partial first word, whole words (each a fixed 8-byte store,
 /// no call), a partial last word.
+///
+/// # Safety
+/// `frame` is a mapped, 8-byte aligned frame whose payload holds `at + dst.len()` bytes
+/// (every caller checks the range against the page's payload first) and that stays mapped
+/// during the call.
 #[allow(clippy::host_endian_bytes)] // memory order of the loaded words
-fn atomic_copy_out(frame: *mut u8, at: usize, dst: &mut [u8]) {
+unsafe fn atomic_copy_out(frame: *mut u8, at: usize, dst: &mut [u8]) {
     let start = PAGE_HEADER_SIZE + at;
     let end = start + dst.len();
     let load = |w: usize| {
@@ -101,8 +106,11 @@ fn atomic_copy_out(frame: *mut u8, at: usize, dst: &mut [u8]) {
 /// Stores `src` at payload offset `at` of `frame` with aligned 8-byte atomic stores (the
 /// partial words at either end are read, spliced and stored back; only the exclusive latch
 /// holder writes, so the read-modify-write cannot lose a concurrent store).
+///
+/// # Safety
+/// As for [`atomic_copy_out`] with `src.len()`, and the caller holds the exclusive latch.
 #[allow(clippy::host_endian_bytes)]
-fn atomic_copy_in(frame: *mut u8, at: usize, src: &[u8]) {
+unsafe fn atomic_copy_in(frame: *mut u8, at: usize, src: &[u8]) {
     let start = PAGE_HEADER_SIZE + at;
     let end = start + src.len();
     let mut w = start & !7;
@@ -203,7 +211,9 @@ impl<'a> ExclusiveGuard<'a> {
     /// If the range is outside the payload.
     pub fn write(&mut self, at: usize, src: &[u8]) {
         assert!(at.checked_add(src.len()).is_some_and(|e| e <= self.len()), "write outside the page payload");
-        atomic_copy_in(self.frame, at, src);
+        // SAFETY: the range was checked against the payload above; the guard's frame is
+        // mapped and latched exclusively.
+        unsafe { atomic_copy_in(self.frame, at, src) };
     }
     /// Writes a little-endian u64 at payload offset `at` (a multiple of 8).
     #[inline]
@@ -268,7 +278,8 @@ impl ExclusiveGuard<'_> {
 
     /// The LSN of the last logged change of the page.
     pub(crate) fn page_lsn(&self) -> u64 {
-        super::manager::frame_lsn(self.frame)
+        // SAFETY: a guard's frame is a frame of a live space of its manager.
+        unsafe { super::manager::frame_lsn(self.frame) }
     }
 
     /// Records a logged change: the page's LSN becomes `lsn`, and the dirty-page table
@@ -277,7 +288,8 @@ impl ExclusiveGuard<'_> {
         if !self.sp.state(self.index).load().dirty() {
             self.bm.note_dirty(self.pid(), Some(lsn));
         }
-        super::manager::set_frame_lsn(self.frame, lsn);
+        // SAFETY: a guard's frame, latched exclusively by this guard.
+        unsafe { super::manager::set_frame_lsn(self.frame, lsn) };
     }
 }
 
@@ -317,7 +329,9 @@ impl<'a> OptimisticGuard<'a> {
     /// [`validate`](Self::validate) succeeds afterwards.
     pub fn read(&self, at: usize, dst: &mut [u8]) {
         assert!(at.checked_add(dst.len()).is_some_and(|e| e <= self.len()), "read outside the page payload");
-        atomic_copy_out(self.frame, at, dst);
+        // SAFETY: the range was checked against the payload above; the guard's frame is
+        // mapped while the guard lives.
+        unsafe { atomic_copy_out(self.frame, at, dst) };
     }
     /// Reads the little-endian u64 at payload offset `at` (a multiple of 8). Meaningful only
     /// if [`validate`](Self::validate) succeeds afterwards.
@@ -371,7 +385,8 @@ mod tests {
         for at in 0..40 {
             for len in 0..=(64 - at) {
                 let mut dst = vec![0xAAu8; len];
-                atomic_copy_out(ptr, at, &mut dst);
+                // SAFETY: `frame` holds PAGE_HEADER_SIZE + 64 bytes, 8-aligned, and at + len <= 64.
+                unsafe { atomic_copy_out(ptr, at, &mut dst) };
                 assert_eq!(dst, bytes[PAGE_HEADER_SIZE + at..PAGE_HEADER_SIZE + at + len], "copy out of {len} at {at}");
             }
         }
@@ -379,7 +394,8 @@ mod tests {
             for len in 0..=(64 - at) {
                 let before = snapshot(&frame);
                 let src: Vec<u8> = (0..len).map(|i| (i * 7 + at) as u8).collect();
-                atomic_copy_in(frame.as_mut_ptr().cast::<u8>(), at, &src);
+                // SAFETY: as above; nothing else accesses `frame` during the call.
+                unsafe { atomic_copy_in(frame.as_mut_ptr().cast::<u8>(), at, &src) };
                 let mut want = before.clone();
                 want[PAGE_HEADER_SIZE + at..PAGE_HEADER_SIZE + at + len].copy_from_slice(&src);
                 assert_eq!(snapshot(&frame), want, "copy in of {len} at {at}");

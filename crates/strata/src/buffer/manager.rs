@@ -198,9 +198,13 @@ const _: () = {
 
 /// The LSN in the header of the page image in `frame` (bytes 16..24, little-endian). The
 /// caller holds a latch on the page (or reads optimistically and validates).
-pub(crate) fn frame_lsn(frame: *mut u8) -> u64 {
-    // SAFETY: frames are 4 KiB aligned and at least 4 KiB long, so bytes 16..24 are an
-    // aligned word inside the frame; the load is atomic.
+///
+/// # Safety
+/// `frame` is the address of a frame of a live space of this process's buffer manager
+/// (8-byte aligned, at least 24 bytes, mapped for as long as the call lasts).
+pub(crate) unsafe fn frame_lsn(frame: *mut u8) -> u64 {
+    // SAFETY: by the contract, bytes 16..24 are an aligned word inside a mapped frame; the
+    // load is atomic.
     let w = unsafe { atomic_word(frame.add(16)) }.load(Ordering::Relaxed);
     // The header is stored as its little-endian byte image.
     #[allow(clippy::host_endian_bytes)]
@@ -210,10 +214,14 @@ pub(crate) fn frame_lsn(frame: *mut u8) -> u64 {
 
 /// Stores `lsn` into the header of the page image in `frame`; the caller holds the page's
 /// exclusive latch.
-pub(crate) fn set_frame_lsn(frame: *mut u8, lsn: u64) {
+///
+/// # Safety
+/// As for [`frame_lsn`].
+pub(crate) unsafe fn set_frame_lsn(frame: *mut u8, lsn: u64) {
     #[allow(clippy::host_endian_bytes)]
     let w = u64::from_ne_bytes(lsn.to_le_bytes());
-    // SAFETY: as in `frame_lsn`; the store is atomic (optimistic readers may load it).
+    // SAFETY: by the contract, as in `frame_lsn`; the store is atomic (optimistic readers
+    // may load it).
     unsafe { atomic_word(frame.add(16)) }.store(w, Ordering::Relaxed);
 }
 
@@ -915,7 +923,8 @@ impl BufferManager {
     fn seal(&self, sp: &Space, index: u64) -> u64 {
         let frame = sp.frame(index);
         let size = sp.page_size() as usize;
-        let lsn = frame_lsn(frame);
+        // SAFETY: `frame` is the frame of a page of `sp`, a live space of this manager.
+        let lsn = unsafe { frame_lsn(frame) };
         // SAFETY: the caller holds the exclusive latch, so no thread writes the frame; the
         // only concurrent accesses are optimistic atomic loads (reads alongside reads).
         let payload = unsafe { std::slice::from_raw_parts(frame.add(PAGE_HEADER_SIZE), size - PAGE_HEADER_SIZE) };
@@ -955,7 +964,8 @@ impl BufferManager {
         };
         let durable = self.durable.read();
         let guarded = |pid: PageId, sp: &Space| {
-            !sp.temp && (frame_lsn(sp.frame(pid.index())) > 0 || durable.get(sp.class as usize).is_some_and(|b| b.is_allocated(pid.index())))
+            // SAFETY: the frame of a page of `sp`, a live space of this manager.
+            !sp.temp && (unsafe { frame_lsn(sp.frame(pid.index())) } > 0 || durable.get(sp.class as usize).is_some_and(|b| b.is_allocated(pid.index())))
         };
         let (torn_risk, unguarded): (Vec<_>, Vec<_>) = pages.iter().copied().partition(|&(pid, sp)| guarded(pid, sp));
         drop(durable);
@@ -1539,7 +1549,8 @@ impl BufferManager {
                 self.release(size);
                 let mut g = ExclusiveGuard { bm: self, sp, index, frame: sp.frame(index), _not_send: Default::default() };
                 g.zero();
-                set_frame_lsn(g.frame, 0);
+                // SAFETY: the guard's frame, latched exclusively.
+                unsafe { set_frame_lsn(g.frame, 0) };
                 break g;
             }
             backoff.snooze();

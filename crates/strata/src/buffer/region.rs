@@ -74,7 +74,9 @@ impl Region {
         debug_assert!(index < self.limit());
         let (b, off) = self.locate(index);
         let base = self.buckets[b].load(Ordering::Acquire);
-        debug_assert!(!base.is_null());
+        // Checked in release builds too: the callers' SAFETY arguments rest on the entry
+        // lying in a mapped bucket, and a caller's bad index must panic, not reach memory.
+        assert!(!base.is_null(), "entry {index} of an unmapped bucket");
         base.wrapping_add((off << self.entry_shift) as usize)
     }
 

@@ -62,13 +62,13 @@ impl Space {
         index < self.states.limit() && index < self.frames.limit()
     }
 
-    /// The state word of page `index` (which must be addressable).
+    /// The state word of page `index` (which should be addressable: an index whose bucket
+    /// is not mapped panics in [`Region::addr`], in release builds too).
     #[inline]
     pub(crate) fn state(&self, index: u64) -> &PageState {
         let p = self.states.addr(index);
-        // SAFETY: `index` is below the region's published limit, so `p` points into a live
-        // mapping of 8-byte entries (8-byte aligned: buckets are page-aligned) that lasts as
-        // long as `self`. Zeroed memory is a valid PageState (EVICTED, version 0), and all
+        // SAFETY: `addr` returned, so `p` points into a mapped bucket of 8-byte entries
+        // (8-byte aligned: buckets are page-aligned) that lasts as long as `self`. Zeroed memory is a valid PageState (EVICTED, version 0), and all
         // accesses to it are atomic.
         unsafe { &*p.cast::<PageState>() }
     }
