@@ -83,9 +83,65 @@ fn end_of(sql: &str) -> (u64, u64) {
     (line, last.chars().count() as u64 + 1)
 }
 
+/// The most operator tokens (`+`, `AND`, `::`, keywords, ...) a query may have. The
+/// parser builds chains like `a + b + c ...` and `x AND y AND z ...` without recursion
+/// but as a tree as deep as the chain is long, and binding, spans, evaluation and drops
+/// recurse over that tree: bounding the operators bounds the depth, so that no input can
+/// overflow the stack. (Literals, names, commas and parentheses do not count: an `IN` list
+/// of 100,000 values is fine; parentheses are bounded by [`MAX_DEPTH`].)
+pub const MAX_OPERATORS: usize = 500;
+
+/// Stack for parsing and binding (a thread of its own): enough for [`MAX_OPERATORS`]
+/// nested [`MAX_DEPTH`] deep. Only the part that is used becomes resident.
+const PREPARE_STACK: usize = 64 << 20;
+
+fn count_operators(sql: &str) -> Result<()> {
+    use sqlparser::keywords::Keyword;
+    use sqlparser::tokenizer::{Token, Tokenizer};
+    let tokens = Tokenizer::new(&GenericDialect {}, sql).tokenize_with_location().map_err(|e| parse_error(ParserError::TokenizerError(e.to_string())))?;
+    let mut n = 0usize;
+    for t in &tokens {
+        let counts = !matches!(
+            &t.token,
+            Token::EOF
+                | Token::Whitespace(_)
+                | Token::Comma
+                | Token::Number(..)
+                | Token::SingleQuotedString(_)
+                | Token::DoubleQuotedString(_)
+                | Token::LParen
+                | Token::RParen
+                | Token::Period
+                | Token::SemiColon
+        ) && !matches!(&t.token, Token::Word(w) if w.keyword == Keyword::NoKeyword || w.quote_style.is_some());
+        if counts {
+            n += 1;
+            if n > MAX_OPERATORS {
+                return Err(Error::Sql {
+                    pos: Some((t.span.start.line, t.span.start.column)),
+                    msg: format!("the query has more than {MAX_OPERATORS} operators and keywords; split it up"),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Parses and binds one statement (`SELECT ...` or `EXPLAIN SELECT ...`; a trailing `;` is
-/// allowed) against the tables of `catalog`.
+/// allowed) against the tables of `catalog`. Errors are [`Error::Sql`] with the position.
 pub fn prepare(catalog: &Catalog, sql: &str) -> Result<Prepared> {
+    count_operators(sql)?;
+    std::thread::scope(|s| {
+        let worker = std::thread::Builder::new().name("sql-prepare".into()).stack_size(PREPARE_STACK).spawn_scoped(s, || prepare_here(catalog, sql));
+        match worker {
+            Ok(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
+            // No thread to be had: parse here (the operator bound keeps it shallow).
+            Err(_) => prepare_here(catalog, sql),
+        }
+    })
+}
+
+fn prepare_here(catalog: &Catalog, sql: &str) -> Result<Prepared> {
     let dialect = GenericDialect {};
     let stmts =
         Parser::new(&dialect).with_recursion_limit(MAX_DEPTH).try_with_sql(sql).and_then(|mut p| p.parse_statements()).map_err(|e| match parse_error(e) {
