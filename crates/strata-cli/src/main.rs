@@ -9,6 +9,7 @@ mod inspect_cmd;
 mod progress;
 mod query_out;
 mod remote_args;
+mod sql_cmd;
 mod table_cmd;
 mod torture_cmd;
 
@@ -123,6 +124,8 @@ enum Command {
         #[command(subcommand)]
         op: cmd::QueryOp,
     },
+    /// Run one SQL query (SELECT or EXPLAIN) over the tables; rows stream to stdout.
+    Sql(sql_cmd::SqlArgs),
     /// Generate input data.
     Gen {
         #[command(subcommand)]
@@ -196,6 +199,7 @@ fn main() -> ExitCode {
         Command::Recover { dir, pool, json } => inspect_cmd::recover(&dir, pool, json),
         Command::Dump { what } => inspect_cmd::dump(what),
         Command::Query { dir, pool, threads, json, cleaner, remote, op } => cmd::query(cmd::config(&dir, pool, cleaner), threads, json, &remote, op),
+        Command::Sql(a) => sql_cmd::sql(a),
         Command::Bench(args) => bench_cmd::bench(args),
         Command::BenchChild { name, spec } => bench_cmd::bench_child(&name, &spec),
         Command::Gen { what } => gen::run(what),

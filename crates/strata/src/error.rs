@@ -110,6 +110,13 @@ pub enum Error {
     #[error("transaction {txid} is no longer active: {reason}")]
     TransactionEnded { txid: u64, reason: &'static str },
 
+    /// A SQL query that cannot run: a syntax error, an unknown table or column, a type
+    /// error, something not supported yet, or an error while evaluating it (overflow,
+    /// division by zero, a bad cast). `pos` is the (line, column), both from 1, of the
+    /// part of the query it is about, where known.
+    #[error("SQL error{}: {msg}", pos.map(|(l, c)| format!(" at {l}:{c}")).unwrap_or_default())]
+    Sql { pos: Option<(u64, u64)>, msg: String },
+
     /// The structure is internally inconsistent (found by `check`).
     #[error("inconsistent database: {0}")]
     Inconsistent(String),

@@ -22,6 +22,7 @@ pub mod buffer;
 pub mod db;
 pub mod error;
 pub mod ops;
+pub mod sql;
 pub mod storage;
 pub(crate) mod sync;
 #[cfg(test)]

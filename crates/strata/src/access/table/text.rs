@@ -18,7 +18,7 @@ use super::schema::{ColumnType, Value};
 
 /// Days from 1970-01-01 to `y`-`m`-`d` in the proleptic Gregorian calendar (Howard Hinnant's
 /// `days_from_civil`). `m` is 1..=12, `d` 1..=31; any year.
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+pub(crate) fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };
     let era = y.div_euclid(400);
     let yoe = y.rem_euclid(400); // [0, 399]
@@ -29,7 +29,7 @@ fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
 }
 
 /// The inverse of [`days_from_civil`]: (year, month, day) of `z` days after 1970-01-01.
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
+pub(crate) fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let z = z + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097); // [0, 146096]
@@ -47,7 +47,7 @@ fn is_leap(y: i64) -> bool {
     (y % 4 == 0 && y % 100 != 0) || y % 400 == 0
 }
 
-fn days_in_month(y: i64, m: u32) -> u32 {
+pub(crate) fn days_in_month(y: i64, m: u32) -> u32 {
     match m {
         2 if is_leap(y) => 29,
         2 => 28,

@@ -1,0 +1,278 @@
+//! Plans and their execution: push-based pipelines (a scan hands each row to the operators
+//! above it, which hand theirs to the caller's sink), so every plan of this slice runs in
+//! constant memory: one row at a time, the aggregates' fixed-size states, no buffered
+//! results. A sink that returns `false` stops the scan (`LIMIT`).
+
+use std::fmt::Write as _;
+
+use super::expr::{arith, compare, err, ArOp, BExpr, Pos};
+use crate::access::table::{ColumnType, Table, Value};
+use crate::buffer::BufferManager;
+use crate::error::{Error, Result};
+
+/// Where rows go: `Ok(false)` asks the producer to stop.
+pub type Sink<'a> = dyn FnMut(&[Value]) -> Result<bool> + 'a;
+
+/// An aggregate function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AggFunc {
+    CountStar,
+    Count,
+    Sum,
+    Avg,
+    Min,
+    Max,
+}
+
+/// One aggregate of an aggregation: its function, argument (none for `count(*)`), the type
+/// of the argument and where it is in the query.
+#[derive(Clone, Debug)]
+pub struct AggSpec {
+    pub func: AggFunc,
+    pub arg: Option<BExpr>,
+    pub arg_ty: Option<ColumnType>,
+    pub pos: Pos,
+    pub label: String,
+}
+
+/// A query plan.
+#[derive(Clone, Debug)]
+pub enum Plan {
+    /// Every row of a table, with the rows that fail `filter` dropped in the scan.
+    Scan { name: String, table: Table, filter: Option<BExpr> },
+    /// One row of no columns (`SELECT` without `FROM`), if `filter` holds.
+    OneRow { filter: Option<BExpr> },
+    /// Expressions over the input's rows.
+    Project { input: Box<Plan>, exprs: Vec<BExpr> },
+    /// Rows for which `pred` is true.
+    Filter { input: Box<Plan>, pred: BExpr },
+    /// One row of aggregates over all of the input (no GROUP BY): constant state.
+    Aggregate { input: Box<Plan>, aggs: Vec<AggSpec> },
+    /// Skips `offset` rows, then passes at most `limit`.
+    Limit { input: Box<Plan>, limit: Option<u64>, offset: u64 },
+}
+
+/// The running state of one aggregate.
+enum State {
+    Count(i64),
+    SumI(Option<i64>),
+    SumF(Option<f64>),
+    AvgI(i128, i64),
+    AvgF(f64, i64),
+    Min(Option<Value>),
+    Max(Option<Value>),
+}
+
+impl State {
+    fn new(a: &AggSpec) -> State {
+        match (a.func, a.arg_ty) {
+            (AggFunc::CountStar | AggFunc::Count, _) => State::Count(0),
+            (AggFunc::Sum, Some(ColumnType::F64)) => State::SumF(None),
+            (AggFunc::Sum, _) => State::SumI(None),
+            (AggFunc::Avg, Some(ColumnType::F64)) => State::AvgF(0.0, 0),
+            (AggFunc::Avg, _) => State::AvgI(0, 0),
+            (AggFunc::Min, _) => State::Min(None),
+            (AggFunc::Max, _) => State::Max(None),
+        }
+    }
+
+    fn add(&mut self, a: &AggSpec, row: &[Value]) -> Result<()> {
+        let v = match &a.arg {
+            None => {
+                if let State::Count(n) = self {
+                    *n += 1;
+                }
+                return Ok(());
+            }
+            Some(e) => e.eval(row)?,
+        };
+        if matches!(v, Value::Null) {
+            return Ok(()); // aggregates skip NULL
+        }
+        match (self, v) {
+            (State::Count(n), _) => *n += 1,
+            (State::SumI(s), Value::I64(x)) => {
+                *s = Some(match *s {
+                    None => x,
+                    Some(s) => match arith(ArOp::Add, &Value::I64(s), &Value::I64(x), a.pos) {
+                        Ok(Value::I64(r)) => r,
+                        _ => return Err(err(a.pos, format!("i64 overflow in {}", a.label))),
+                    },
+                })
+            }
+            (State::SumF(s), Value::F64(x)) => *s = Some(s.unwrap_or(0.0) + x),
+            (State::AvgI(s, n), Value::I64(x)) => {
+                *s += i128::from(x);
+                *n += 1;
+            }
+            (State::AvgF(s, n), Value::F64(x)) => {
+                *s += x;
+                *n += 1;
+            }
+            (State::Min(m), v) => {
+                if m.as_ref().is_none_or(|m| compare(&v, m) == Some(std::cmp::Ordering::Less)) {
+                    *m = Some(v);
+                }
+            }
+            (State::Max(m), v) => {
+                if m.as_ref().is_none_or(|m| compare(&v, m) == Some(std::cmp::Ordering::Greater)) {
+                    *m = Some(v);
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> Value {
+        match self {
+            State::Count(n) => Value::I64(n),
+            State::SumI(s) => s.map_or(Value::Null, Value::I64),
+            State::SumF(s) => s.map_or(Value::Null, Value::F64),
+            State::AvgI(_, 0) | State::AvgF(_, 0) => Value::Null,
+            State::AvgI(s, n) => Value::F64(s as f64 / n as f64),
+            State::AvgF(s, n) => Value::F64(s / n as f64),
+            State::Min(m) | State::Max(m) => m.unwrap_or(Value::Null),
+        }
+    }
+}
+
+fn holds(pred: &BExpr, row: &[Value]) -> Result<bool> {
+    Ok(matches!(pred.eval(row)?, Value::Bool(true)))
+}
+
+impl Plan {
+    /// Runs the plan, handing every result row to `sink`; returns `false` if the sink asked
+    /// to stop.
+    pub fn run(&self, bm: &BufferManager, sink: &mut Sink<'_>) -> Result<bool> {
+        match self {
+            Plan::Scan { table, filter, .. } => {
+                let mut failed: Option<Error> = None;
+                let mut go = true;
+                table.scan(bm, 0, &mut |_, row| {
+                    let r = match filter {
+                        Some(f) => holds(f, row).and_then(|ok| if ok { sink(row) } else { Ok(true) }),
+                        None => sink(row),
+                    };
+                    match r {
+                        Ok(true) => true,
+                        Ok(false) => {
+                            go = false;
+                            false
+                        }
+                        Err(e) => {
+                            failed = Some(e);
+                            false
+                        }
+                    }
+                })?;
+                match failed {
+                    Some(e) => Err(e),
+                    None => Ok(go),
+                }
+            }
+            Plan::OneRow { filter } => match filter {
+                Some(f) if !holds(f, &[])? => Ok(true),
+                _ => sink(&[]),
+            },
+            Plan::Project { input, exprs } => {
+                let mut out = Vec::with_capacity(exprs.len());
+                input.run(bm, &mut |row| {
+                    out.clear();
+                    for e in exprs {
+                        out.push(e.eval(row)?);
+                    }
+                    sink(&out)
+                })
+            }
+            Plan::Filter { input, pred } => input.run(bm, &mut |row| if holds(pred, row)? { sink(row) } else { Ok(true) }),
+            Plan::Aggregate { input, aggs } => {
+                let mut states: Vec<State> = aggs.iter().map(State::new).collect();
+                input.run(bm, &mut |row| {
+                    for (s, a) in states.iter_mut().zip(aggs) {
+                        s.add(a, row)?;
+                    }
+                    Ok(true)
+                })?;
+                let row: Vec<Value> = states.into_iter().map(State::finish).collect();
+                sink(&row)
+            }
+            Plan::Limit { input, limit, offset } => {
+                if *limit == Some(0) {
+                    return Ok(true);
+                }
+                let (mut skipped, mut passed) = (0u64, 0u64);
+                let mut done = false;
+                let go = input.run(bm, &mut |row| {
+                    if skipped < *offset {
+                        skipped += 1;
+                        return Ok(true);
+                    }
+                    passed += 1;
+                    if !sink(row)? {
+                        return Ok(false);
+                    }
+                    if Some(passed) == *limit {
+                        done = true;
+                        return Ok(false);
+                    }
+                    Ok(true)
+                })?;
+                Ok(go || done)
+            }
+        }
+    }
+
+    /// The plan as indented lines, the root first (`EXPLAIN`).
+    pub fn explain(&self) -> String {
+        let mut s = String::new();
+        self.explain_into(&mut s, 0);
+        s
+    }
+
+    fn explain_into(&self, s: &mut String, depth: usize) {
+        let pad = "  ".repeat(depth);
+        let list = |v: &mut dyn Iterator<Item = String>| v.collect::<Vec<_>>().join(", ");
+        let input = match self {
+            Plan::Scan { name, filter, .. } => {
+                let _ = write!(s, "{pad}Scan {name}");
+                if let Some(f) = filter {
+                    let _ = write!(s, " filter {f}");
+                }
+                s.push('\n');
+                None
+            }
+            Plan::OneRow { filter } => {
+                let _ = write!(s, "{pad}OneRow");
+                if let Some(f) = filter {
+                    let _ = write!(s, " filter {f}");
+                }
+                s.push('\n');
+                None
+            }
+            Plan::Project { input, exprs } => {
+                let _ = writeln!(s, "{pad}Project {}", list(&mut exprs.iter().map(|e| e.to_string())));
+                Some(input)
+            }
+            Plan::Filter { input, pred } => {
+                let _ = writeln!(s, "{pad}Filter {pred}");
+                Some(input)
+            }
+            Plan::Aggregate { input, aggs } => {
+                let _ = writeln!(s, "{pad}Aggregate (no groups, constant state) {}", list(&mut aggs.iter().map(|a| a.label.clone())));
+                Some(input)
+            }
+            Plan::Limit { input, limit, offset } => {
+                let _ = write!(s, "{pad}Limit {}", limit.map_or("ALL".to_owned(), |l| l.to_string()));
+                if *offset > 0 {
+                    let _ = write!(s, " offset {offset}");
+                }
+                s.push('\n');
+                Some(input)
+            }
+        };
+        if let Some(i) = input {
+            i.explain_into(s, depth + 1);
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! SQL over tables: the text is parsed by the `sqlparser` crate; binding (names, types),
+//! planning and execution are strata's own.
+//!
+//! ```no_run
+//! # fn demo(db: &strata::Database) -> strata::Result<()> {
+//! let q = strata::sql::prepare(&db.catalog(), "SELECT name, score * 2 AS s FROM people WHERE born < DATE '1900-01-01' LIMIT 10")?;
+//! println!("{:?}", q.columns);                    // [OutColumn { name: "name", .. }, ..]
+//! q.execute(db.buffer(), &mut |row| { println!("{row:?}"); Ok(true) })?;
+//! # Ok(()) }
+//! ```
+//!
+//! The dialect of this slice: `SELECT` lists of expressions (`+ - * / %`, `||`,
+//! comparisons, `AND OR NOT`, `IS [NOT] NULL`, `[NOT] BETWEEN`, `[NOT] IN (list)`,
+//! `[NOT] LIKE` with `%`, `_` and `ESCAPE`, `CASE`, `EXTRACT(YEAR|MONTH|DAY FROM d)`,
+//! `SUBSTRING(s FROM a [FOR n])`, `DATE 'YYYY-MM-DD'`, `d ± INTERVAL 'n' DAY|MONTH|YEAR`,
+//! `d ± n` (days), `d - d` (days), `CAST`, `abs`, `length`, `upper`, `lower`, `coalesce`),
+//! `*`, aliases, `FROM` one table (with an alias), `WHERE`, the aggregates `count(*)`,
+//! `count`, `sum`, `avg`, `min`, `max` over the whole input (with `HAVING`), `LIMIT`,
+//! `OFFSET` and `EXPLAIN`. Everything here runs in constant memory: a scan pushes one row
+//! at a time through the plan into the caller's sink. `GROUP BY`, `ORDER BY`, `DISTINCT`,
+//! joins and subqueries are refused with [`Error::Sql`] naming their position.
+//!
+//! Types: `i64` arithmetic is checked (overflow is an error, never a wrapped value),
+//! `i64` with `f64` gives `f64`, `i64 / i64` is integer division truncated toward zero, and
+//! division (or `%`) by zero is an error for both types. Decimal numbers are `f64`. NULL
+//! follows standard SQL: comparisons with NULL are unknown, `AND`/`OR` are three-valued,
+//! aggregates skip NULLs, `sum`/`avg`/`min`/`max` of no values are NULL, `count` is 0.
+
+pub mod bind;
+pub mod exec;
+pub mod expr;
+
+use sqlparser::dialect::GenericDialect;
+use sqlparser::parser::{Parser, ParserError};
+
+pub use bind::OutColumn;
+pub use exec::Plan;
+
+use crate::access::catalog::Catalog;
+use crate::access::table::Value;
+use crate::buffer::BufferManager;
+use crate::error::{Error, Result};
+
+/// The deepest nesting of expressions and subqueries the parser accepts (deeper input is an
+/// error, not a stack overflow).
+pub const MAX_DEPTH: usize = 50;
+
+/// A query ready to run: its result columns and plan.
+pub struct Prepared {
+    /// The result's columns, in order.
+    pub columns: Vec<OutColumn>,
+    plan: Plan,
+    explain: Option<String>,
+}
+
+/// Splits sqlparser's "... at Line: L, Column: C" into the message and the position.
+fn parse_error(e: ParserError) -> Error {
+    let text = match e {
+        ParserError::TokenizerError(s) | ParserError::ParserError(s) => s,
+        ParserError::RecursionLimitExceeded => return Error::Sql { pos: None, msg: format!("the query is nested too deeply (at most {MAX_DEPTH} levels)") },
+    };
+    if let Some(i) = text.rfind(" at Line: ") {
+        let tail = &text[i + " at Line: ".len()..];
+        if let Some((l, c)) = tail.split_once(", Column: ") {
+            if let (Ok(l), Ok(c)) = (l.trim().parse::<u64>(), c.trim().parse::<u64>()) {
+                return Error::Sql { pos: Some((l, c)), msg: tidy(&text[..i]) };
+            }
+        }
+    }
+    Error::Sql { pos: None, msg: tidy(&text) }
+}
+
+/// sqlparser's "Expected: X, found: Y" as "expected X, found Y", on one line.
+fn tidy(s: &str) -> String {
+    let s = s.replace("Expected: ", "expected ").replace(", found: ", ", found ");
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The (line, column) just after the last character of `sql`.
+fn end_of(sql: &str) -> (u64, u64) {
+    let line = sql.matches('\n').count() as u64 + 1;
+    let last = sql.rsplit('\n').next().unwrap_or("");
+    (line, last.chars().count() as u64 + 1)
+}
+
+/// The most operator tokens (`+`, `AND`, `::`, keywords, ...) a query may have. The
+/// parser builds chains like `a + b + c ...` and `x AND y AND z ...` without recursion
+/// but as a tree as deep as the chain is long, and binding, spans, evaluation and drops
+/// recurse over that tree: bounding the operators bounds the depth, so that no input can
+/// overflow the stack. (Literals, names, commas and parentheses do not count: an `IN` list
+/// of 100,000 values is fine; parentheses are bounded by [`MAX_DEPTH`].)
+pub const MAX_OPERATORS: usize = 500;
+
+/// Stack for parsing and binding (a thread of its own): enough for [`MAX_OPERATORS`]
+/// nested [`MAX_DEPTH`] deep. Only the part that is used becomes resident.
+const PREPARE_STACK: usize = 64 << 20;
+
+fn count_operators(sql: &str) -> Result<()> {
+    use sqlparser::keywords::Keyword;
+    use sqlparser::tokenizer::{Token, Tokenizer};
+    let tokens = Tokenizer::new(&GenericDialect {}, sql).tokenize_with_location().map_err(|e| parse_error(ParserError::TokenizerError(e.to_string())))?;
+    let mut n = 0usize;
+    for t in &tokens {
+        let counts = !matches!(
+            &t.token,
+            Token::EOF
+                | Token::Whitespace(_)
+                | Token::Comma
+                | Token::Number(..)
+                | Token::SingleQuotedString(_)
+                | Token::DoubleQuotedString(_)
+                | Token::LParen
+                | Token::RParen
+                | Token::Period
+                | Token::SemiColon
+        ) && !matches!(&t.token, Token::Word(w) if w.keyword == Keyword::NoKeyword || w.quote_style.is_some());
+        if counts {
+            n += 1;
+            if n > MAX_OPERATORS {
+                return Err(Error::Sql {
+                    pos: Some((t.span.start.line, t.span.start.column)),
+                    msg: format!("the query has more than {MAX_OPERATORS} operators and keywords; split it up"),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Parses and binds one statement (`SELECT ...` or `EXPLAIN SELECT ...`; a trailing `;` is
+/// allowed) against the tables of `catalog`. Errors are [`Error::Sql`] with the position.
+pub fn prepare(catalog: &Catalog, sql: &str) -> Result<Prepared> {
+    count_operators(sql)?;
+    std::thread::scope(|s| {
+        let worker = std::thread::Builder::new().name("sql-prepare".into()).stack_size(PREPARE_STACK).spawn_scoped(s, || prepare_here(catalog, sql));
+        match worker {
+            Ok(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
+            // No thread to be had: parse here (the operator bound keeps it shallow).
+            Err(_) => prepare_here(catalog, sql),
+        }
+    })
+}
+
+fn prepare_here(catalog: &Catalog, sql: &str) -> Result<Prepared> {
+    let dialect = GenericDialect {};
+    let stmts =
+        Parser::new(&dialect).with_recursion_limit(MAX_DEPTH).try_with_sql(sql).and_then(|mut p| p.parse_statements()).map_err(|e| match parse_error(e) {
+            // sqlparser gives no position for the end of the input: it is the end of the text.
+            Error::Sql { pos: None, msg } if msg.ends_with("found EOF") => {
+                Error::Sql { pos: Some(end_of(sql)), msg: msg.replace("found EOF", "found the end of the query") }
+            }
+            e => e,
+        })?;
+    let stmt = match stmts.as_slice() {
+        [] => return Err(Error::Sql { pos: None, msg: "no statement given".into() }),
+        [s] => s,
+        [_, s, ..] => {
+            use sqlparser::ast::Spanned;
+            return Err(Error::Sql { pos: bind::at(s.span()), msg: "one statement at a time".into() });
+        }
+    };
+    let (bound, explain) = bind::statement(catalog, stmt)?;
+    if explain {
+        let text = bound.plan.explain();
+        return Ok(Prepared {
+            columns: vec![OutColumn { name: "plan".into(), ty: Some(crate::access::table::ColumnType::Str) }],
+            plan: bound.plan,
+            explain: Some(text),
+        });
+    }
+    Ok(Prepared { columns: bound.columns, plan: bound.plan, explain: None })
+}
+
+impl Prepared {
+    /// The plan (what `EXPLAIN` prints).
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// Whether this is an `EXPLAIN`: its rows are the lines of the plan.
+    pub fn is_explain(&self) -> bool {
+        self.explain.is_some()
+    }
+
+    /// Runs the query, handing each result row to `sink` as it is produced (in the query's
+    /// order); `sink` returns `Ok(false)` to stop early. Nothing is buffered: memory stays
+    /// constant however many rows there are.
+    pub fn execute(&self, bm: &BufferManager, sink: &mut dyn FnMut(&[Value]) -> Result<bool>) -> Result<()> {
+        if let Some(text) = &self.explain {
+            for line in text.lines() {
+                if !sink(&[Value::Str(line.to_owned())])? {
+                    break;
+                }
+            }
+            return Ok(());
+        }
+        self.plan.run(bm, sink).map(|_| ())
+    }
+}
