@@ -109,16 +109,8 @@ impl State {
                 *s += x;
                 *n += 1;
             }
-            (State::Min(m), v) => {
-                if m.as_ref().is_none_or(|m| compare(&v, m) == Some(std::cmp::Ordering::Less)) {
-                    *m = Some(v);
-                }
-            }
-            (State::Max(m), v) => {
-                if m.as_ref().is_none_or(|m| compare(&v, m) == Some(std::cmp::Ordering::Greater)) {
-                    *m = Some(v);
-                }
-            }
+            (State::Min(m), v) if m.as_ref().is_none_or(|m| compare(&v, m) == Some(std::cmp::Ordering::Less)) => *m = Some(v),
+            (State::Max(m), v) if m.as_ref().is_none_or(|m| compare(&v, m) == Some(std::cmp::Ordering::Greater)) => *m = Some(v),
             _ => {}
         }
         Ok(())
