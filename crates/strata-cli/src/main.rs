@@ -9,6 +9,7 @@ mod inspect_cmd;
 mod progress;
 mod query_out;
 mod remote_args;
+mod soak_cmd;
 mod sql_cmd;
 mod table_cmd;
 mod torture_cmd;

@@ -53,6 +53,34 @@ pub enum TortureCmd {
         #[arg(long, default_value = "bank")]
         workload: String,
     },
+    /// The kill -9 cycle, run by strata: start `torture run` on DIR/bank or DIR/tree, kill it
+    /// with SIGKILL after a random delay, recover and verify, TRIALS times; prints a summary.
+    /// Exits 1 at the first trial whose database is inconsistent or lost an acknowledged
+    /// commit (the database is left as the failure found it).
+    Soak {
+        dir: PathBuf,
+        /// Kill trials.
+        #[arg(long, default_value_t = 100)]
+        trials: u64,
+        /// `bank`, `tree`, or `both` (alternating, one database each).
+        #[arg(long, default_value = "both")]
+        workload: String,
+        /// Buffer pool of the runs and of verification.
+        #[arg(long, default_value = "2MiB", value_parser = parse_size)]
+        pool: u64,
+        /// Worker threads of each run.
+        #[arg(long, default_value_t = 4)]
+        threads: usize,
+        /// Seed of the delays and of the runs' seeds.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Longest delay before a kill (tree runs wait three times as long).
+        #[arg(long, default_value_t = 600)]
+        max_delay_ms: u64,
+        /// Print one JSON object (the summary) instead of text and progress.
+        #[arg(long)]
+        json: bool,
+    },
     /// Recover DIR and check its bank: total conserved, scratch pages intact, no leaked page,
     /// and the last committed sequence number. Exits 1 when the bank is not consistent.
     Verify {
@@ -77,6 +105,9 @@ pub fn run(cmd: TortureCmd) -> Result<(), Error> {
             }
         }
         TortureCmd::Verify { dir, pool, json } => verify(&dir, pool, json),
+        TortureCmd::Soak { dir, trials, workload, pool, threads, seed, max_delay_ms, json } => {
+            crate::soak_cmd::soak(crate::soak_cmd::SoakArgs { dir, trials, workload, pool, threads, seed, max_delay_ms, json })
+        }
     }
 }
 

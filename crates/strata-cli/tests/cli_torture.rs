@@ -269,3 +269,34 @@ fn torture_reports_a_broken_bank() {
     let err = fails(&["torture", "run", p(&dir), "--accounts", "100", "--threads", "2", "--seconds", "0.2"]);
     assert!(err.contains("refusing to run") && err.contains("expected"), "{err}");
 }
+
+/// `strata torture soak` runs the kill -9 cycle itself, for both workloads, and prints a
+/// summary; a database that a run refuses (a broken bank) fails the soak with exit 1.
+#[test]
+fn torture_soak_kills_and_verifies_both_workloads() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("soak");
+    let out = strata(&["torture", "soak", p(&dir), "--trials", "6", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["ok"], true, "{v}");
+    for w in ["bank", "tree"] {
+        assert_eq!(num(&v[w], "trials"), 3, "{v}");
+    }
+    assert!(num(&v["bank"], "commits_acknowledged") > 0, "{v}");
+    // Break the bank: the next soak trial's run refuses it, and the soak fails.
+    {
+        let db = strata::Database::open(strata::Config::new(dir.join("bank")).pool_size(4 << 20)).unwrap();
+        let bank = strata::ops::torture::Bank::load(db.buffer(), db.locks()).unwrap();
+        let (pid, at) = bank.account(db.buffer(), 3);
+        let mut tx = db.begin();
+        let v = tx.read_u64(pid, at).unwrap();
+        tx.write_u64(pid, at, v + 5).unwrap();
+        tx.commit().unwrap();
+        db.close().unwrap();
+    }
+    let err = fails(&["torture", "soak", p(&dir), "--trials", "2", "--workload", "bank", "--max-delay-ms", "2000"]);
+    assert!(err.contains("torture soak failed") && err.contains("trial 0"), "{err}");
+    let err = fails(&["torture", "soak", p(&dir), "--workload", "queue"]);
+    assert!(err.contains("bank, tree or both"), "{err}");
+}
