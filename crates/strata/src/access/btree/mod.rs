@@ -231,6 +231,7 @@ impl BTree {
                 Ok((_, c)) => c,
                 Err(_) => return BTree::restart_or_corrupt(bm, &g, "impossible slot"),
             };
+            bm.prefetch_hint(PageId::from_raw(child));
             if !g.validate() {
                 return Ok(None);
             }
