@@ -340,6 +340,40 @@ mod tests {
         assert_eq!(prefix(&7u64.to_be_bytes()), 7);
     }
 
+    /// Bounded fuzzing of the node decoder with damaged images: header, slots, searches and
+    /// decoding never panic (impossible values are `Restart`).
+    #[test]
+    fn damaged_nodes_never_panic() {
+        let (mut le, mut ie) = (Entries::default(), Entries::default());
+        for i in 0..60u64 {
+            let k = format!("key-{i:05}-{}", "x".repeat((i % 13) as usize));
+            let v = vec![i as u8; (i % 40) as usize];
+            le.push(k.as_bytes(), &v, v.len() as u64);
+            ie.push(k.as_bytes(), &[], 1000 + i);
+        }
+        let size = 4096 - 32;
+        let leaf = build(size, KIND_LEAF, &le, 0..le.len(), 0, 0);
+        let inner = build(size, KIND_INNER, &ie, 0..ie.len(), 77, 5);
+        let mut r = crate::util::SplitMix64(5);
+        let mut buf = Vec::new();
+        for i in 0..20_000u64 {
+            let mut img = if i % 2 == 0 { leaf.clone() } else { inner.clone() };
+            for _ in 0..1 + r.below(4) {
+                let at = (r.below(size as u64 / 8) * 8) as usize;
+                let at = if r.coin() { at % (HDR + 64 * SLOT) } else { at };
+                let v = [0, 1, u64::MAX, r.next_u64(), size as u64, (size as u64) << 32, r.below(2048) | (r.below(2048) << 32)][r.below(7) as usize];
+                img[at..at + 8].copy_from_slice(&v.to_le_bytes());
+            }
+            if let Ok(h) = header(&img[..]) {
+                for key in [b"key-00030".as_slice(), b"", b"zzzz"] {
+                    let _ = lower_bound(&img[..], h.count, key, &mut buf);
+                    let _ = inner_child(&img[..], &h, key, &mut buf);
+                }
+                let _ = decode(&img);
+            }
+        }
+    }
+
     #[test]
     fn build_then_search_and_decode() {
         let mut e = Entries::default();
