@@ -458,12 +458,16 @@ impl StorageBackend for FileBackend {
     fn write_atomic(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
         let dir = path.parent().unwrap_or(Path::new("."));
         let tmp = path.with_extension("tmp-write");
-        {
-            let mut f = File::create(&tmp)?;
+        let written = File::create(&tmp).and_then(|mut f| {
             f.write_all(bytes)?;
-            f.sync_all()?;
+            f.sync_all()
+        });
+        if let Err(e) = written.and_then(|()| fs::rename(&tmp, path)) {
+            // A full disk (or any failure) leaves the old file as it was and no temporary
+            // file behind.
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
         }
-        fs::rename(&tmp, path)?;
         File::open(dir)?.sync_all()
     }
 
@@ -673,6 +677,12 @@ mod tests {
         be.write_atomic(&p, b"two!").unwrap();
         assert_eq!(be.read_file(&p).unwrap(), b"two!");
         assert!(!be.exists(&p.with_extension("tmp-write")));
+        // A replacement that fails (here the rename: the target is a non-empty directory;
+        // on a full disk, the write) leaves no temporary file behind.
+        let d = dir.path().join("taken");
+        std::fs::create_dir_all(d.join("inside")).unwrap();
+        assert!(be.write_atomic(&d, b"three").is_err());
+        assert!(!be.exists(&d.with_extension("tmp-write")));
     }
 
     #[test]
