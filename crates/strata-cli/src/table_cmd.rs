@@ -141,7 +141,7 @@ pub fn import_csv(a: ImportCsvArgs) -> Result<(), Error> {
     let len = std::fs::metadata(&a.from).map_err(|e| Error::io("stat", &a.from, e))?.len();
     let inferred = infer_schema(&a.from, &opts, existing.as_ref().or(given.as_ref()))?;
     let schema = inferred.schema;
-    strata::access::table::Table::check_row_size(db.buffer(), &format!("the longest row of {}", a.from.display()), inferred.max_row_bytes)?;
+    strata::access::table::Table::check_row_size(db.buffer(), inferred.max_row_bytes, || format!("the longest row of {}", a.from.display()))?;
     let pb = progress::bytes(len, "importing", a.json);
     let rows =
         db.load_table(&a.table, &schema, &mut |sink| read_rows(&a.from, &opts, &schema, &mut |b| pb.set_position(b), sink), &mut committed_message(&pb))?;

@@ -213,7 +213,13 @@ pub fn transfer(bm: &BufferManager, locks: &LockTable, bank: &Bank, slot: usize,
         tx.write_u64(slot_pid, 0, s)?;
         Ok(Some(s))
     })();
-    match r {
+    finish(tx, r)
+}
+
+/// Ends a workload's transaction by what its body returned: `Some(seq)` commits, `None`
+/// rolls back on purpose, a lock timeout rolls back for a retry; other errors are returned.
+pub(crate) fn finish(tx: Transaction<'_>, body: Result<Option<u64>>) -> Result<Outcome> {
+    match body {
         Ok(Some(s)) => {
             tx.commit()?;
             Ok(Outcome::Committed(s))

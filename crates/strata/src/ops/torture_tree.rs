@@ -141,22 +141,11 @@ pub fn run_tx(
         })?;
         Ok(Some(q))
     })();
-    match r {
-        Ok(Some(q)) => {
-            tx.commit()?;
-            *done = n + 1;
-            Ok(Outcome::Committed(q))
-        }
-        Ok(None) => {
-            tx.abort()?;
-            Ok(Outcome::Aborted)
-        }
-        Err(Error::LockTimeout { .. }) => {
-            drop(tx);
-            Ok(Outcome::Conflict)
-        }
-        Err(e) => Err(e),
+    let outcome = super::torture::finish(tx, r)?;
+    if let Outcome::Committed(_) = outcome {
+        *done = n + 1;
     }
+    Ok(outcome)
 }
 
 /// What [`verify`] found.

@@ -81,6 +81,16 @@ struct Step<'a> {
     idx: usize,
 }
 
+/// Where one level of a descent leads: the node was a leaf, or to this child (through this
+/// slot, `count` for `upper`).
+enum Next<'a> {
+    Leaf,
+    Child(usize, OptimisticGuard<'a>),
+}
+
+/// Inner levels beyond which a descent reports a cycle.
+const MAX_DEPTH: usize = 48;
+
 /// A validated descent: the inner nodes from the root down, and the leaf.
 struct Path<'a> {
     inner: Vec<Step<'a>>,
@@ -166,83 +176,67 @@ impl BTree {
         }
     }
 
-    /// Descends optimistically to the leaf for `key`. `None`: restart.
+    /// One level of an optimistic descent for `key` from `g` (the root when `is_root`): the
+    /// node's kind is checked; for an inner node, the child's version is taken (after a
+    /// prefetch of its state word and frame) between two validations of `g`, so the child
+    /// was `g`'s child at that moment. `None`: restart.
+    fn step<'a>(bm: &'a BufferManager, g: &OptimisticGuard<'a>, is_root: bool, key: &[u8], buf: &mut Vec<u8>) -> Result<Option<Next<'a>>> {
+        let kind = g.read_u64(0) as u8;
+        if kind != KIND_INNER {
+            if is_root {
+                return BTree::restart_or_corrupt(bm, g, "the root is not an inner node");
+            }
+            if kind != KIND_LEAF && kind != node::KIND_PAX {
+                return BTree::restart_or_corrupt(bm, g, "unknown node kind");
+            }
+            return Ok(Some(Next::Leaf));
+        }
+        let Ok(h) = node::header(g) else { return BTree::restart_or_corrupt(bm, g, "impossible header") };
+        let Ok((idx, child)) = node::inner_child(g, &h, key, buf) else { return BTree::restart_or_corrupt(bm, g, "impossible slot") };
+        let child = PageId::from_raw(child);
+        bm.prefetch_hint(child);
+        if !g.validate() {
+            return Ok(None);
+        }
+        let c = match bm.fix_optimistic(child) {
+            Ok(c) => c,
+            Err(e) => return if g.validate() { Err(e) } else { Ok(None) },
+        };
+        if !g.validate() {
+            return Ok(None);
+        }
+        Ok(Some(Next::Child(idx, c)))
+    }
+
+    /// Descends optimistically to the leaf for `key`, keeping the inner nodes passed.
+    /// `None`: restart.
     fn descend<'a>(&self, bm: &'a BufferManager, key: &[u8], buf: &mut Vec<u8>) -> Result<Option<Path<'a>>> {
         let mut inner: Vec<Step<'a>> = Vec::new();
         let mut g = bm.fix_optimistic(self.root())?;
         loop {
-            let kind = g.read_u64(0) as u8;
-            if kind != KIND_INNER {
-                if inner.is_empty() {
-                    return BTree::restart_or_corrupt(bm, &g, "the root is not an inner node");
+            match BTree::step(bm, &g, inner.is_empty(), key, buf)? {
+                None => return Ok(None),
+                Some(Next::Leaf) => return Ok(Some(Path { inner, leaf: g })),
+                Some(Next::Child(idx, c)) => {
+                    if inner.len() > MAX_DEPTH {
+                        return Err(BTree::corrupt(bm, g.pid(), "the tree is deeper than any real tree (a cycle?)"));
+                    }
+                    inner.push(Step { g, idx });
+                    g = c;
                 }
-                if kind != KIND_LEAF && kind != node::KIND_PAX {
-                    return BTree::restart_or_corrupt(bm, &g, "unknown node kind");
-                }
-                return Ok(Some(Path { inner, leaf: g }));
             }
-            let h = match node::header(&g) {
-                Ok(h) => h,
-                Err(_) => return BTree::restart_or_corrupt(bm, &g, "impossible header"),
-            };
-            let (idx, child) = match node::inner_child(&g, &h, key, buf) {
-                Ok(x) => x,
-                Err(_) => return BTree::restart_or_corrupt(bm, &g, "impossible slot"),
-            };
-            if !g.validate() {
-                return Ok(None);
-            }
-            let c = match bm.fix_optimistic(PageId::from_raw(child)) {
-                Ok(c) => c,
-                Err(e) => return if g.validate() { Err(e) } else { Ok(None) },
-            };
-            if !g.validate() {
-                return Ok(None);
-            }
-            if inner.len() > 48 {
-                return Err(BTree::corrupt(bm, g.pid(), "the tree is deeper than any real tree (a cycle?)"));
-            }
-            inner.push(Step { g, idx });
-            g = c;
         }
     }
 
-    /// Descends optimistically to the leaf for `key` keeping no path (lookups): each child's
-    /// version is taken before its parent is validated, so the leaf returned was the right
-    /// one when its version was read. `None`: restart.
+    /// [`descend`](Self::descend) keeping no path (lookups): the leaf alone.
     fn descend_leaf<'a>(&self, bm: &'a BufferManager, key: &[u8], buf: &mut Vec<u8>) -> Result<Option<OptimisticGuard<'a>>> {
         let mut g = bm.fix_optimistic(self.root())?;
-        for depth in 0..48 {
-            let kind = g.read_u64(0) as u8;
-            if kind != KIND_INNER {
-                if depth == 0 {
-                    return BTree::restart_or_corrupt(bm, &g, "the root is not an inner node");
-                }
-                if kind != KIND_LEAF && kind != node::KIND_PAX {
-                    return BTree::restart_or_corrupt(bm, &g, "unknown node kind");
-                }
-                return Ok(Some(g));
+        for depth in 0..=MAX_DEPTH {
+            match BTree::step(bm, &g, depth == 0, key, buf)? {
+                None => return Ok(None),
+                Some(Next::Leaf) => return Ok(Some(g)),
+                Some(Next::Child(_, c)) => g = c,
             }
-            let h = match node::header(&g) {
-                Ok(h) => h,
-                Err(_) => return BTree::restart_or_corrupt(bm, &g, "impossible header"),
-            };
-            let child = match node::inner_child(&g, &h, key, buf) {
-                Ok((_, c)) => c,
-                Err(_) => return BTree::restart_or_corrupt(bm, &g, "impossible slot"),
-            };
-            bm.prefetch_hint(PageId::from_raw(child));
-            if !g.validate() {
-                return Ok(None);
-            }
-            let c = match bm.fix_optimistic(PageId::from_raw(child)) {
-                Ok(c) => c,
-                Err(e) => return if g.validate() { Err(e) } else { Ok(None) },
-            };
-            if !g.validate() {
-                return Ok(None);
-            }
-            g = c;
         }
         Err(BTree::corrupt(bm, g.pid(), "the tree is deeper than any real tree (a cycle?)"))
     }
@@ -295,7 +289,7 @@ impl BTree {
     /// The leaf for `key`, under a shared latch, reached by shared latches coupled top-down.
     fn leaf_shared<'a>(&self, bm: &'a BufferManager, key: &[u8], buf: &mut Vec<u8>) -> Result<SharedGuard<'a>> {
         let mut g = bm.fix_shared(self.root())?;
-        for depth in 0..64 {
+        for depth in 0..=MAX_DEPTH {
             let d = g.data();
             if depth > 0 && (d[0] == KIND_LEAF || d[0] == node::KIND_PAX) {
                 return Ok(g);

@@ -104,13 +104,14 @@ impl Table {
         Ok(())
     }
 
-    /// `Err` naming `what` if a row that needs `bytes` of a leaf is larger than the largest
-    /// page `bm`'s pool can hold.
-    pub fn check_row_size(bm: &BufferManager, what: &str, bytes: usize) -> Result<()> {
+    /// `Err` naming the row (`what()`, called only then) if a row that needs `bytes` of a
+    /// leaf is larger than the largest page `bm`'s pool can hold.
+    pub fn check_row_size(bm: &BufferManager, bytes: usize, what: impl FnOnce() -> String) -> Result<()> {
         let max = BTree::max_leaf(bm);
         if bytes > max {
             return Err(Error::InvalidInput(format!(
-                "{what} needs a page of {bytes} bytes, larger than the largest page this pool can hold ({max} bytes, pool {} bytes): raise the pool size",
+                "{} needs a page of {bytes} bytes, larger than the largest page this pool can hold ({max} bytes, pool {} bytes): raise the pool size",
+                what(),
                 bm.pool_size()
             )));
         }
@@ -122,10 +123,15 @@ impl Table {
     /// of the largest size class the pool can hold. Locks the table until `tx` ends.
     pub fn append(&self, tx: &mut Transaction<'_>, rows: &[Vec<Value>]) -> Result<Range<u64>> {
         let bm = tx.buffer();
+        let (mut largest, mut largest_at) = (0, 0);
         for (i, row) in rows.iter().enumerate() {
             self.check_row(i, row)?;
-            Table::check_row_size(bm, &format!("row {i}"), pax::row_bytes(&self.schema, row))?;
+            let bytes = pax::row_bytes(&self.schema, row);
+            if bytes > largest {
+                (largest, largest_at) = (bytes, i);
+            }
         }
+        Table::check_row_size(bm, largest, || format!("row {largest_at}"))?;
         let root = self.tree.root();
         tx.lock(root)?;
         let first = tx.read_u64(root, W_TREE)?;

@@ -211,11 +211,26 @@ impl Wal {
             backend.sync_dir(&wal_dir).map_err(|e| Error::io("fsync directory", &wal_dir, e))?;
         }
         segments.insert(segment);
-        Ok(Wal {
+        Ok(Wal::at_end(backend, wal_dir, opts.segment_size.max(4096), opts.group_commit, segments, (segment, file), end, false))
+    }
+
+    /// A log whose next record goes to `end`, in the open segment file `current`.
+    #[allow(clippy::too_many_arguments)]
+    fn at_end(
+        backend: Arc<dyn StorageBackend>,
+        dir: PathBuf,
+        segment_size: u64,
+        group_commit: bool,
+        segments: BTreeSet<u64>,
+        (segment, file): (u64, Arc<dyn StorageFile>),
+        end: u64,
+        read_only: bool,
+    ) -> Wal {
+        Wal {
             backend,
-            dir: wal_dir,
-            segment_size: opts.segment_size.max(4096),
-            group_commit: opts.group_commit,
+            dir,
+            segment_size,
+            group_commit,
             tail: Mutex::new(Tail { next: end, segment, buf: Vec::new(), buf_start: end, new_segments: Vec::new() }),
             flushed: AtomicU64::new(end),
             writer: Mutex::new(Writer { segment, file }),
@@ -223,11 +238,11 @@ impl Wal {
             flush_done: Condvar::new(),
             segments: Mutex::new(segments),
             failed: Mutex::new(None),
-            read_only: false,
+            read_only,
             records: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             flushes: AtomicU64::new(0),
-        })
+        }
     }
 
     /// Opens the log of database `dir` for reading only: finds its end reading from `start`
@@ -250,23 +265,7 @@ impl Wal {
         let path = wal_dir.join(segment_name(segment));
         // Through the read-only backend: never created, never written.
         let file = backend.open(&path, OpenMode::Buffered, true).map_err(|e| Error::io("open", &path, e))?;
-        Ok(Wal {
-            backend,
-            dir: wal_dir,
-            segment_size: DEFAULT_SEGMENT_SIZE,
-            group_commit: true,
-            tail: Mutex::new(Tail { next: end, segment, buf: Vec::new(), buf_start: end, new_segments: Vec::new() }),
-            flushed: AtomicU64::new(end),
-            writer: Mutex::new(Writer { segment, file }),
-            flushing: Mutex::new(false),
-            flush_done: Condvar::new(),
-            segments: Mutex::new(segments),
-            failed: Mutex::new(None),
-            read_only: true,
-            records: AtomicU64::new(0),
-            bytes: AtomicU64::new(0),
-            flushes: AtomicU64::new(0),
-        })
+        Ok(Wal::at_end(backend, wal_dir, DEFAULT_SEGMENT_SIZE, true, segments, (segment, file), end, true))
     }
 
     /// The LSN the next record will get (one past the last appended byte).
