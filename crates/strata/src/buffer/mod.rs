@@ -1,21 +1,30 @@
 //! The buffer manager: size classes over virtual-memory reservations, page states and
 //! latches, one memory budget with clock eviction, guards and temporary pages.
 
+mod alloc;
+mod budget;
+mod checkpoint;
 mod cleaner;
 mod config;
+mod evict;
+mod fix;
 mod guard;
 pub mod hotset;
+mod inspect;
+mod load;
 mod logged;
 mod manager;
 pub mod readahead;
 mod recovery;
 mod region;
+mod remote;
 mod resident;
 mod sequential;
 mod space;
 pub mod state;
 mod stats;
 pub mod tier;
+mod writeback;
 
 pub use cleaner::{Cleaner, CleanerOptions, CleanerStats};
 pub use config::{default_backend, Config, DEFAULT_MIN_PAGE, DEFAULT_POOL};

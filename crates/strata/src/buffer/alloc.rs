@@ -1,0 +1,207 @@
+//! Spaces and page allocation: finding a page id's space, growing its reservations,
+//! allocating (persistent, temporary, logged) and freeing pages.
+
+use std::sync::atomic::Ordering;
+
+use super::budget::Backoff;
+use super::guard::ExclusiveGuard;
+use super::manager::{set_frame_lsn, BufferManager};
+use super::space::{Space, META_PER_STATE_CHUNK, STATES_PER_OS_PAGE};
+use super::state::EVICTED;
+use crate::error::{Error, Result};
+use crate::storage::backend::OpenMode;
+use crate::storage::layout::{class_file, temp_file};
+use crate::storage::{ClassBitmap, PageId, PAGE_HEADER_SIZE};
+
+impl BufferManager {
+    pub(super) fn space_or_create(&self, class: u8, temp: bool, bitmap: Option<ClassBitmap>) -> Result<&Space> {
+        let slot = &self.spaces[class as usize * 2 + temp as usize];
+        if let Some(sp) = slot.get() {
+            return Ok(sp);
+        }
+        let _g = self.space_init.lock();
+        if let Some(sp) = slot.get() {
+            return Ok(sp);
+        }
+        if temp {
+            self.refuse_if_read_only("using temporary pages")?;
+        }
+        let path = if temp { temp_file(&self.dir, class) } else { class_file(&self.dir, class) };
+        let file = self.backend.open(&path, OpenMode::Direct, true).map_err(|e| Error::io("open", &path, e))?;
+        let sp = Space::new(class, temp, self.classes.page_shift(class), file, bitmap.unwrap_or_default());
+        Ok(slot.get_or_init(|| sp))
+    }
+
+    /// The space of `pid` and check that its index is addressable.
+    #[inline]
+    pub(super) fn lookup(&self, pid: PageId) -> Result<&Space> {
+        let sp =
+            self.spaces.get(pid.space()).and_then(|s| s.get()).ok_or(Error::InvalidPageId { pid, reason: "no page of this size class was ever allocated" })?;
+        if !sp.addressable(pid.index()) {
+            return Err(Error::InvalidPageId { pid, reason: "index beyond any allocated page" });
+        }
+        Ok(sp)
+    }
+
+    pub(super) fn ensure_addressable(&self, sp: &Space, index: u64) -> Result<()> {
+        let chunks = index / STATES_PER_OS_PAGE + 1;
+        let charged = sp.charged_chunks.load(Ordering::Acquire);
+        if chunks > charged {
+            // Charge the metadata before touching it; only one thread grows a space at a
+            // time (callers hold the space's bitmap lock or are in `open`).
+            self.charge_metadata((chunks - charged) * META_PER_STATE_CHUNK)?;
+            sp.charged_chunks.store(chunks, Ordering::Release);
+        }
+        sp.states.ensure(index)?;
+        sp.frames.ensure(index)
+    }
+
+    /// For recovery and rollback: marks `pid` allocated (creating its space and making it
+    /// addressable as needed). Returns false if it already was.
+    pub(crate) fn set_allocated(&self, pid: PageId) -> Result<bool> {
+        let sp = self.space_or_create(pid.class(), pid.is_temp(), None)?;
+        let mut bm = sp.bitmap.lock();
+        self.ensure_addressable(sp, pid.index())?;
+        Ok(bm.set_allocated(pid.index()))
+    }
+
+    /// Allocates a persistent page whose payload holds at least `bytes` bytes (the smallest
+    /// class that fits). Returns it zeroed and exclusively latched.
+    pub fn alloc(&self, bytes: usize) -> Result<ExclusiveGuard<'_>> {
+        self.alloc_in(bytes, false)
+    }
+
+    /// Allocates a temporary page (same budget; written to a scratch file if evicted; gone
+    /// after [`free`](Self::free) or restart).
+    pub fn alloc_temp(&self, bytes: usize) -> Result<ExclusiveGuard<'_>> {
+        self.alloc_in(bytes, true)
+    }
+
+    fn alloc_in(&self, bytes: usize, temp: bool) -> Result<ExclusiveGuard<'_>> {
+        self.alloc_with(bytes, temp, None).map(|(g, _)| g)
+    }
+
+    /// Allocates a persistent page and logs it: `log` is called with the new id while the
+    /// class's bitmap is locked (so a checkpoint's copy of the bitmap never holds an
+    /// allocation whose record is not in the log) and returns the record's LSN, which
+    /// becomes the page's LSN. Nothing is allocated if `log` fails.
+    pub(crate) fn alloc_logged(&self, bytes: usize, log: &dyn Fn(PageId) -> Result<u64>) -> Result<(ExclusiveGuard<'_>, u64)> {
+        self.alloc_with(bytes, false, Some(log))
+    }
+
+    fn alloc_with(&self, bytes: usize, temp: bool, log: Option<&dyn Fn(PageId) -> Result<u64>>) -> Result<(ExclusiveGuard<'_>, u64)> {
+        self.refuse_if_read_only("allocating pages")?;
+        let class = (bytes as u64)
+            .checked_add(PAGE_HEADER_SIZE as u64)
+            .and_then(|total| self.classes.class_for(total))
+            .ok_or_else(|| Error::InvalidInput(format!("page of {bytes} bytes is larger than the largest size class")))?;
+        let size = self.classes.page_size(class);
+        let pool = self.pool_size();
+        if size + self.metadata.load(Ordering::Relaxed) > pool {
+            return Err(Error::PoolTooSmall { needed: size + self.metadata.load(Ordering::Relaxed), pool });
+        }
+        let sp = self.space_or_create(class, temp, None)?;
+        // Memory first: once the allocation is logged, it must not fail any more.
+        self.reserve(size)?;
+        let (index, lsn) = {
+            let mut bm = sp.bitmap.lock();
+            let index = bm.alloc();
+            let fail = |bm: &mut ClassBitmap, e: Error| {
+                bm.free(index);
+                self.release(size);
+                Err(e)
+            };
+            if index > PageId::MAX_INDEX {
+                return fail(&mut bm, Error::InvalidInput("size class is out of page ids".into()));
+            }
+            if let Err(e) = self.ensure_addressable(sp, index) {
+                return fail(&mut bm, e);
+            }
+            let lsn = match log.map(|f| f(sp.pid(index))) {
+                None => 0,
+                Some(Ok(lsn)) => lsn,
+                Some(Err(e)) => return fail(&mut bm, e),
+            };
+            (index, lsn)
+        };
+        let st = sp.state(index);
+        let mut backoff = Backoff(0);
+        let mut g = loop {
+            let w = st.load();
+            if w.state() == EVICTED && st.try_lock_evicted(w) {
+                // An EVICTED frame is unbacked, hence zero: nothing to clear.
+                sp.resident_bytes.fetch_add(size, Ordering::Relaxed);
+                self.resident.read().insert(sp.pid(index));
+                break ExclusiveGuard { bm: self, sp, index, frame: sp.frame(index), _not_send: Default::default() };
+            }
+            if w.is_unlatched() && st.try_lock_exclusive(w) {
+                // A stray fix (of an id not yet handed out) loaded the slot's old bytes; the
+                // page is resident and counted already.
+                self.release(size);
+                let mut g = ExclusiveGuard { bm: self, sp, index, frame: sp.frame(index), _not_send: Default::default() };
+                g.zero();
+                // SAFETY: the guard's frame, latched exclusively.
+                unsafe { set_frame_lsn(g.frame, 0) };
+                break g;
+            }
+            backoff.snooze();
+        };
+        if lsn > 0 {
+            g.set_page_lsn(lsn);
+        }
+        Ok((g, lsn))
+    }
+
+    /// Frees `pid`. Waits for other latches on it to be released; the caller must not hold
+    /// one (use [`ExclusiveGuard::free`] to free a page you have latched).
+    pub fn free(&self, pid: PageId) -> Result<()> {
+        self.refuse_if_read_only("freeing pages")?;
+        let sp = self.lookup(pid)?;
+        let index = pid.index();
+        let st = sp.state(index);
+        let mut backoff = Backoff(0);
+        loop {
+            let w = st.load();
+            let got = match w.state() {
+                EVICTED => st.try_lock_evicted(w),
+                _ if w.is_unlatched() => st.try_lock_exclusive(w),
+                _ => false,
+            };
+            if got {
+                break;
+            }
+            backoff.snooze();
+        }
+        self.free_locked(sp, index)
+    }
+
+    /// Frees a page whose exclusive latch the caller holds (resident or not).
+    pub(crate) fn free_locked(&self, sp: &Space, index: u64) -> Result<()> {
+        let st = sp.state(index);
+        let pid = sp.pid(index);
+
+        let resident = self.resident.read().remove(pid);
+        let mut bm = sp.bitmap.lock();
+        if !bm.free(index) {
+            drop(bm);
+            debug_assert!(!resident);
+            st.unlock_still_evicted();
+            return Err(Error::InvalidPageId { pid, reason: "double free: page is not allocated" });
+        }
+        drop(bm);
+        self.dirty.lock().remove(&pid);
+        self.forget_remote(pid);
+        if resident {
+            sp.frames.discard(index, 1);
+            sp.resident_bytes.fetch_sub(sp.page_size(), Ordering::Relaxed);
+            self.release(sp.page_size());
+        }
+        st.unlock_evicted();
+        Ok(())
+    }
+
+    /// Whether `pid` is currently allocated.
+    pub fn is_allocated(&self, pid: PageId) -> bool {
+        self.lookup(pid).is_ok_and(|sp| sp.bitmap.lock().is_allocated(pid.index()))
+    }
+}

@@ -1,0 +1,200 @@
+//! The memory budget: reservations that never let resident bytes exceed the cap, metadata
+//! charges, and changing the cap.
+//!
+//! `used` counts resident page bytes plus metadata and is only ever increased by a
+//! compare-and-swap that keeps it `<= pool`: the cap holds at every instant, whatever the
+//! interleaving. Physical memory is touched only after the bytes were reserved. A
+//! reservation that finds the pool full runs the clock ([`super::evict`]).
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::manager::BufferManager;
+use super::resident::ResidentSet;
+use crate::error::{Error, Result};
+use crate::storage::SizeClasses;
+
+/// The `used` word packs two fields: the bytes counted against the cap (its low `USED_BITS`
+/// bits, see [`BufferManager::used_bytes`]) and a shrink generation (the high bits), which
+/// every [`BufferManager::set_pool_size`] that lowers the cap bumps after storing the new
+/// cap. A reservation compare-and-swaps the whole word, so one that read the cap before a
+/// shrink fails (the word changed) and retries under the new cap. Without the generation,
+/// a reservation that read the old cap could still succeed after the shrink had seen `used`
+/// below the new cap and returned, leaving `used` above the cap it had just set.
+const USED_BITS: u32 = 52;
+/// Mask of the byte count in the `used` word (4 PiB; reservations never carry past it).
+pub(super) const USED_MASK: u64 = (1 << USED_BITS) - 1;
+/// One step of the shrink generation in the `used` word (it wraps, which is harmless: a
+/// reservation would have to sleep between its load and its CAS through 4096 shrinks).
+const SHRINK_GENERATION: u64 = 1 << USED_BITS;
+
+/// Spin, then yield, then sleep: for waits on latches held by others.
+pub(super) struct Backoff(pub(super) u32);
+
+impl Backoff {
+    pub(super) fn snooze(&mut self) {
+        self.0 += 1;
+        if self.0 < 16 {
+            crate::sync::spin_hint();
+        } else if self.0 < 64 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+}
+
+/// Checks that a pool of `pool` bytes holds the resident set plus one smallest page;
+/// returns the resident set's size.
+pub(super) fn check_pool(classes: SizeClasses, pool: u64) -> Result<u64> {
+    let rs_bytes = ResidentSet::memory_bytes_for(pool / classes.min_page());
+    let needed = rs_bytes.saturating_add(classes.min_page());
+    if needed > pool {
+        return Err(Error::PoolTooSmall { needed, pool });
+    }
+    Ok(rs_bytes)
+}
+
+pub(super) fn resident_set_too_big(pool: u64, rs_bytes: u64) -> Error {
+    Error::InvalidConfig(format!(
+        "a pool of {} needs a resident-page table of {}, which cannot be allocated; choose a smaller pool",
+        crate::util::Bytes(pool),
+        crate::util::Bytes(rs_bytes)
+    ))
+}
+
+impl BufferManager {
+    pub(super) fn charge_metadata(&self, bytes: u64) -> Result<()> {
+        self.reserve(bytes)?;
+        self.metadata.fetch_add(bytes, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Reserves `bytes` in the budget, evicting as needed; never lets `used` exceed the cap.
+    pub(super) fn reserve(&self, bytes: u64) -> Result<()> {
+        self.reserve_within(bytes, self.pin_wait)
+    }
+
+    /// Like `reserve`, but gives up at once when nothing is evictable (for prefetches,
+    /// which must never wait for pinned pages).
+    pub(super) fn try_reserve(&self, bytes: u64) -> Result<()> {
+        self.reserve_within(bytes, Duration::ZERO)
+    }
+
+    fn reserve_within(&self, bytes: u64, wait: Duration) -> Result<()> {
+        let start = Instant::now();
+        let mut backoff = Backoff(0);
+        loop {
+            // Acquire: a word that carries a shrink's generation bump makes the cap stored
+            // before that bump visible to the load below (see `USED_BITS`).
+            let word = self.used.load(Ordering::Acquire);
+            let used = word & USED_MASK;
+            // Clamped so that `used + bytes` never carries into the generation.
+            let limit = self.pool.load(Ordering::Relaxed).min(USED_MASK);
+            if used + bytes <= limit {
+                if self.used.compare_exchange_weak(word, word + bytes, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                    self.peak.fetch_max(used + bytes, Ordering::Relaxed);
+                    return Ok(());
+                }
+                continue;
+            }
+            let meta = self.metadata.load(Ordering::Relaxed);
+            if bytes + meta > limit {
+                return Err(Error::PoolTooSmall { needed: bytes + meta, pool: limit });
+            }
+            // Evict at least 1/64 of the pool at a time: dirty victims are written (and their
+            // double write fsynced) as one batch, so one page per miss would cost two fsyncs
+            // per page.
+            let freed = self.evict((used + bytes - limit).max(limit / 64))?;
+            if freed > 0 {
+                backoff = Backoff(0);
+                continue;
+            }
+            if self.evictors.load(Ordering::Acquire) > 0 {
+                // Another thread holds victims it is about to free.
+                std::thread::yield_now();
+                continue;
+            }
+            if start.elapsed() >= wait {
+                let used = self.used_bytes();
+                return Err(Error::OutOfMemory {
+                    requested: bytes,
+                    used,
+                    limit,
+                    pinned: used.saturating_sub(self.metadata.load(Ordering::Relaxed)),
+                    waited_ms: start.elapsed().as_millis() as u64,
+                });
+            }
+            backoff.snooze();
+        }
+    }
+
+    pub(super) fn release(&self, bytes: u64) {
+        let prev = self.used.fetch_sub(bytes, Ordering::AcqRel);
+        debug_assert!(prev & USED_MASK >= bytes);
+    }
+
+    /// Changes the cap. Growing is immediate; shrinking evicts down to the new cap (waiting
+    /// a bounded time for pinned pages, else the old cap is restored and OutOfMemory returned).
+    pub fn set_pool_size(&self, bytes: u64) -> Result<()> {
+        // A cap that cannot hold the metadata plus one page can never be met, however much
+        // is evicted: refuse it up front, changing nothing.
+        let needed = self.metadata.load(Ordering::Relaxed).saturating_add(self.classes.min_page());
+        if bytes < needed {
+            return Err(Error::PoolTooSmall { needed, pool: bytes });
+        }
+        let old = self.pool.swap(bytes, Ordering::AcqRel);
+        if bytes < old {
+            // Reservations that read the old cap and have not completed must fail their
+            // compare-and-swap: change the word they compare against. Every reservation
+            // that did complete is then included in the `used` read below.
+            self.used.fetch_add(SHRINK_GENERATION, Ordering::AcqRel);
+        }
+        let max_pages = bytes / self.classes.min_page();
+        // The resident set must have room for every page the new pool can hold.
+        if max_pages.saturating_mul(2) > self.resident.read().capacity() as u64 {
+            let Some(bigger) = ResidentSet::try_with_capacity(max_pages) else {
+                self.pool.store(old, Ordering::Release);
+                return Err(resident_set_too_big(bytes, ResidentSet::memory_bytes_for(max_pages)));
+            };
+            let extra = bigger.memory_bytes() - self.resident.read().memory_bytes();
+            if let Err(e) = self.charge_metadata(extra) {
+                self.pool.store(old, Ordering::Release);
+                return Err(e);
+            }
+            let mut rs = self.resident.write();
+            rs.for_each(|p| bigger.insert(p));
+            *rs = bigger;
+        }
+        let start = Instant::now();
+        let mut backoff = Backoff(0);
+        loop {
+            let used = self.used_bytes();
+            if used <= bytes {
+                return Ok(());
+            }
+            let freed = match self.evict(used - bytes) {
+                Ok(freed) => freed,
+                Err(e) => {
+                    // E.g. the disk is full and only dirty pages are left: as when pinned
+                    // pages remain, the shrink is abandoned and the old cap restored.
+                    self.pool.store(old.max(self.used_bytes()), Ordering::Release);
+                    return Err(e);
+                }
+            };
+            if freed == 0 && self.evictors.load(Ordering::Acquire) == 0 {
+                if start.elapsed() >= self.pin_wait {
+                    self.pool.store(old.max(used), Ordering::Release);
+                    return Err(Error::OutOfMemory {
+                        requested: used - bytes,
+                        used,
+                        limit: bytes,
+                        pinned: used - self.metadata.load(Ordering::Relaxed),
+                        waited_ms: start.elapsed().as_millis() as u64,
+                    });
+                }
+                backoff.snooze();
+            }
+        }
+    }
+}

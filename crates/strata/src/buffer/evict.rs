@@ -1,0 +1,162 @@
+//! Eviction: the clock over the resident set, across all classes, and the cleaner's round.
+//!
+//! An unlatched page is first MARKED; a page still MARKED on the next visit is a victim if
+//! its exclusive latch can be *taken without waiting*. Dirty victims are written
+//! (checksummed) first, then their frames are dropped with `MADV_DONTNEED` (adjacent frames
+//! in one call), their state set to EVICTED with a new version, and their bytes returned
+//! to the budget. Evictors never wait for latches, so a thread holding latches that needs
+//! memory cannot deadlock with another; if nothing is evictable the reservation waits a
+//! bounded time for unpins and then reports [`Error::OutOfMemory`].
+
+use std::sync::atomic::Ordering;
+
+use super::manager::BufferManager;
+use super::region::Discard;
+use super::space::Space;
+use super::state::{MARKED, PREFETCHED, PREFETCHED_MARKED, UNLOCKED};
+use crate::error::Result;
+use crate::storage::PageId;
+
+/// How many slots an evictor takes from the clock per step.
+pub(super) const CLOCK_BATCH: usize = 64;
+
+impl BufferManager {
+    /// Runs the clock until at least `need` bytes were freed or two laps found nothing.
+    /// Returns the bytes freed.
+    pub(super) fn evict(&self, need: u64) -> Result<u64> {
+        self.evictors.fetch_add(1, Ordering::AcqRel);
+        let result = self.evict_inner(need);
+        self.evictors.fetch_sub(1, Ordering::AcqRel);
+        result
+    }
+
+    fn evict_inner(&self, need: u64) -> Result<u64> {
+        let rs = self.resident.read();
+        let mut victims: Vec<(PageId, &Space)> = Vec::new();
+        let mut claimed = 0u64;
+        let mut scanned = 0usize;
+        let lap = 2 * rs.capacity();
+        while claimed < need && scanned < lap {
+            rs.clock_batch(CLOCK_BATCH, |pid| {
+                if claimed >= need {
+                    return;
+                }
+                let Some(sp) = self.spaces[pid.space()].get() else { return };
+                let st = sp.state(pid.index());
+                let w = st.load();
+                match w.state() {
+                    UNLOCKED | PREFETCHED => {
+                        st.try_mark(w);
+                    }
+                    MARKED | PREFETCHED_MARKED if st.try_lock_exclusive(w) => {
+                        if w.state() == PREFETCHED_MARKED {
+                            // Loaded ahead and never fixed: the prefetch was wasted.
+                            self.counters.prefetch_wasted.add(1);
+                        }
+                        claimed += sp.page_size();
+                        victims.push((pid, sp));
+                    }
+                    _ => {}
+                }
+            });
+            scanned += CLOCK_BATCH;
+        }
+        drop(rs);
+        if victims.is_empty() {
+            return Ok(0);
+        }
+        let mut first_error = None;
+        // Write back the dirty victims as one batch; if it fails they stay resident.
+        let dirty: Vec<(PageId, &Space)> = victims.iter().copied().filter(|&(pid, sp)| sp.state(pid.index()).load().dirty()).collect();
+        if !dirty.is_empty() {
+            // Written in the foreground: a cleaner should have got to them first.
+            self.counters.dirty_victims.add(dirty.len() as u64);
+            self.bell.ring();
+            if let Err(e) = self.write_back(&dirty) {
+                for &(pid, sp) in &dirty {
+                    sp.state(pid.index()).unlock_exclusive_unchanged(false);
+                }
+                let failed: std::collections::HashSet<PageId> = dirty.iter().map(|d| d.0).collect();
+                victims.retain(|v| !failed.contains(&v.0));
+                first_error = Some(e);
+            }
+        }
+        self.offer_to_remote(&victims);
+        victims.sort_by_key(|&(pid, _)| pid);
+        // Adjacent frames of one space are one range; all ranges go to the kernel together
+        // (one TLB flush where it can), while the victims are still latched.
+        let mut discard = Discard::default();
+        let mut i = 0;
+        while i < victims.len() {
+            let (first, sp) = victims[i];
+            let mut j = i + 1;
+            while j < victims.len() && victims[j].0.space() == first.space() && victims[j].0.index() == first.index() + (j - i) as u64 {
+                j += 1;
+            }
+            sp.frames.discard_later(first.index(), (j - i) as u64, &mut discard);
+            i = j;
+        }
+        discard.run();
+        let rs = self.resident.read();
+        let mut freed = 0;
+        for &(pid, sp) in &victims {
+            let removed = rs.remove(pid);
+            debug_assert!(removed, "victim {pid} not in the resident set");
+            sp.resident_bytes.fetch_sub(sp.page_size(), Ordering::Relaxed);
+            sp.state(pid.index()).unlock_evicted();
+            freed += sp.page_size();
+        }
+        drop(rs);
+        self.counters.evictions.add(victims.len() as u64);
+        self.release(freed);
+        match first_error {
+            Some(e) if freed == 0 => Err(e),
+            _ => Ok(freed),
+        }
+    }
+
+    /// One round of the background cleaner (see [`super::cleaner`]): writes back the dirty
+    /// MARKED pages among the next `target` bytes of pages ahead of the clock hand, as one
+    /// batch, and leaves them MARKED and clean (the clock's next victims, now without a
+    /// write). Never waits for a latch. Returns the number of pages written; on error they
+    /// stay dirty.
+    pub fn clean_ahead(&self, target: u64) -> Result<usize> {
+        let rs = self.resident.read();
+        let start = rs.hand();
+        let mut seen = 0u64;
+        let mut scanned = 0usize;
+        let mut latched: Vec<(PageId, &Space)> = Vec::new();
+        while seen < target && scanned < rs.capacity() {
+            rs.peek(start.wrapping_add(scanned), CLOCK_BATCH, |pid| {
+                let Some(sp) = self.spaces[pid.space()].get() else { return };
+                let st = sp.state(pid.index());
+                let w = st.load();
+                if !w.is_resident() || seen >= target {
+                    return;
+                }
+                seen += sp.page_size();
+                // Dirty is only set under the exclusive latch, so it stays set once we hold it.
+                if w.state() == MARKED && w.dirty() && st.try_lock_exclusive(w) {
+                    latched.push((pid, sp));
+                }
+            });
+            scanned += CLOCK_BATCH;
+        }
+        drop(rs);
+        if latched.is_empty() {
+            return Ok(0);
+        }
+        let r = self.write_back(&latched);
+        for &(pid, sp) in &latched {
+            let st = sp.state(pid.index());
+            if r.is_ok() {
+                st.unlock_cleaned();
+            } else {
+                st.unlock_exclusive_unchanged(false);
+            }
+        }
+        r?;
+        self.counters.pages_cleaned.add(latched.len() as u64);
+        Ok(latched.len())
+    }
+}

@@ -1,0 +1,208 @@
+//! Fixing pages: exclusive, shared and optimistic latches on the page-state word, loading
+//! the page on a miss.
+//!
+//! A resident page is latched with one compare-and-swap on its state word (see
+//! [`super::state`]); nothing global is touched except a striped hit counter. On a miss the
+//! fixing thread takes `EVICTED -> LOCKED` and loads the page ([`super::load`]).
+
+use super::budget::Backoff;
+use super::guard::{ExclusiveGuard, OptimisticGuard, Restart, SharedGuard};
+use super::manager::BufferManager;
+use super::state::{PageState, EVICTED, LOCKED};
+use crate::error::{Error, Result};
+use crate::storage::{PageId, PAGE_HEADER_SIZE};
+
+/// Asks the CPU to load the cache line at `p` (no effect where the architecture has no
+/// prefetch instruction here).
+#[inline(always)]
+fn prefetch(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is only a hint: it never faults, whatever the address, and changes
+    // no memory.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast::<i8>())
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
+impl BufferManager {
+    /// For recovery: latches allocated page `pid` exclusively, loading it if needed; a copy
+    /// that fails verification is loaded as zeros and reported as `false`.
+    pub(crate) fn fix_for_recovery(&self, pid: PageId) -> Result<(ExclusiveGuard<'_>, bool)> {
+        let sp = self.lookup(pid)?;
+        let index = pid.index();
+        let st = sp.state(index);
+        let mut backoff = Backoff(0);
+        let intact = loop {
+            let w = st.load();
+            match w.state() {
+                _ if w.is_unlatched() && st.try_lock_exclusive(w) => break true,
+                EVICTED if st.try_lock_evicted(w) => break self.load_checked(sp, index, true)?,
+                _ => backoff.snooze(),
+            }
+        };
+        Ok((ExclusiveGuard { bm: self, sp, index, frame: sp.frame(index), _not_send: Default::default() }, intact))
+    }
+
+    /// Counts a fix that found the page resident in word `w` (a prefetch hit if it was
+    /// loaded ahead and not fixed since).
+    #[inline]
+    fn count_hit(&self, w: super::state::Word) {
+        self.counters.hits.add_cheap(1);
+        if w.is_prefetched() {
+            self.counters.prefetch_hits.add(1);
+        }
+    }
+
+    /// Latches `pid` exclusively, loading it if needed.
+    pub fn fix_exclusive(&self, pid: PageId) -> Result<ExclusiveGuard<'_>> {
+        self.refuse_if_read_only("latching pages for changes")?;
+        let sp = self.lookup(pid)?;
+        let index = pid.index();
+        let st = sp.state(index);
+        let mut backoff = Backoff(0);
+        loop {
+            let w = st.load();
+            match w.state() {
+                _ if w.is_unlatched() => {
+                    if st.try_lock_exclusive(w) {
+                        self.count_hit(w);
+                        break;
+                    }
+                }
+                EVICTED if self.sequential_miss(sp, index) => {}
+                EVICTED => {
+                    if st.try_lock_evicted(w) {
+                        self.load(sp, index)?;
+                        break;
+                    }
+                }
+                _ => backoff.snooze(),
+            }
+        }
+        Ok(ExclusiveGuard { bm: self, sp, index, frame: sp.frame(index), _not_send: Default::default() })
+    }
+
+    /// Latches `pid` exclusively if no other latch is held on it (loading it if needed);
+    /// `None` if one is. For callers that latch several pages together: they must never
+    /// wait for a latch while holding another (rollback of an atomic section).
+    pub(crate) fn try_fix_exclusive(&self, pid: PageId) -> Result<Option<ExclusiveGuard<'_>>> {
+        self.refuse_if_read_only("latching pages for changes")?;
+        let sp = self.lookup(pid)?;
+        let index = pid.index();
+        let st = sp.state(index);
+        let w = st.load();
+        let got = match w.state() {
+            _ if w.is_unlatched() => {
+                let got = st.try_lock_exclusive(w);
+                if got {
+                    self.count_hit(w);
+                }
+                got
+            }
+            EVICTED => {
+                let got = st.try_lock_evicted(w);
+                if got {
+                    self.load(sp, index)?;
+                }
+                got
+            }
+            _ => false,
+        };
+        Ok(got.then(|| ExclusiveGuard { bm: self, sp, index, frame: sp.frame(index), _not_send: Default::default() }))
+    }
+
+    /// Latches `pid` shared, loading it if needed.
+    pub fn fix_shared(&self, pid: PageId) -> Result<SharedGuard<'_>> {
+        let sp = self.lookup(pid)?;
+        let index = pid.index();
+        let st = sp.state(index);
+        let mut backoff = Backoff(0);
+        loop {
+            let w = st.load();
+            match w.state() {
+                EVICTED if self.sequential_miss(sp, index) => {}
+                EVICTED => {
+                    if st.try_lock_evicted(w) {
+                        self.load(sp, index)?;
+                        st.downgrade_to_shared();
+                        break;
+                    }
+                }
+                LOCKED => backoff.snooze(),
+                _ => {
+                    if st.try_lock_shared(w) {
+                        self.count_hit(w);
+                        break;
+                    }
+                    backoff.snooze();
+                }
+            }
+        }
+        Ok(SharedGuard { sp, index, frame: sp.frame(index), _not_send: Default::default() })
+    }
+
+    /// Hints that `pid` is about to be fixed: starts loading its state word and the first
+    /// line of its frame into the CPU cache, so that the two loads a fix makes overlap with
+    /// other work instead of following each other (a B+-tree descent calls this as soon as
+    /// it knows the child). Does nothing for a page that is not addressable.
+    #[inline]
+    pub fn prefetch_hint(&self, pid: PageId) {
+        let Ok(sp) = self.lookup(pid) else { return };
+        let index = pid.index();
+        let state: *const PageState = sp.state(index);
+        prefetch(state.cast());
+        prefetch(sp.frame(index).wrapping_add(PAGE_HEADER_SIZE));
+    }
+
+    /// Starts an optimistic read of `pid`, loading it if needed. No latch is held.
+    pub fn fix_optimistic(&self, pid: PageId) -> Result<OptimisticGuard<'_>> {
+        if pid.is_temp() {
+            // Their owners write them through `&mut [u8]` (ExclusiveGuard::data_mut).
+            return Err(Error::InvalidPageId { pid, reason: "temporary pages are private to their owner and cannot be read optimistically" });
+        }
+        let sp = self.lookup(pid)?;
+        let index = pid.index();
+        let st = sp.state(index);
+        let mut backoff = Backoff(0);
+        loop {
+            let w = st.load();
+            match w.state() {
+                EVICTED if self.sequential_miss(sp, index) => {}
+                EVICTED => {
+                    if st.try_lock_evicted(w) {
+                        self.load(sp, index)?;
+                        st.unlock_exclusive_unchanged(false);
+                    }
+                }
+                LOCKED => backoff.snooze(),
+                _ => {
+                    self.counters.hits.add_cheap(1);
+                    if st.clear_mark(w) && w.is_prefetched() {
+                        self.counters.prefetch_hits.add(1);
+                    }
+                    return Ok(OptimisticGuard { bm: self, sp, index, frame: sp.frame(index), seen: w });
+                }
+            }
+        }
+    }
+
+    /// Runs `f` on an optimistic view of `pid` until it completes without interference
+    /// (`f` returns `Err(Restart)` or validation fails: retry). After 64 failed tries the
+    /// read falls back to a shared latch, so it always terminates.
+    pub fn read_optimistic<T>(&self, pid: PageId, mut f: impl FnMut(&OptimisticGuard<'_>) -> Result<T, Restart>) -> Result<T> {
+        for _ in 0..64 {
+            let g = self.fix_optimistic(pid)?;
+            if let Ok(v) = f(&g) {
+                if g.validate() {
+                    return Ok(v);
+                }
+            }
+        }
+        let s = self.fix_shared(pid)?;
+        // Under the shared latch nothing can change, so the view validates.
+        let g = OptimisticGuard { bm: self, sp: s.sp, index: s.index, frame: s.frame, seen: s.sp.state(s.index).load() };
+        f(&g).map_err(|_| Error::Inconsistent(format!("optimistic read of {pid} restarted under a shared latch")))
+    }
+}

@@ -1,0 +1,91 @@
+//! The buffer manager's side of the second memory tier ([`super::tier`]): clean victims are
+//! offered to it, a miss asks it first, and a page whose disk copy changes is forgotten
+//! there. `remote_versions` records the checksum of the image the tier holds of each page.
+
+use super::manager::BufferManager;
+use super::space::Space;
+use crate::error::Result;
+use crate::storage::page::{self};
+use crate::storage::{IoBufMut, PageId};
+
+impl BufferManager {
+    /// Offers the clean persistent victims (latched, about to be dropped) to the remote tier.
+    pub(super) fn offer_to_remote(&self, victims: &[(PageId, &Space)]) {
+        let Some(tier) = &self.remote else { return };
+        let image = |pid: PageId, sp: &Space| -> &[u8] {
+            // SAFETY: the evictor holds the victim's exclusive latch; the page is clean, so
+            // its frame holds exactly its sealed disk image; others only load from it.
+            unsafe { std::slice::from_raw_parts(sp.frame(pid.index()), sp.page_size() as usize) }
+        };
+        let mut offer = Vec::new();
+        {
+            let mut versions = self.remote_versions.lock();
+            for &(pid, sp) in victims.iter().filter(|(pid, _)| !pid.is_temp()) {
+                let crc = u32::from_le_bytes(image(pid, sp)[0..4].try_into().unwrap());
+                // The tier holds this very image already (the page came from there, or was
+                // offered before and has not changed): do not send it again.
+                if versions.insert(pid, crc) != Some(crc) {
+                    offer.push((pid, sp));
+                }
+            }
+        }
+        for (pid, sp) in offer {
+            tier.put(pid, image(pid, sp));
+            self.counters.remote_puts.add(1);
+        }
+    }
+
+    /// The page's disk copy is about to change or the page is freed: the remote tier's
+    /// image of it must never be used again.
+    pub(super) fn forget_remote(&self, pid: PageId) {
+        if let Some(tier) = &self.remote {
+            if self.remote_versions.lock().remove(&pid).is_some() {
+                tier.remove(pid);
+            }
+        }
+    }
+
+    /// Tries to fill the frame of `pid` (latched by the caller, `size` bytes) from the remote
+    /// tier; true if it holds a verified image of the page's current version.
+    pub(super) fn load_from_remote(&self, sp: &Space, index: u64) -> bool {
+        let Some(tier) = &self.remote else { return false };
+        let pid = sp.pid(index);
+        if !self.remote_versions.lock().contains_key(&pid) {
+            return false;
+        }
+        self.install_remote(sp, index, tier.get(pid, sp.page_size() as usize))
+    }
+
+    /// Puts what the tier answered for page `index` (latched by the caller) into its frame if
+    /// it is a verified image of the page's current version; counts the outcome.
+    pub(super) fn install_remote(&self, sp: &Space, index: u64, answer: Result<Option<Vec<u8>>, String>) -> bool {
+        let pid = sp.pid(index);
+        let Some(crc) = self.remote_versions.lock().get(&pid).copied() else { return false };
+        let size = sp.page_size() as usize;
+        match answer {
+            Ok(Some(bytes)) if bytes.len() == size && bytes[0..4] == crc.to_le_bytes() && page::verify(&bytes, pid).is_ok() => {
+                // SAFETY: the caller holds the page's exclusive latch (no other writer); the
+                // frame is mapped, aligned and `size` bytes long; optimistic readers only load.
+                let mut buf = unsafe { IoBufMut::from_frame(sp.frame(index), size) };
+                buf.copy_from(0, &bytes);
+                self.counters.remote_hits.add(1);
+                true
+            }
+            Ok(Some(_)) => {
+                // Forget it, so that the next eviction offers the page again.
+                self.counters.remote_rejected.add(1);
+                self.forget_remote(pid);
+                false
+            }
+            Ok(None) => {
+                self.counters.remote_misses.add(1);
+                self.remote_versions.lock().remove(&pid);
+                false
+            }
+            Err(_) => {
+                self.counters.remote_errors.add(1);
+                false
+            }
+        }
+    }
+}
