@@ -446,6 +446,8 @@ struct Run {
     scratch: bool,
     /// Pool sizes worker 0 cycles through (empty: the pool stays fixed).
     resizes: &'static [u64],
+    /// Loads take the frames of evicted pages (`Config::frame_recycling`).
+    recycle: bool,
 }
 
 fn worker(bm: &BufferManager, pages: &Pages, cap: &Cap, run: &Run, id: usize, ops: usize) -> Tally {
@@ -518,7 +520,7 @@ fn stress(run: Run) {
     // io_uring where the kernel allows it (`STRATA_IO=posix`: pread/pwrite).
     let inner = if run.posix { Arc::new(FileBackend::default()) } else { strata::buffer::default_backend() };
     let backend: Arc<dyn StorageBackend> = Arc::new(NoSync(inner));
-    let config = || Config::new(&db).min_page(MIN_PAGE).pool_size(POOL).backend(backend.clone());
+    let config = || Config::new(&db).min_page(MIN_PAGE).pool_size(POOL).backend(backend.clone()).frame_recycling(run.recycle);
     let shared = Arc::new(BufferManager::create(config()).unwrap());
     let bm = &*shared;
     let pages = Pages::create(bm);
@@ -561,6 +563,18 @@ fn stress(run: Run) {
     assert!(writes > 0 && reads > 0);
     let prefetched: u64 = tallies.iter().map(|t| t.prefetched).sum();
     assert!(prefetched > 0 && st.prefetch_hits + st.prefetch_wasted <= st.pages_prefetched, "{st:?}");
+    if run.recycle {
+        // Where the kernel has the mechanism, loads must have used it; elsewhere the run
+        // checked the fallback (recycling off) and says why.
+        if st.frame_recycling == "uffd-move" {
+            assert!(st.frames_recycled > 0, "no load took an evicted frame: {st:?}");
+        } else {
+            eprintln!("stress: frame recycling unavailable here: {}", st.frame_recycling);
+        }
+        eprintln!("stress: {} frames recycled, {} moves failed, {} bytes stashed at the end", st.frames_recycled, st.frame_moves_failed, st.stashed_bytes);
+    } else {
+        assert_eq!((st.frames_recycled, st.stashed_bytes), (0, 0), "recycling is off: {st:?}");
+    }
     eprintln!(
         "stress: {} ops/worker, {writes} writes, {reads} reads, {} invalid optimistic reads, {} failed upgrades, {} scratch ops, {} pages prefetched ({} used, {} wasted), {samples} monitor samples, {} evictions, hits {} misses {}",
         ops,
@@ -602,17 +616,31 @@ fn stress(run: Run) {
 
 #[test]
 fn readers_and_writers_with_a_tenth_of_the_data_in_memory() {
-    stress(Run { posix: false, cleaner: false, scratch: false, resizes: &[] });
+    stress(Run { posix: false, cleaner: false, scratch: false, resizes: &[], recycle: false });
 }
 
 #[test]
 fn readers_and_writers_on_pread_with_a_background_cleaner() {
-    stress(Run { posix: true, cleaner: true, scratch: false, resizes: &[] });
+    stress(Run { posix: true, cleaner: true, scratch: false, resizes: &[], recycle: false });
 }
 
 #[test]
 fn with_scratch_pages_checkpoints_pool_resizes_and_a_cleaner() {
-    stress(Run { posix: false, cleaner: true, scratch: true, resizes: &[400 << 10, 640 << 10, 448 << 10, 512 << 10, 384 << 10, 576 << 10] });
+    stress(Run { posix: false, cleaner: true, scratch: true, resizes: &[400 << 10, 640 << 10, 448 << 10, 512 << 10, 384 << 10, 576 << 10], recycle: false });
+}
+
+/// The first run, with loads taking the frames of evicted pages through the stash (and
+/// optimistic readers racing with frames moved away under them).
+#[test]
+fn readers_and_writers_recycling_frames() {
+    stress(Run { posix: false, cleaner: false, scratch: false, resizes: &[], recycle: true });
+}
+
+/// Scratch pages, checkpoints, resizes (a shrink drains the stash) and a cleaner, with
+/// frame recycling.
+#[test]
+fn recycling_frames_with_scratch_pages_checkpoints_and_pool_resizes() {
+    stress(Run { posix: false, cleaner: true, scratch: true, resizes: &[400 << 10, 640 << 10, 448 << 10, 512 << 10, 384 << 10, 576 << 10], recycle: true });
 }
 
 /// Shrinks and grows the pool in a tight loop while three threads keep loading pages (each

@@ -33,7 +33,9 @@ use crate::harness::{engine_value, measure, measure_store, run_value, RunCfg, St
 use crate::workload::{prefault, probe, Distribution, Rng, Sampler};
 use crate::{EResult, Page, PageStore};
 
-pub(super) const ENGINES: [&str; 4] = ["strata", "hashpool", "mmap", "raw"];
+/// `strata-recycle` is strata with frame recycling on (`Config::frame_recycling`, off by
+/// default).
+pub(super) const ENGINES: [&str; 5] = ["strata", "strata-recycle", "hashpool", "mmap", "raw"];
 
 pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
     let o = ctx.opts;

@@ -47,7 +47,18 @@ impl StrataStore {
     /// [`StrataStore::open`]; without `streams`, scans fix page by page with no hint (the
     /// `strata-auto` engine: only the detection of sequential misses reads ahead).
     pub fn open_with(ds: &DataSet, pool_bytes: u64, streams: bool) -> EResult<StrataStore> {
-        let bm = BufferManager::open(Config::new(&ds.db_dir).pool_size(pool_bytes).min_page(ds.min_page))?;
+        StrataStore::open_config(ds, Config::new(&ds.db_dir).pool_size(pool_bytes), streams)
+    }
+
+    /// [`StrataStore::open_with`] with frame recycling turned on (the `strata-recycle`
+    /// engine: loads take the frames of evicted pages through `UFFDIO_MOVE` where the kernel
+    /// has it; `frame_recycling` in its figures says whether it did).
+    pub fn open_with_recycling(ds: &DataSet, pool_bytes: u64) -> EResult<StrataStore> {
+        StrataStore::open_config(ds, Config::new(&ds.db_dir).pool_size(pool_bytes).frame_recycling(true), true)
+    }
+
+    fn open_config(ds: &DataSet, config: Config, streams: bool) -> EResult<StrataStore> {
+        let bm = BufferManager::open(config.min_page(ds.min_page))?;
         let files = ds.files.iter().map(|f| FileInfo { class: f.class, page_size: f.page_size, pages: f.pages }).collect();
         Ok(StrataStore { bm: Arc::new(bm), files, stream: Mutex::new(None), streams })
     }
@@ -166,6 +177,8 @@ impl PageStore for StrataStore {
         m.insert("prefetch_wasted".into(), s.prefetch_wasted.into());
         m.insert("sequential_windows".into(), s.sequential_windows.into());
         m.insert("read_requests".into(), s.read_requests.into());
+        m.insert("frame_recycling".into(), s.frame_recycling.into());
+        m.insert("frames_recycled".into(), s.frames_recycled.into());
         m
     }
 }

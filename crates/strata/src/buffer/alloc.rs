@@ -28,7 +28,7 @@ impl BufferManager {
         }
         let path = if temp { temp_file(&self.dir, class) } else { class_file(&self.dir, class) };
         let file = self.backend.open(&path, OpenMode::Direct, true).map_err(|e| Error::io("open", &path, e))?;
-        let sp = Space::new(class, temp, self.classes.page_shift(class), file, bitmap.unwrap_or_default());
+        let sp = Space::new(class, temp, self.classes.page_shift(class), file, bitmap.unwrap_or_default(), self.recycler.uffd().cloned());
         Ok(slot.get_or_init(|| sp))
     }
 
@@ -52,6 +52,7 @@ impl BufferManager {
             self.charge_metadata((chunks - charged) * META_PER_STATE_CHUNK)?;
             sp.charged_chunks.store(chunks, Ordering::Release);
         }
+        sp.alloc_bits.ensure(index / 64)?;
         sp.states.ensure(index)?;
         sp.frames.ensure(index)
     }
@@ -62,6 +63,7 @@ impl BufferManager {
         let sp = self.space_or_create(pid.class(), pid.is_temp(), None)?;
         let mut bm = sp.bitmap.lock();
         self.ensure_addressable(sp, pid.index())?;
+        sp.mirror_allocated(pid.index(), true);
         Ok(bm.set_allocated(pid.index()))
     }
 
@@ -122,6 +124,7 @@ impl BufferManager {
                 Some(Ok(lsn)) => lsn,
                 Some(Err(e)) => return fail(&mut bm, e),
             };
+            sp.mirror_allocated(index, true);
             (index, lsn)
         };
         let st = sp.state(index);
@@ -188,8 +191,9 @@ impl BufferManager {
             st.unlock_still_evicted();
             return Err(Error::InvalidPageId { pid, reason: "double free: page is not allocated" });
         }
+        sp.mirror_allocated(index, false);
         drop(bm);
-        self.dirty.lock().remove(&pid);
+        self.dirty.remove(pid);
         self.forget_remote(pid);
         if resident {
             sp.frames.discard(index, 1);
@@ -202,6 +206,6 @@ impl BufferManager {
 
     /// Whether `pid` is currently allocated.
     pub fn is_allocated(&self, pid: PageId) -> bool {
-        self.lookup(pid).is_ok_and(|sp| sp.bitmap.lock().is_allocated(pid.index()))
+        self.lookup(pid).is_ok_and(|sp| sp.is_allocated(pid.index()))
     }
 }

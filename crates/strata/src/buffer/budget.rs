@@ -10,7 +10,9 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::manager::BufferManager;
+use super::recycle::Taken;
 use super::resident::ResidentSet;
+use super::space::Space;
 use crate::error::{Error, Result};
 use crate::storage::SizeClasses;
 
@@ -72,19 +74,38 @@ impl BufferManager {
 
     /// Reserves `bytes` in the budget, evicting as needed; never lets `used` exceed the cap.
     pub(super) fn reserve(&self, bytes: u64) -> Result<()> {
-        self.reserve_within(bytes, self.pin_wait)
+        self.reserve_within(bytes, self.pin_wait, None)
     }
 
     /// Like `reserve`, but gives up at once when nothing is evictable (for prefetches,
     /// which must never wait for pinned pages).
     pub(super) fn try_reserve(&self, bytes: u64) -> Result<()> {
-        self.reserve_within(bytes, Duration::ZERO)
+        self.reserve_within(bytes, Duration::ZERO, None)
     }
 
-    fn reserve_within(&self, bytes: u64, wait: Duration) -> Result<()> {
+    /// Reserves the memory of page `index` of `sp`, which the caller latched for a load:
+    /// a frame of its class from the recycler's stash if there is one (moved into the
+    /// page's frame, its bytes already charged), else fresh bytes; an eviction it runs
+    /// stashes the victims of the page's class for it (see [`super::recycle`]).
+    pub(super) fn reserve_frame(&self, sp: &Space, index: u64) -> Result<()> {
+        self.reserve_within(sp.page_size(), self.pin_wait, Some((sp, index)))
+    }
+
+    fn reserve_within(&self, bytes: u64, wait: Duration, frame: Option<(&Space, u64)>) -> Result<()> {
         let start = Instant::now();
         let mut backoff = Backoff(0);
+        let class = frame.map(|(sp, _)| sp.class);
         loop {
+            if let Some((sp, index)) = frame {
+                // SAFETY: the frame of page `index` of `sp`, a live space whose frames are
+                // registered with the recycler's userfaultfd; the caller holds its exclusive
+                // latch (taken `EVICTED -> LOCKED`), so its frame is ours and unpopulated.
+                match unsafe { self.recycler.take(sp.class, sp.page_shift, sp.frame(index), &sp.frames, index) } {
+                    Taken::Frame => return Ok(()),
+                    Taken::Nothing { release } if release > 0 => self.release(release),
+                    Taken::Nothing { .. } => {}
+                }
+            }
             // Acquire: a word that carries a shrink's generation bump makes the cap stored
             // before that bump visible to the load below (see `USED_BITS`).
             let word = self.used.load(Ordering::Acquire);
@@ -105,7 +126,16 @@ impl BufferManager {
             // Evict at least 1/64 of the pool at a time: dirty victims are written (and their
             // double write fsynced) as one batch, so one page per miss would cost two fsyncs
             // per page.
-            let freed = self.evict((used + bytes - limit).max(limit / 64))?;
+            let need = (used + bytes - limit).max(limit / 64);
+            // Stashed frames are free memory: give them back before evicting pages (all but
+            // those of the class this load can take).
+            let drained = self.recycler.drain(need, class);
+            if drained > 0 {
+                self.release(drained);
+                backoff = Backoff(0);
+                continue;
+            }
+            let freed = self.evict(need, class)?;
             if freed > 0 {
                 backoff = Backoff(0);
                 continue;
@@ -173,7 +203,12 @@ impl BufferManager {
             if used <= bytes {
                 return Ok(());
             }
-            let freed = match self.evict(used - bytes) {
+            let drained = self.recycler.drain(u64::MAX, None);
+            self.release(drained);
+            if drained > 0 {
+                continue;
+            }
+            let freed = match self.evict(used - bytes, None) {
                 Ok(freed) => freed,
                 Err(e) => {
                     // E.g. the disk is full and only dirty pages are left: as when pinned

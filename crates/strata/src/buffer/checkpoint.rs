@@ -114,7 +114,7 @@ impl BufferManager {
     fn checkpoint_locked(&self) -> Result<()> {
         if self.read_only {
             // Nothing to write unless someone changed a page, which is refused.
-            if self.dirty.lock().is_empty() {
+            if self.dirty.is_empty() {
                 return Ok(());
             }
             return Err(Error::ReadOnly { dir: self.dir.clone(), op: "checkpointing changed pages" });
@@ -123,7 +123,7 @@ impl BufferManager {
         self.last_checkpoint.store(began, Ordering::Relaxed);
         // Every allocation in the table stored below must have its log record on disk.
         self.wal.flush_all()?;
-        let mut dirty: Vec<PageId> = self.dirty.lock().iter().filter(|(_, &lsn)| lsn <= began).map(|(&p, _)| p).collect();
+        let mut dirty: Vec<PageId> = self.dirty.entries().into_iter().filter(|&(_, lsn)| lsn <= began).map(|(p, _)| p).collect();
         dirty.sort();
         for batch in dirty.chunks(CLOCK_BATCH) {
             let mut latched: Vec<(PageId, &Space)> = Vec::new();
@@ -193,7 +193,7 @@ impl BufferManager {
         }
         table.store(self.backend.as_ref(), &self.dir)?;
         *self.durable.write() = table.classes;
-        let oldest_dirty = self.dirty.lock().values().copied().min().unwrap_or(u64::MAX);
+        let oldest_dirty = self.dirty.entries().into_iter().map(|(_, lsn)| lsn).min().unwrap_or(u64::MAX);
         let oldest_tx = self.active.lock().values().copied().min().unwrap_or(u64::MAX);
         let start_lsn = began.min(oldest_dirty).min(oldest_tx);
         let nonce = random_u64();

@@ -37,6 +37,7 @@ pub struct Config {
     pub(crate) remote: Option<Arc<dyn super::tier::RemoteTier>>,
     pub(crate) cleaner: Option<super::cleaner::CleanerOptions>,
     pub(crate) sequential_readahead: bool,
+    pub(crate) frame_recycling: bool,
 }
 
 impl Config {
@@ -54,7 +55,20 @@ impl Config {
             remote: None,
             cleaner: None,
             sequential_readahead: true,
+            frame_recycling: matches!(std::env::var("STRATA_FRAME_RECYCLING").as_deref(), Ok("1" | "on" | "true")),
         }
+    }
+
+    /// Whether loads take the physical memory of evicted pages instead of fresh zeroed
+    /// memory ([`crate::buffer`]'s `recycle` module: `UFFDIO_MOVE`, Linux 6.8+; where the
+    /// kernel lacks it, this is off whatever is asked). Default off, unless the environment
+    /// variable `STRATA_FRAME_RECYCLING` is `1`, `on` or `true`: measured on the 2-core
+    /// development VM, moving frames cost more than the page faults and batched
+    /// `process_madvise` it replaces (bench/README, "Frame recycling"). Which mechanism is
+    /// used shows in [`crate::buffer::Stats::frame_recycling`].
+    pub fn frame_recycling(mut self, on: bool) -> Config {
+        self.frame_recycling = on;
+        self
     }
 
     /// The hard cap on resident page bytes plus the buffer manager's own metadata.

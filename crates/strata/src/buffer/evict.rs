@@ -3,7 +3,8 @@
 //! An unlatched page is first MARKED; a page still MARKED on the next visit is a victim if
 //! its exclusive latch can be *taken without waiting*. Dirty victims are written
 //! (checksummed) first, then their frames are dropped with `MADV_DONTNEED` (adjacent frames
-//! in one call), their state set to EVICTED with a new version, and their bytes returned
+//! in one call) or, for an eviction on behalf of a load, moved into the recycler's stash for
+//! that load to take ([`super::recycle`]), their state set to EVICTED with a new version, and their bytes returned
 //! to the budget. Evictors never wait for latches, so a thread holding latches that needs
 //! memory cannot deadlock with another; if nothing is evictable the reservation waits a
 //! bounded time for unpins and then reports [`Error::OutOfMemory`].
@@ -22,15 +23,18 @@ pub(super) const CLOCK_BATCH: usize = 64;
 
 impl BufferManager {
     /// Runs the clock until at least `need` bytes were freed or two laps found nothing.
-    /// Returns the bytes freed.
-    pub(super) fn evict(&self, need: u64) -> Result<u64> {
+    /// Returns the bytes freed. With `stash: Some(class)` (an eviction for a load of that
+    /// class), victims of that class have their frames moved into the recycler's stash
+    /// instead of discarded, as far as it has room; their bytes then stay charged, as
+    /// stashed frames, and count in the result too.
+    pub(super) fn evict(&self, need: u64, stash: Option<u8>) -> Result<u64> {
         self.evictors.fetch_add(1, Ordering::AcqRel);
-        let result = self.evict_inner(need);
+        let result = self.evict_inner(need, stash);
         self.evictors.fetch_sub(1, Ordering::AcqRel);
         result
     }
 
-    fn evict_inner(&self, need: u64) -> Result<u64> {
+    fn evict_inner(&self, need: u64, stash: Option<u8>) -> Result<u64> {
         let rs = self.resident.read();
         let mut victims: Vec<(PageId, &Space)> = Vec::new();
         let mut claimed = 0u64;
@@ -85,12 +89,24 @@ impl BufferManager {
         victims.sort_by_key(|&(pid, _)| pid);
         // Adjacent frames of one space are one range; all ranges go to the kernel together
         // (one TLB flush where it can), while the victims are still latched.
+        // Victims of the class a load waits for go to the stash, frame by frame.
+        let mut stashed = 0;
+        let mut to_discard: Vec<(PageId, &Space)> = Vec::with_capacity(victims.len());
+        for &(pid, sp) in &victims {
+            // SAFETY: the frame of a page of `sp`, a live space registered with the
+            // recycler's userfaultfd; we hold the victim's exclusive latch.
+            if stash == Some(sp.class) && unsafe { self.recycler.put(sp.class, sp.page_shift, sp.frame(pid.index())) } {
+                stashed += sp.page_size();
+            } else {
+                to_discard.push((pid, sp));
+            }
+        }
         let mut discard = Discard::default();
         let mut i = 0;
-        while i < victims.len() {
-            let (first, sp) = victims[i];
+        while i < to_discard.len() {
+            let (first, sp) = to_discard[i];
             let mut j = i + 1;
-            while j < victims.len() && victims[j].0.space() == first.space() && victims[j].0.index() == first.index() + (j - i) as u64 {
+            while j < to_discard.len() && to_discard[j].0.space() == first.space() && to_discard[j].0.index() == first.index() + (j - i) as u64 {
                 j += 1;
             }
             sp.frames.discard_later(first.index(), (j - i) as u64, &mut discard);
@@ -108,7 +124,8 @@ impl BufferManager {
         }
         drop(rs);
         self.counters.evictions.add(victims.len() as u64);
-        self.release(freed);
+        // Stashed frames stay charged (as stashed bytes); the rest goes back to the budget.
+        self.release(freed - stashed);
         match first_error {
             Some(e) if freed == 0 => Err(e),
             _ => Ok(freed),

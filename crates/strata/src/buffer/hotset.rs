@@ -78,7 +78,7 @@ impl BufferManager {
             let image = unsafe { std::slice::from_raw_parts(sp.frame(pid.index()), sp.page_size() as usize) };
             let crc = u32::from_le_bytes(image[0..4].try_into().unwrap());
             tier.put(pid, image);
-            self.remote_versions.lock().insert(pid, crc);
+            self.remote_versions.insert(pid, crc);
             st.unlock_shared();
             out.extend_from_slice(&pid.raw().to_le_bytes());
             out.extend_from_slice(&crc.to_le_bytes());
@@ -141,7 +141,9 @@ impl BufferManager {
             .map(|e| (PageId::from_raw(u64::from_le_bytes(e[0..8].try_into().unwrap())), u32::from_le_bytes(e[8..12].try_into().unwrap())))
             .filter(|(pid, _)| self.is_allocated(*pid))
             .collect();
-        self.remote_versions.lock().extend(entries.iter().copied());
+        for &(pid, crc) in entries.iter() {
+            self.remote_versions.insert(pid, crc);
+        }
         let hits = self.counters.remote_hits.get();
         'batches: for batch in entries.chunks(WARM_BATCH) {
             // Latch and reserve the batch's evicted pages, fetch them in one round trip.

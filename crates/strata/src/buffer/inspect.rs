@@ -117,6 +117,10 @@ impl BufferManager {
             reserved_bytes: reserved,
             madvise_failures: super::region::madvise_failures(),
             direct_io: direct,
+            frame_recycling: self.recycler.mechanism(),
+            frames_recycled: self.recycler.recycled.load(Ordering::Relaxed),
+            frame_moves_failed: self.recycler.failed.load(Ordering::Relaxed),
+            stashed_bytes: self.recycler.bytes(),
             classes,
         }
     }
@@ -231,8 +235,9 @@ impl BufferManager {
         }
         let used = self.used_bytes();
         let meta = self.metadata.load(Ordering::Relaxed);
-        if used != resident + meta {
-            problem.get_or_insert(format!("used bytes {used} != resident {resident} + metadata {meta}"));
+        let stashed = self.recycler.bytes();
+        if used != resident + meta + stashed {
+            problem.get_or_insert(format!("used bytes {used} != resident {resident} + metadata {meta} + stashed frames {stashed}"));
         }
         if used > self.pool_size() {
             problem.get_or_insert(format!("used bytes {used} exceed the pool {}", self.pool_size()));

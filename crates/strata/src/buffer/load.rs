@@ -33,12 +33,12 @@ impl BufferManager {
     pub(super) fn load_checked(&self, sp: &Space, index: u64, tolerate_damage: bool) -> Result<bool> {
         let pid = sp.pid(index);
         let st = sp.state(index);
-        if !sp.bitmap.lock().is_allocated(index) {
+        if !sp.is_allocated(index) {
             st.unlock_still_evicted();
             return Err(Error::InvalidPageId { pid, reason: "page is not allocated (never allocated or freed)" });
         }
         let size = sp.page_size();
-        if let Err(e) = self.reserve(size) {
+        if let Err(e) = self.reserve_frame(sp, index) {
             st.unlock_still_evicted();
             return Err(e);
         }
@@ -151,11 +151,11 @@ impl BufferManager {
                 if !st.try_lock_evicted(w) {
                     break;
                 }
-                if !sp.bitmap.lock().is_allocated(index) {
+                if !sp.is_allocated(index) {
                     st.unlock_still_evicted();
                     break;
                 }
-                let in_tier = self.remote.is_some() && self.remote_versions.lock().contains_key(&pid);
+                let in_tier = self.remote.is_some() && self.remote_versions.contains(pid);
                 if in_tier && n > 0 {
                     // A disk run ends before a page the remote tier holds.
                     st.unlock_still_evicted();

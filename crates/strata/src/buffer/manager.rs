@@ -30,10 +30,15 @@
 //! * **Eviction.** Clock over the resident set, across all classes (see [`super::evict`]).
 //!
 //! Lock order: a space's bitmap mutex is never held while waiting for a page latch; the
-//! resident-set `RwLock` is taken for writing only by `set_pool_size` (which holds no
-//! latch).
+//! resident set's striped lock is taken for writing only by `set_pool_size` (which holds
+//! no latch).
+//!
+//! No lock is shared by all threads on a fix, a miss or an eviction: the resident set is
+//! lock-free under a striped reader lock ([`super::sharded`]), the dirty-page table and the
+//! remote tier's versions are sharded by page id, the allocation check of a miss reads an
+//! atomic mirror of the bitmap ([`Space::is_allocated`]), counters are striped.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -53,7 +58,7 @@ use crate::storage::doublewrite::DoubleWrite;
 use crate::storage::layout::temp_file;
 use crate::storage::meta::FORMAT_VERSION;
 use crate::storage::wal::{CheckpointInfo, Wal, FIRST_LSN};
-use crate::storage::{AllocTable, ClassBitmap, Meta, PageId, ReadOnlyBackend, SizeClasses, StorageBackend, PAGE_HEADER_SIZE};
+use crate::storage::{AllocTable, ClassBitmap, Meta, ReadOnlyBackend, SizeClasses, StorageBackend, PAGE_HEADER_SIZE};
 use std::sync::Arc;
 
 pub use super::inspect::{ClassAllocation, PageInspection};
@@ -73,8 +78,10 @@ pub struct BufferManager {
     pub(super) used: AtomicU64,
     pub(super) metadata: AtomicU64,
     pub(super) peak: AtomicU64,
-    pub(super) resident: RwLock<ResidentSet>,
+    pub(super) resident: super::sharded::StripedRwLock<ResidentSet>,
     pub(super) evictors: AtomicU64,
+    /// Frames of evicted pages handed to loads ([`super::recycle`]).
+    pub(super) recycler: super::recycle::Recycler,
     pub(super) pin_wait: Duration,
     pub(super) counters: Counters,
     pub(super) closed: std::sync::atomic::AtomicBool,
@@ -93,14 +100,14 @@ pub struct BufferManager {
     pub(super) durable: RwLock<Vec<ClassBitmap>>,
     /// Dirty page table: every dirty persistent page, with the LSN from which the log may
     /// hold changes not yet on its disk copy. Checkpoints flush these (not the whole pool).
-    pub(crate) dirty: Mutex<HashMap<PageId, u64>>,
+    pub(crate) dirty: super::sharded::PageMap<u64>,
     /// Active transactions: id -> LSN at which they began (log truncation must keep it).
     pub(crate) active: Mutex<BTreeMap<u64, u64>>,
     pub(crate) next_txid: AtomicU64,
     /// The second memory tier, and the checksum of the image each page has there (the
     /// image of its current disk version; see [`super::tier`]).
     pub(super) remote: Option<std::sync::Arc<dyn super::tier::RemoteTier>>,
-    pub(super) remote_versions: Mutex<HashMap<PageId, u32>>,
+    pub(super) remote_versions: super::sharded::PageMap<u32>,
     /// The nonce of the last checkpoint (see [`CheckpointInfo::nonce`]); 0 before the first.
     pub(super) nonce: AtomicU64,
     pub(super) warm_restart: bool,
@@ -297,8 +304,9 @@ impl BufferManager {
             used: AtomicU64::new(0),
             metadata: AtomicU64::new(0),
             peak: AtomicU64::new(0),
-            resident: RwLock::new(resident),
+            resident: super::sharded::StripedRwLock::new(resident),
             evictors: AtomicU64::new(0),
+            recycler: super::recycle::Recycler::new(config.frame_recycling, classes.count(), pool),
             bell: Default::default(),
             id: super::sequential::manager_id(),
             sequential_readahead: config.sequential_readahead,
@@ -313,11 +321,11 @@ impl BufferManager {
             dw,
             dw_lock: Mutex::new(()),
             durable: RwLock::new(durable),
-            dirty: Mutex::new(HashMap::new()),
+            dirty: Default::default(),
             active: Mutex::new(BTreeMap::new()),
             next_txid: AtomicU64::new(checkpoint.map_or(1, |c| c.next_txid)),
             remote: config.remote.clone(),
-            remote_versions: Mutex::new(HashMap::new()),
+            remote_versions: Default::default(),
             checkpoint_lock: Mutex::new(()),
             last_checkpoint: AtomicU64::new(0),
             checkpoint_every: config.checkpoint_every,
@@ -337,6 +345,10 @@ impl BufferManager {
                 let hw = bitmap.high_water();
                 let sp = bm.space_or_create(class as u8, false, Some(bitmap))?;
                 bm.ensure_addressable(sp, hw - 1)?;
+                let bits = sp.bitmap.lock();
+                for index in bits.iter() {
+                    sp.mirror_allocated(index, true);
+                }
             }
         }
         if bm.read_only {

@@ -16,10 +16,14 @@ mod logged;
 mod manager;
 pub mod readahead;
 mod recovery;
+mod recycle;
 mod region;
 mod remote;
 mod resident;
 mod sequential;
+mod sharded;
+#[doc(hidden)]
+pub mod slots;
 mod space;
 pub mod state;
 mod stats;

@@ -12,6 +12,9 @@ use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
+use std::sync::Arc;
+
+use super::recycle::Uffd;
 
 use crate::error::{Error, Result};
 
@@ -26,12 +29,22 @@ pub(crate) struct Region {
     limit: AtomicU64,
     grow: Mutex<()>,
     mapped_bytes: AtomicU64,
+    /// Every bucket is registered with this userfaultfd when mapped, so that frames can be
+    /// moved into it ([`super::recycle`]).
+    uffd: Option<Arc<Uffd>>,
 }
 
 impl Region {
     /// A region of entries of `1 << entry_shift` bytes whose first bucket holds at least
     /// `first_bucket_bytes` bytes (and at least one entry).
     pub(crate) fn new(entry_shift: u32, first_bucket_bytes: u64) -> Region {
+        Self::registered(entry_shift, first_bucket_bytes, None)
+    }
+
+    /// Like [`new`](Self::new); each bucket is registered with `uffd` when it is mapped (a
+    /// failed registration only means that moves into that bucket fail, and the recycler
+    /// falls back to discarding).
+    pub(crate) fn registered(entry_shift: u32, first_bucket_bytes: u64, uffd: Option<Arc<Uffd>>) -> Region {
         let c0 = first_bucket_bytes.trailing_zeros().saturating_sub(entry_shift);
         Region {
             entry_shift,
@@ -40,6 +53,7 @@ impl Region {
             limit: AtomicU64::new(0),
             grow: Mutex::new(()),
             mapped_bytes: AtomicU64::new(0),
+            uffd,
         }
     }
 
@@ -117,6 +131,9 @@ impl Region {
             // SAFETY: advising a range we just mapped.
             if unsafe { libc::madvise(p, bytes as usize, libc::MADV_NOHUGEPAGE) } != 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL) {
                 MADVISE_FAILURES.fetch_add(1, Ordering::Relaxed);
+            }
+            if let Some(uffd) = &self.uffd {
+                let _ = uffd.register(p.cast(), bytes as usize);
             }
             self.buckets[b].store(p.cast(), Ordering::Release);
             self.mapped_bytes.fetch_add(bytes, Ordering::Relaxed);

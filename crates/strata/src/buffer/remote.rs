@@ -18,15 +18,12 @@ impl BufferManager {
             unsafe { std::slice::from_raw_parts(sp.frame(pid.index()), sp.page_size() as usize) }
         };
         let mut offer = Vec::new();
-        {
-            let mut versions = self.remote_versions.lock();
-            for &(pid, sp) in victims.iter().filter(|(pid, _)| !pid.is_temp()) {
-                let crc = u32::from_le_bytes(image(pid, sp)[0..4].try_into().unwrap());
-                // The tier holds this very image already (the page came from there, or was
-                // offered before and has not changed): do not send it again.
-                if versions.insert(pid, crc) != Some(crc) {
-                    offer.push((pid, sp));
-                }
+        for &(pid, sp) in victims.iter().filter(|(pid, _)| !pid.is_temp()) {
+            let crc = u32::from_le_bytes(image(pid, sp)[0..4].try_into().unwrap());
+            // The tier holds this very image already (the page came from there, or was
+            // offered before and has not changed): do not send it again.
+            if self.remote_versions.insert(pid, crc) != Some(crc) {
+                offer.push((pid, sp));
             }
         }
         for (pid, sp) in offer {
@@ -39,7 +36,7 @@ impl BufferManager {
     /// image of it must never be used again.
     pub(super) fn forget_remote(&self, pid: PageId) {
         if let Some(tier) = &self.remote {
-            if self.remote_versions.lock().remove(&pid).is_some() {
+            if self.remote_versions.remove(pid).is_some() {
                 tier.remove(pid);
             }
         }
@@ -50,7 +47,7 @@ impl BufferManager {
     pub(super) fn load_from_remote(&self, sp: &Space, index: u64) -> bool {
         let Some(tier) = &self.remote else { return false };
         let pid = sp.pid(index);
-        if !self.remote_versions.lock().contains_key(&pid) {
+        if !self.remote_versions.contains(pid) {
             return false;
         }
         self.install_remote(sp, index, tier.get(pid, sp.page_size() as usize))
@@ -60,7 +57,7 @@ impl BufferManager {
     /// it is a verified image of the page's current version; counts the outcome.
     pub(super) fn install_remote(&self, sp: &Space, index: u64, answer: Result<Option<Vec<u8>>, String>) -> bool {
         let pid = sp.pid(index);
-        let Some(crc) = self.remote_versions.lock().get(&pid).copied() else { return false };
+        let Some(crc) = self.remote_versions.get(pid) else { return false };
         let size = sp.page_size() as usize;
         match answer {
             Ok(Some(bytes)) if bytes.len() == size && bytes[0..4] == crc.to_le_bytes() && page::verify(&bytes, pid).is_ok() => {
@@ -79,7 +76,7 @@ impl BufferManager {
             }
             Ok(None) => {
                 self.counters.remote_misses.add(1);
-                self.remote_versions.lock().remove(&pid);
+                self.remote_versions.remove(pid);
                 false
             }
             Err(_) => {

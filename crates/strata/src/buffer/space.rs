@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use super::recycle::Uffd;
 use super::region::Region;
 use super::state::PageState;
 use crate::storage::{ClassBitmap, PageId, StorageFile};
@@ -23,6 +24,9 @@ pub(crate) struct Space {
     pub page_shift: u32,
     pub frames: Region,
     pub states: Region,
+    /// The allocation bitmap's bits as atomic words (bit `i % 64` of word `i / 64`), kept
+    /// equal to `bitmap` under its lock, read without it by a miss ([`Space::is_allocated`]).
+    pub alloc_bits: Region,
     pub file: Arc<dyn StorageFile>,
     pub bitmap: Mutex<ClassBitmap>,
     /// State-word chunks (of 512 pages) charged to the budget so far.
@@ -32,13 +36,15 @@ pub(crate) struct Space {
 }
 
 impl Space {
-    pub(crate) fn new(class: u8, temp: bool, page_shift: u32, file: Arc<dyn StorageFile>, bitmap: ClassBitmap) -> Space {
+    /// A space whose frame reservation is registered with `uffd` (for frame recycling).
+    pub(crate) fn new(class: u8, temp: bool, page_shift: u32, file: Arc<dyn StorageFile>, bitmap: ClassBitmap, uffd: Option<Arc<Uffd>>) -> Space {
         Space {
             class,
             temp,
             page_shift,
-            frames: Region::new(page_shift, 4 << 20),
+            frames: Region::registered(page_shift, 4 << 20, uffd),
             states: Region::new(3, 4096),
+            alloc_bits: Region::new(3, 4096),
             file,
             bitmap: Mutex::new(bitmap),
             charged_chunks: AtomicU64::new(0),
@@ -59,7 +65,7 @@ impl Space {
     /// Whether `index` has a mapped state word and frame.
     #[inline]
     pub(crate) fn addressable(&self, index: u64) -> bool {
-        index < self.states.limit() && index < self.frames.limit()
+        index < self.states.limit() && index < self.frames.limit() && index / 64 < self.alloc_bits.limit()
     }
 
     /// The state word of page `index` (which should be addressable: an index whose bucket
@@ -71,6 +77,35 @@ impl Space {
         // (8-byte aligned: buckets are page-aligned) that lasts as long as `self`. Zeroed memory is a valid PageState (EVICTED, version 0), and all
         // accesses to it are atomic.
         unsafe { &*p.cast::<PageState>() }
+    }
+
+    /// The mirror word holding page `index`'s allocation bit (addressable `index`).
+    #[inline]
+    fn alloc_word(&self, index: u64) -> &AtomicU64 {
+        let p = self.alloc_bits.addr(index / 64);
+        // SAFETY: `addr` returned, so `p` points into a mapped, page-aligned bucket of 8-byte
+        // entries that lasts as long as `self`; zeroed memory is a valid AtomicU64 (nothing
+        // allocated), and every access to it is atomic.
+        unsafe { &*p.cast::<AtomicU64>() }
+    }
+
+    /// Whether page `index` (addressable) is allocated, without the bitmap's lock. Exact
+    /// for a page whose latch the caller holds (allocation and freeing of a page change its
+    /// bit before its latch is released or taken); otherwise a recent value.
+    #[inline]
+    pub(crate) fn is_allocated(&self, index: u64) -> bool {
+        self.alloc_word(index).load(Ordering::Acquire) & (1 << (index % 64)) != 0
+    }
+
+    /// Records page `index`'s allocation bit in the mirror; the caller holds the bitmap's
+    /// lock and made `index` addressable.
+    pub(crate) fn mirror_allocated(&self, index: u64, allocated: bool) {
+        let bit = 1u64 << (index % 64);
+        if allocated {
+            self.alloc_word(index).fetch_or(bit, Ordering::Release);
+        } else {
+            self.alloc_word(index).fetch_and(!bit, Ordering::Release);
+        }
     }
 
     /// Address of the frame of page `index` (which must be addressable).

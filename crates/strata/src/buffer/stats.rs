@@ -18,7 +18,7 @@ impl Default for Counter {
     }
 }
 
-fn stripe() -> usize {
+pub(super) fn stripe() -> usize {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local!(static MINE: Cell<usize> = const { Cell::new(usize::MAX) });
     MINE.with(|m| {
@@ -149,6 +149,15 @@ pub struct Stats {
     pub madvise_failures: u64,
     /// Whether data files bypass the OS page cache.
     pub direct_io: bool,
+    /// How loads recycle the frames of evicted pages: `"uffd-move"`, or `"off (why)"`.
+    pub frame_recycling: String,
+    /// Loads that took an evicted page's frame instead of fresh zeroed memory.
+    pub frames_recycled: u64,
+    /// Moves of frames that failed (the frame was then discarded and loaded as before).
+    pub frame_moves_failed: u64,
+    /// Bytes of evicted frames waiting in the stash for a load now (counted in
+    /// `used_bytes`, not in `resident_bytes`).
+    pub stashed_bytes: u64,
     /// Per size class (only classes in use).
     pub classes: Vec<ClassStats>,
     /// The second memory tier, if one is configured.

@@ -98,9 +98,8 @@ impl BufferManager {
                 }
             }
         }
-        let mut dpt = self.dirty.lock();
         for &(pid, _) in pages {
-            dpt.remove(&pid);
+            self.dirty.remove(pid);
         }
         Ok(())
     }
@@ -152,6 +151,6 @@ impl BufferManager {
             return;
         }
         let lsn = lsn.unwrap_or_else(|| self.wal.end());
-        self.dirty.lock().entry(pid).or_insert(lsn);
+        self.dirty.insert_if_absent(pid, lsn);
     }
 }
