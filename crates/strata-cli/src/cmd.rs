@@ -117,6 +117,10 @@ struct IoOutput {
     dirty_victims: u64,
     pages_cleaned: u64,
     madvise_failures: u64,
+    frame_recycling: String,
+    frames_recycled: u64,
+    frame_moves_failed: u64,
+    stashed_bytes: u64,
 }
 
 impl IoOutput {
@@ -138,6 +142,10 @@ impl IoOutput {
             dirty_victims: st.dirty_victims,
             pages_cleaned: st.pages_cleaned,
             madvise_failures: st.madvise_failures,
+            frame_recycling: st.frame_recycling.clone(),
+            frames_recycled: st.frames_recycled,
+            frame_moves_failed: st.frame_moves_failed,
+            stashed_bytes: st.stashed_bytes,
         }
     }
 }
@@ -163,7 +171,8 @@ pub fn create(dir: &Path, min_page: u64) -> Result<(), Error> {
 }
 
 /// The configuration of a command that opens `dir` with a pool of `pool` bytes, with a
-/// background cleaner when asked.
+/// background cleaner unless `cleaner` is false (`--no-cleaner`): commands that write or
+/// spill run one by default, so that a thread that needs memory finds clean victims.
 pub fn config(dir: &Path, pool: u64, cleaner: bool) -> Config {
     let c = Config::new(dir).pool_size(pool);
     if cleaner {

@@ -52,9 +52,13 @@ enum Command {
         /// Print one JSON object instead of text and progress.
         #[arg(long)]
         json: bool,
-        /// Run a background cleaner that writes dirty pages ahead of eviction.
-        #[arg(long)]
+        /// Run a background cleaner that writes dirty pages ahead of eviction (the default;
+        /// kept for compatibility).
+        #[arg(long, conflicts_with = "no_cleaner")]
         cleaner: bool,
+        /// Do not run the background cleaner (evictions then write dirty victims themselves).
+        #[arg(long)]
+        no_cleaner: bool,
     },
     /// Load a directed graph from a SNAP text edge list (`u v` lines, `#` comments) into GRAPH.
     ImportEdges {
@@ -117,9 +121,12 @@ enum Command {
         #[arg(long)]
         json: bool,
         /// Run a background cleaner that writes dirty pages (spilled operator state) ahead of
-        /// eviction.
-        #[arg(long)]
+        /// eviction (the default; kept for compatibility).
+        #[arg(long, conflicts_with = "no_cleaner")]
         cleaner: bool,
+        /// Do not run the background cleaner.
+        #[arg(long)]
+        no_cleaner: bool,
         #[command(flatten)]
         remote: remote_args::RemoteArgs,
         #[command(subcommand)]
@@ -190,7 +197,9 @@ fn main() -> ExitCode {
     };
     let r = match cli.command {
         Command::Create { dir, min_page } => cmd::create(&dir, min_page),
-        Command::Import { dir, column, from, format, pool, json, cleaner } => cmd::import(&column, &from, &format, cmd::config(&dir, pool, cleaner), json),
+        Command::Import { dir, column, from, format, pool, json, cleaner: _, no_cleaner } => {
+            cmd::import(&column, &from, &format, cmd::config(&dir, pool, !no_cleaner), json)
+        }
         Command::ImportEdges { dir, graph, from, pool, json } => graph_cmd::import_edges(&dir, &graph, &from, pool, json),
         Command::ImportCsv(a) => table_cmd::import_csv(a),
         Command::ImportParquet(a) => table_cmd::import_parquet(a),
@@ -199,7 +208,9 @@ fn main() -> ExitCode {
         Command::Stats { dir, json } => cmd::stats(&dir, json),
         Command::Recover { dir, pool, json } => inspect_cmd::recover(&dir, pool, json),
         Command::Dump { what } => inspect_cmd::dump(what),
-        Command::Query { dir, pool, threads, json, cleaner, remote, op } => cmd::query(cmd::config(&dir, pool, cleaner), threads, json, &remote, op),
+        Command::Query { dir, pool, threads, json, cleaner: _, no_cleaner, remote, op } => {
+            cmd::query(cmd::config(&dir, pool, !no_cleaner), threads, json, &remote, op)
+        }
         Command::Sql(a) => sql_cmd::sql(a),
         Command::Bench(args) => bench_cmd::bench(args),
         Command::BenchChild { name, spec } => bench_cmd::bench_child(&name, &spec),

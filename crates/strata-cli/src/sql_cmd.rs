@@ -11,7 +11,7 @@ use strata::access::table::csv::CsvWriter;
 use strata::access::table::text::{value_to_json, value_to_text};
 use strata::access::table::{ColumnDef, ColumnType, Schema, Value};
 use strata::sql::OutColumn;
-use strata::{Config, Database, Error};
+use strata::{Database, Error};
 
 /// `strata sql`.
 #[derive(Args)]
@@ -191,7 +191,7 @@ pub fn sql(a: SqlArgs) -> Result<(), Error> {
     if a.threads == 0 {
         return Err(Error::InvalidInput("--threads must be at least 1".into()));
     }
-    let db = Database::open(Config::new(&a.dir).pool_size(a.pool))?;
+    let db = Database::open(crate::cmd::config(&a.dir, a.pool, true))?;
     let started = Instant::now();
     let q = strata::sql::prepare(&db.catalog(), &text)?;
     let stdout = io::stdout();

@@ -127,7 +127,7 @@ fn committed_message(pb: &indicatif::ProgressBar) -> impl FnMut(u64) + '_ {
 pub fn import_csv(a: ImportCsvArgs) -> Result<(), Error> {
     let opts = CsvOptions { delimiter: delimiter(&a.delimiter)?, header: !a.no_header };
     let given = a.schema.as_deref().map(Schema::parse).transpose()?;
-    let config = Config::new(&a.dir).pool_size(a.pool);
+    let config = crate::cmd::config(&a.dir, a.pool, true);
     let db = Database::open(config)?;
     let started = Instant::now();
     let existing = db.catalog().tables.get(&a.table).map(|t| t.schema.clone());

@@ -160,6 +160,58 @@ fn cleaning_ahead_of_the_clock_takes_the_writes_off_evictions() {
     );
 }
 
+/// With a cleaner attached, dirty pages are its work: an eviction takes clean victims and
+/// writes nothing itself while clean ones exist. Shown with writes that fail (the cleaner
+/// cannot clean, so dirty pages stay dirty): without a cleaner, evictions keep picking the
+/// dirty pages and try to write them; with one, no eviction does, and every read succeeds.
+#[test]
+fn with_a_cleaner_evictions_take_clean_victims_and_write_nothing() {
+    let run = |with_cleaner: bool| {
+        let dir = tempfile::tempdir().unwrap();
+        let faulty = Arc::new(FaultyBackend::new(Arc::new(FileBackend::default())));
+        let bm = Arc::new(BufferManager::create(config(dir.path(), 1 << 20, faulty.clone())).unwrap());
+        let pids: Vec<PageId> = (0..1024).map(|_| bm.alloc(4000).unwrap().pid()).collect();
+        write_all(&bm, &pids, 0);
+        bm.checkpoint().unwrap();
+        // A few dirty pages among the resident ones, which no write can clean.
+        let dirty: Vec<usize> = (0..pids.len()).step_by(41).collect();
+        for &i in &dirty {
+            let mut g = bm.fix_exclusive(pids[i]).unwrap();
+            g.write_u64(0, value(i as u64, 1));
+            g.write_u64(4000, !value(i as u64, 1));
+        }
+        faulty.faults.write_errno.store(libc::EIO as u64, Ordering::Relaxed);
+        let cleaner = with_cleaner
+            .then(|| Cleaner::start(bm.clone(), CleanerOptions { target: Some(64 << 10), interval: std::time::Duration::from_secs(3600) }).unwrap());
+        let before = bm.stats();
+        let mut x = 0x5151_u64;
+        for _ in 0..4000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let i = (x % pids.len() as u64) as usize;
+            if dirty.contains(&i) {
+                continue;
+            }
+            let g = bm.fix_shared(pids[i]).unwrap();
+            assert_eq!(word(g.data(), 0), value(i as u64, 0));
+        }
+        let st = bm.stats();
+        drop(cleaner);
+        faulty.faults.write_errno.store(0, Ordering::Relaxed);
+        for &i in &dirty {
+            assert_eq!(word(bm.fix_shared(pids[i]).unwrap().data(), 0), value(i as u64, 1), "dirty page {i} kept its write");
+        }
+        bm.check_invariants().unwrap();
+        (st.dirty_victims - before.dirty_victims, st.evictions - before.evictions)
+    };
+    let (dirty_without, evictions_without) = run(false);
+    let (dirty_with, evictions_with) = run(true);
+    assert!(evictions_without > 1000 && evictions_with > 1000, "the reads must evict: {evictions_without} / {evictions_with}");
+    assert!(dirty_without > 0, "without a cleaner the clock picks dirty victims ({evictions_without} evictions)");
+    assert_eq!(dirty_with, 0, "with a cleaner, evictions took {dirty_with} dirty victims although clean ones were there");
+}
+
 /// The cleaner thread through the database façade (`Config::cleaner`), under four writer
 /// threads and a pool an eighth of the data: data intact, invariants kept, the cleaner
 /// cleaned pages, and close joins it.

@@ -40,7 +40,14 @@ impl BufferManager {
         let mut claimed = 0u64;
         let mut scanned = 0usize;
         let lap = 2 * rs.capacity();
+        // With a cleaner running, dirty pages are its work: the first lap takes only clean
+        // victims (a thread that needs memory then waits for no write and no fsync) and
+        // rings the cleaner for the dirty ones it passed; only a second lap, when clean
+        // victims ran out, writes dirty ones in the foreground.
+        let cleaner = self.bell.attached.load(Ordering::Relaxed);
+        let mut passed_dirty = false;
         while claimed < need && scanned < lap {
+            let clean_only = cleaner && scanned < rs.capacity();
             rs.clock_batch(CLOCK_BATCH, |pid| {
                 if claimed >= need {
                     return;
@@ -52,6 +59,7 @@ impl BufferManager {
                     UNLOCKED | PREFETCHED => {
                         st.try_mark(w);
                     }
+                    MARKED | PREFETCHED_MARKED if clean_only && w.dirty() => passed_dirty = true,
                     MARKED | PREFETCHED_MARKED if st.try_lock_exclusive(w) => {
                         if w.state() == PREFETCHED_MARKED {
                             // Loaded ahead and never fixed: the prefetch was wasted.
@@ -66,6 +74,9 @@ impl BufferManager {
             scanned += CLOCK_BATCH;
         }
         drop(rs);
+        if passed_dirty {
+            self.bell.ring();
+        }
         if victims.is_empty() {
             return Ok(0);
         }
