@@ -179,6 +179,7 @@ impl PageStore for StrataStore {
         m.insert("read_requests".into(), s.read_requests.into());
         m.insert("frame_recycling".into(), s.frame_recycling.into());
         m.insert("frames_recycled".into(), s.frames_recycled.into());
+        m.insert("contention".into(), serde_json::to_value(&s.contention).unwrap_or_default());
         m
     }
 }

@@ -95,6 +95,7 @@ impl BufferManager {
         let start = Instant::now();
         let mut backoff = Backoff(0);
         let class = frame.map(|(sp, _)| sp.class);
+        let mut waited = false;
         loop {
             if let Some((sp, index)) = frame {
                 // SAFETY: the frame of page `index` of `sp`, a live space whose frames are
@@ -139,6 +140,10 @@ impl BufferManager {
             if freed > 0 {
                 backoff = Backoff(0);
                 continue;
+            }
+            if !waited {
+                waited = true;
+                self.counters.reservation_waits.add(1);
             }
             if self.evictors.load(Ordering::Acquire) > 0 {
                 // Another thread holds victims it is about to free.

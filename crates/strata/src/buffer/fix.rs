@@ -39,7 +39,7 @@ impl BufferManager {
             match w.state() {
                 _ if w.is_unlatched() && st.try_lock_exclusive(w) => break true,
                 EVICTED if st.try_lock_evicted(w) => break self.load_checked(sp, index, true)?,
-                _ => backoff.snooze(),
+                _ => self.latch_wait(&mut backoff),
             }
         };
         Ok((ExclusiveGuard { bm: self, sp, index, frame: sp.frame(index), _not_send: Default::default() }, intact))
@@ -53,6 +53,16 @@ impl BufferManager {
         if w.is_prefetched() {
             self.counters.prefetch_hits.add(1);
         }
+    }
+
+    /// Waits a little for another thread's latch on a page (counted once per fix that had
+    /// to wait, in [`Contention::latch_waits`](super::stats::Contention::latch_waits)).
+    #[inline]
+    fn latch_wait(&self, backoff: &mut Backoff) {
+        if backoff.0 == 0 {
+            self.counters.latch_waits.add(1);
+        }
+        backoff.snooze();
     }
 
     /// Latches `pid` exclusively, loading it if needed.
@@ -78,7 +88,7 @@ impl BufferManager {
                         break;
                     }
                 }
-                _ => backoff.snooze(),
+                _ => self.latch_wait(&mut backoff),
             }
         }
         Ok(ExclusiveGuard { bm: self, sp, index, frame: sp.frame(index), _not_send: Default::default() })
@@ -130,13 +140,13 @@ impl BufferManager {
                         break;
                     }
                 }
-                LOCKED => backoff.snooze(),
+                LOCKED => self.latch_wait(&mut backoff),
                 _ => {
                     if st.try_lock_shared(w) {
                         self.count_hit(w);
                         break;
                     }
-                    backoff.snooze();
+                    self.latch_wait(&mut backoff);
                 }
             }
         }
@@ -176,7 +186,7 @@ impl BufferManager {
                         st.unlock_exclusive_unchanged(false);
                     }
                 }
-                LOCKED => backoff.snooze(),
+                LOCKED => self.latch_wait(&mut backoff),
                 _ => {
                     self.counters.hits.add_cheap(1);
                     if st.clear_mark(w) && w.is_prefetched() {
@@ -199,6 +209,7 @@ impl BufferManager {
                     return Ok(v);
                 }
             }
+            self.counters.optimistic_restarts.add(1);
         }
         let s = self.fix_shared(pid)?;
         // Under the shared latch nothing can change, so the view validates.

@@ -35,5 +35,5 @@ pub use config::{default_backend, Config, DEFAULT_MIN_PAGE, DEFAULT_POOL};
 pub use guard::{ExclusiveGuard, OptimisticGuard, Restart, SharedGuard};
 pub use manager::{BufferManager, ClassAllocation, PageInspection, RecoveryReport};
 pub use readahead::{FilePages, PageSource, ReadAhead, ReadAheadStats};
-pub use stats::{Bucket, ClassStats, IoStats, Stats};
+pub use stats::{Bucket, ClassStats, Contention, IoStats, Stats};
 pub use tier::{RemoteStats, RemoteTier};

@@ -6,6 +6,7 @@
 use std::cell::UnsafeCell;
 use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crossbeam_utils::CachePadded;
 use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -21,11 +22,13 @@ type Shard<V> = CachePadded<Mutex<HashMap<PageId, V>>>;
 /// working on different pages rarely meet on one lock or cache line.
 pub(crate) struct PageMap<V> {
     shards: Box<[Shard<V>]>,
+    /// Lockings that found their shard locked.
+    waits: AtomicU64,
 }
 
 impl<V> Default for PageMap<V> {
     fn default() -> Self {
-        PageMap { shards: (0..SHARDS).map(|_| CachePadded::new(Mutex::new(HashMap::new()))).collect() }
+        PageMap { shards: (0..SHARDS).map(|_| CachePadded::new(Mutex::new(HashMap::new()))).collect(), waits: AtomicU64::new(0) }
     }
 }
 
@@ -34,7 +37,16 @@ impl<V: Copy> PageMap<V> {
     pub(crate) fn shard(&self, pid: PageId) -> MutexGuard<'_, HashMap<PageId, V>> {
         // Fibonacci hashing: consecutive indices of one class spread over all shards.
         let h = (pid.raw().wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize;
-        self.shards[h % SHARDS].lock()
+        let shard = &self.shards[h % SHARDS];
+        shard.try_lock().unwrap_or_else(|| {
+            self.waits.fetch_add(1, Ordering::Relaxed);
+            shard.lock()
+        })
+    }
+
+    /// Lockings that found their shard locked (contention).
+    pub(crate) fn waits(&self) -> u64 {
+        self.waits.load(Ordering::Relaxed)
     }
 
     pub(crate) fn get(&self, pid: PageId) -> Option<V> {
@@ -79,6 +91,8 @@ const STRIPES: usize = 16;
 /// whose writer locks them all, in order: readers on different stripes share no cache line.
 pub(crate) struct StripedRwLock<T> {
     stripes: Box<[CachePadded<RwLock<()>>]>,
+    /// Read lockings that found their stripe write-locked.
+    waits: AtomicU64,
     value: UnsafeCell<T>,
 }
 
@@ -104,14 +118,23 @@ pub(crate) struct StripedWrite<'a, T> {
 
 impl<T> StripedRwLock<T> {
     pub(crate) fn new(value: T) -> Self {
-        StripedRwLock { stripes: (0..STRIPES).map(|_| CachePadded::new(RwLock::new(()))).collect(), value: UnsafeCell::new(value) }
+        StripedRwLock { stripes: (0..STRIPES).map(|_| CachePadded::new(RwLock::new(()))).collect(), waits: AtomicU64::new(0), value: UnsafeCell::new(value) }
     }
 
     pub(crate) fn read(&self) -> StripedRead<'_, T> {
-        let stripe = self.stripes[super::stats::stripe() % STRIPES].read();
+        let lock = &self.stripes[super::stats::stripe() % STRIPES];
+        let stripe = lock.try_read().unwrap_or_else(|| {
+            self.waits.fetch_add(1, Ordering::Relaxed);
+            lock.read()
+        });
         // SAFETY: a stripe is read-locked for as long as the returned guard lives, so no
         // writer (which needs every stripe write-locked) holds a mutable reference.
         StripedRead { _stripe: stripe, value: unsafe { &*self.value.get() } }
+    }
+
+    /// Read lockings that found their stripe write-locked (contention).
+    pub(crate) fn waits(&self) -> u64 {
+        self.waits.load(Ordering::Relaxed)
     }
 
     pub(crate) fn write(&self) -> StripedWrite<'_, T> {

@@ -71,8 +71,29 @@ pub(crate) struct Counters {
     pub dirty_victims: Counter,
     pub pages_cleaned: Counter,
     pub sequential_windows: Counter,
+    pub latch_waits: Counter,
+    pub optimistic_restarts: Counter,
+    pub reservation_waits: Counter,
     pub read_io: IoMeter,
     pub write_io: IoMeter,
+}
+
+/// Where threads waited for each other (all counts since open).
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct Contention {
+    /// Fixes that found the page latched by another thread and had to wait for it.
+    pub latch_waits: u64,
+    /// Optimistic reads (`read_optimistic`) that failed validation and started again.
+    pub optimistic_restarts: u64,
+    /// Reservations that found nothing to evict at once and waited (for another evictor
+    /// or for pages to be unpinned).
+    pub reservation_waits: u64,
+    /// Lock acquisitions that found the lock held, per shared structure: the dirty-page
+    /// table's shards, the remote tier's version table's shards, and the resident set's
+    /// striped lock (held for writing only while the pool grows).
+    pub dirty_table_waits: u64,
+    pub remote_versions_waits: u64,
+    pub resident_set_waits: u64,
 }
 
 /// Resident and allocated figures of one size class.
@@ -151,6 +172,8 @@ pub struct Stats {
     pub direct_io: bool,
     /// How loads recycle the frames of evicted pages: `"uffd-move"`, or `"off (why)"`.
     pub frame_recycling: String,
+    /// Where threads waited for each other.
+    pub contention: Contention,
     /// Loads that took an evicted page's frame instead of fresh zeroed memory.
     pub frames_recycled: u64,
     /// Moves of frames that failed (the frame was then discarded and loaded as before).
