@@ -20,8 +20,10 @@
 pub mod access;
 pub mod buffer;
 pub mod db;
+pub(crate) mod durability;
 pub mod error;
 pub mod ops;
+pub(crate) mod sharded;
 pub mod sql;
 pub mod storage;
 pub(crate) mod sync;

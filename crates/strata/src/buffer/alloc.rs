@@ -193,7 +193,7 @@ impl BufferManager {
         }
         sp.mirror_allocated(index, false);
         drop(bm);
-        self.dirty.remove(pid);
+        self.durability.page_clean(pid);
         self.forget_remote(pid);
         if resident {
             sp.frames.discard(index, 1);

@@ -67,7 +67,7 @@ impl BufferManager {
     /// images), which a read-only open cannot do.
     pub(super) fn refuse_pending_recovery(&self, start: u64) -> Result<()> {
         let mut records = 0u64;
-        for rec in self.wal.reader(start) {
+        for rec in self.durability.wal.reader(start) {
             if rec?.txid != 0 {
                 records += 1;
             }
@@ -95,17 +95,17 @@ impl BufferManager {
     /// keep the log from being truncated past their first change. The calling thread must not
     /// hold page latches (a checkpoint waits for them).
     pub fn checkpoint(&self) -> Result<()> {
-        let _one = self.checkpoint_lock.lock();
+        let _one = self.durability.checkpoint_lock.lock();
         self.checkpoint_locked()
     }
 
     /// Runs a checkpoint if more than the configured volume of log accumulated since the last
     /// one began and no other checkpoint is running (called after commits).
     pub(crate) fn maybe_checkpoint(&self) -> Result<()> {
-        if self.wal.end().saturating_sub(self.last_checkpoint.load(Ordering::Relaxed)) < self.checkpoint_every {
+        if !self.durability.checkpoint_due() {
             return Ok(());
         }
-        match self.checkpoint_lock.try_lock() {
+        match self.durability.checkpoint_lock.try_lock() {
             Some(_one) => self.checkpoint_locked(),
             None => Ok(()),
         }
@@ -114,17 +114,15 @@ impl BufferManager {
     fn checkpoint_locked(&self) -> Result<()> {
         if self.read_only {
             // Nothing to write unless someone changed a page, which is refused.
-            if self.dirty.is_empty() {
+            if !self.durability.has_dirty() {
                 return Ok(());
             }
             return Err(Error::ReadOnly { dir: self.dir.clone(), op: "checkpointing changed pages" });
         }
-        let began = self.wal.end();
-        self.last_checkpoint.store(began, Ordering::Relaxed);
+        let began = self.durability.checkpoint_begins();
         // Every allocation in the table stored below must have its log record on disk.
-        self.wal.flush_all()?;
-        let mut dirty: Vec<PageId> = self.dirty.entries().into_iter().filter(|&(_, lsn)| lsn <= began).map(|(p, _)| p).collect();
-        dirty.sort();
+        self.durability.wal.flush_all()?;
+        let dirty = self.durability.dirty_before(began);
         for batch in dirty.chunks(CLOCK_BATCH) {
             let mut latched: Vec<(PageId, &Space)> = Vec::new();
             for &pid in batch {
@@ -193,12 +191,10 @@ impl BufferManager {
         }
         table.store(self.backend.as_ref(), &self.dir)?;
         *self.durable.write() = table.classes;
-        let oldest_dirty = self.dirty.entries().into_iter().map(|(_, lsn)| lsn).min().unwrap_or(u64::MAX);
-        let oldest_tx = self.active.lock().values().copied().min().unwrap_or(u64::MAX);
-        let start_lsn = began.min(oldest_dirty).min(oldest_tx);
+        let start_lsn = self.durability.redo_start(began);
         let nonce = random_u64();
-        CheckpointInfo { start_lsn, next_txid: self.next_txid.load(Ordering::Relaxed), nonce }.store(self.backend.as_ref(), &self.dir)?;
-        self.nonce.store(nonce, Ordering::Relaxed);
-        self.wal.truncate_before(start_lsn)
+        CheckpointInfo { start_lsn, next_txid: self.durability.next_txid(), nonce }.store(self.backend.as_ref(), &self.dir)?;
+        self.durability.nonce.store(nonce, Ordering::Relaxed);
+        self.durability.wal.truncate_before(start_lsn)
     }
 }

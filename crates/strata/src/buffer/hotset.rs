@@ -63,7 +63,7 @@ impl BufferManager {
         pids.sort();
         let mut out = Vec::with_capacity(20 + 12 * pids.len() + 4);
         out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&self.nonce.load(Ordering::Relaxed).to_le_bytes());
+        out.extend_from_slice(&self.durability.nonce.load(Ordering::Relaxed).to_le_bytes());
         out.extend_from_slice(&0u64.to_le_bytes());
         let mut count = 0u64;
         for pid in pids {
@@ -124,7 +124,7 @@ impl BufferManager {
         let mut report = WarmReport::default();
         let Some(tier) = &self.remote else { return Ok(report) };
         let Some(b) = tier.get_meta(SNAPSHOT).map_err(|e| remote_err("reading the hot-set snapshot", e))? else { return Ok(report) };
-        let nonce = self.nonce.load(Ordering::Relaxed);
+        let nonce = self.durability.nonce.load(Ordering::Relaxed);
         let valid = b.len() >= 24
             && &b[0..4] == MAGIC
             && crc32c::crc32c(&b[..b.len() - 4]).to_le_bytes() == b[b.len() - 4..]

@@ -121,7 +121,7 @@ impl BufferManager {
                 latch_waits: c.latch_waits.get(),
                 optimistic_restarts: c.optimistic_restarts.get(),
                 reservation_waits: c.reservation_waits.get(),
-                dirty_table_waits: self.dirty.waits(),
+                dirty_table_waits: self.durability.dirty_waits(),
                 remote_versions_waits: self.remote_versions.waits(),
                 resident_set_waits: self.resident.waits(),
             },

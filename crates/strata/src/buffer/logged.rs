@@ -11,7 +11,6 @@
 //! began), which bounds how far a checkpoint may truncate the log.
 
 use std::borrow::Cow;
-use std::sync::atomic::Ordering;
 
 use super::guard::ExclusiveGuard;
 use super::manager::BufferManager;
@@ -22,17 +21,12 @@ use crate::storage::PageId;
 impl BufferManager {
     /// Registers a new transaction and returns its id.
     pub(crate) fn tx_begin(&self) -> u64 {
-        let txid = self.next_txid.fetch_add(1, Ordering::Relaxed);
-        let mut active = self.active.lock();
-        // Taken under the table's lock, so a checkpoint that sees the table sees a start no
-        // later than any record this transaction will write.
-        active.insert(txid, self.wal.end());
-        txid
+        self.durability.begin()
     }
 
     /// Forgets a transaction that committed or rolled back.
     pub(crate) fn tx_end(&self, txid: u64) {
-        self.active.lock().remove(&txid);
+        self.durability.end(txid);
     }
 
     /// Logs and applies the change of payload bytes `at..at + src.len()` of the latched page
@@ -48,7 +42,7 @@ impl BufferManager {
         }
         let before = g.data()[at..at + src.len()].to_vec();
         let body = Body::Update { pid, offset: at as u32, before: Cow::Borrowed(&before), after: Cow::Borrowed(src) };
-        let lsn = self.wal.append(txid, prev_lsn, &body)?;
+        let lsn = self.durability.wal.append(txid, prev_lsn, &body)?;
         g.write(at, src);
         g.set_page_lsn(lsn);
         let before = Cow::Owned(before);
@@ -59,7 +53,7 @@ impl BufferManager {
     /// Logs a transaction's allocation of a page whose payload holds `bytes`; returns it
     /// zeroed and latched, with the record.
     pub(crate) fn log_alloc(&self, bytes: usize, txid: u64, prev_lsn: u64) -> Result<(ExclusiveGuard<'_>, Record)> {
-        let (g, lsn) = self.alloc_logged(bytes, &|pid| self.wal.append(txid, prev_lsn, &Body::Alloc { pid }))?;
+        let (g, lsn) = self.alloc_logged(bytes, &|pid| self.durability.wal.append(txid, prev_lsn, &Body::Alloc { pid }))?;
         let pid = g.pid();
         Ok((g, Record { lsn, txid, prev_lsn, body: Body::Alloc { pid } }))
     }
@@ -77,7 +71,7 @@ impl BufferManager {
     /// transaction that then cannot lock it. The caller frees them after releasing its locks
     /// (the compensation record is logged here, so recovery frees them in any case).
     pub(crate) fn undo_deferring(&self, rec: &Record, prev_lsn: u64, freed: Option<&mut Vec<PageId>>) -> Result<u64> {
-        let clr = |action: Compensation<'_>| self.wal.append(rec.txid, prev_lsn, &Body::Clr { undo_next: rec.prev_lsn, action });
+        let clr = |action: Compensation<'_>| self.durability.wal.append(rec.txid, prev_lsn, &Body::Clr { undo_next: rec.prev_lsn, action });
         match &rec.body {
             Body::Update { pid, offset, before, .. } => {
                 let lsn = clr(Compensation::Write { pid: *pid, offset: *offset, bytes: Cow::Borrowed(before) })?;
@@ -113,7 +107,7 @@ impl BufferManager {
         };
         debug_assert_eq!(*pid, g.pid());
         let action = Compensation::Write { pid: *pid, offset: *offset, bytes: Cow::Borrowed(before) };
-        let lsn = self.wal.append(rec.txid, prev_lsn, &Body::Clr { undo_next: rec.prev_lsn, action })?;
+        let lsn = self.durability.wal.append(rec.txid, prev_lsn, &Body::Clr { undo_next: rec.prev_lsn, action })?;
         g.write(*offset as usize, before);
         g.set_page_lsn(lsn);
         Ok(lsn)

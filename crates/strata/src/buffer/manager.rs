@@ -38,7 +38,6 @@
 //! remote tier's versions are sharded by page id, the allocation check of a miss reads an
 //! atomic mirror of the bitmap ([`Space::is_allocated`]), counters are striped.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -78,7 +77,7 @@ pub struct BufferManager {
     pub(super) used: AtomicU64,
     pub(super) metadata: AtomicU64,
     pub(super) peak: AtomicU64,
-    pub(super) resident: super::sharded::StripedRwLock<ResidentSet>,
+    pub(super) resident: crate::sharded::StripedRwLock<ResidentSet>,
     pub(super) evictors: AtomicU64,
     /// Frames of evicted pages handed to loads ([`super::recycle`]).
     pub(super) recycler: super::recycle::Recycler,
@@ -87,8 +86,9 @@ pub struct BufferManager {
     pub(super) closed: std::sync::atomic::AtomicBool,
     /// Set by a failed fsync: later checkpoints fail instead of claiming durability.
     pub(super) sync_failed: Mutex<Option<PathBuf>>,
-    /// The write-ahead log.
-    pub(crate) wal: Wal,
+    /// The write-ahead log, the dirty-page table, active transactions and checkpoint state
+    /// ([`crate::durability`]).
+    pub(crate) durability: crate::durability::Durability,
     /// The double-write area, and the lock that serialises its batches (held from writing a
     /// batch until its pages are durable at home, so the area is never reused too early).
     pub(super) dw: DoubleWrite,
@@ -98,26 +98,13 @@ pub struct BufferManager {
     /// write could tear, so such writes go through the double-write area. Plain writes hold
     /// the read lock until they are issued.
     pub(super) durable: RwLock<Vec<ClassBitmap>>,
-    /// Dirty page table: every dirty persistent page, with the LSN from which the log may
-    /// hold changes not yet on its disk copy. Checkpoints flush these (not the whole pool).
-    pub(crate) dirty: super::sharded::PageMap<u64>,
-    /// Active transactions: id -> LSN at which they began (log truncation must keep it).
-    pub(crate) active: Mutex<BTreeMap<u64, u64>>,
-    pub(crate) next_txid: AtomicU64,
     /// The second memory tier, and the checksum of the image each page has there (the
     /// image of its current disk version; see [`super::tier`]).
     pub(super) remote: Option<std::sync::Arc<dyn super::tier::RemoteTier>>,
-    pub(super) remote_versions: super::sharded::PageMap<u32>,
-    /// The nonce of the last checkpoint (see [`CheckpointInfo::nonce`]); 0 before the first.
-    pub(super) nonce: AtomicU64,
+    pub(super) remote_versions: crate::sharded::PageMap<u32>,
     pub(super) warm_restart: bool,
     /// What the warm restart at open did.
     pub(super) warm_report: Mutex<Option<super::hotset::WarmReport>>,
-    /// One checkpoint at a time; the log position where the last one began, and how much log
-    /// may accumulate before a commit triggers the next.
-    pub(super) checkpoint_lock: Mutex<()>,
-    pub(super) last_checkpoint: AtomicU64,
-    pub(super) checkpoint_every: u64,
     /// Rung when an eviction wrote dirty victims itself (wakes a [`super::Cleaner`]).
     pub(super) bell: super::cleaner::Bell,
     /// This manager's identity for the per-thread sequential-miss detector.
@@ -304,7 +291,7 @@ impl BufferManager {
             used: AtomicU64::new(0),
             metadata: AtomicU64::new(0),
             peak: AtomicU64::new(0),
-            resident: super::sharded::StripedRwLock::new(resident),
+            resident: crate::sharded::StripedRwLock::new(resident),
             evictors: AtomicU64::new(0),
             recycler: super::recycle::Recycler::new(config.frame_recycling, classes.count(), pool),
             bell: Default::default(),
@@ -317,19 +304,17 @@ impl BufferManager {
             // table on disk with the partial (possibly empty) one in memory.
             closed: true.into(),
             sync_failed: Mutex::new(None),
-            wal,
+            durability: crate::durability::Durability::new(
+                wal,
+                checkpoint.map_or(1, |c| c.next_txid),
+                checkpoint.map_or(0, |c| c.nonce),
+                config.checkpoint_every,
+            ),
             dw,
             dw_lock: Mutex::new(()),
             durable: RwLock::new(durable),
-            dirty: Default::default(),
-            active: Mutex::new(BTreeMap::new()),
-            next_txid: AtomicU64::new(checkpoint.map_or(1, |c| c.next_txid)),
             remote: config.remote.clone(),
             remote_versions: Default::default(),
-            checkpoint_lock: Mutex::new(()),
-            last_checkpoint: AtomicU64::new(0),
-            checkpoint_every: config.checkpoint_every,
-            nonce: AtomicU64::new(checkpoint.map_or(0, |c| c.nonce)),
             warm_restart: config.warm_restart,
             warm_report: Mutex::new(None),
             read_only: read_only.is_some(),
@@ -337,7 +322,6 @@ impl BufferManager {
             dir_lock: Mutex::new(lock),
         };
         let mut bm = bm;
-        bm.last_checkpoint.store(bm.wal.end(), Ordering::Relaxed);
         debug_assert_eq!(rs_bytes, bm.resident.read().memory_bytes());
         bm.charge_metadata(rs_bytes)?;
         for (class, bitmap) in table.classes.into_iter().enumerate() {

@@ -21,7 +21,6 @@ mod region;
 mod remote;
 mod resident;
 mod sequential;
-mod sharded;
 #[doc(hidden)]
 pub mod slots;
 mod space;

@@ -17,7 +17,6 @@
 //! smaller than the data it touches; the caller checkpoints afterwards.
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::atomic::Ordering;
 
 use super::manager::BufferManager;
 use crate::error::{Error, Result};
@@ -44,7 +43,7 @@ pub(crate) fn recover(bm: &BufferManager, start: u64) -> Result<Report> {
     let mut open: BTreeMap<u64, u64> = BTreeMap::new();
     let mut committed = HashSet::new();
     let mut max_txid = 0;
-    for rec in bm.wal.reader(start) {
+    for rec in bm.durability.wal.reader(start) {
         let rec = rec?;
         if rec.txid == 0 {
             continue;
@@ -64,17 +63,17 @@ pub(crate) fn recover(bm: &BufferManager, start: u64) -> Result<Report> {
             }
         }
     }
-    bm.next_txid.fetch_max(max_txid + 1, Ordering::Relaxed);
+    bm.durability.saw_txid(max_txid);
     if report.records == 0 {
         return Ok(report);
     }
-    for rec in bm.wal.reader(start) {
+    for rec in bm.durability.wal.reader(start) {
         let rec = rec?;
         if redo(bm, &rec, &committed)? {
             report.redone += 1;
         }
     }
-    let mut reader = bm.wal.reader(start);
+    let mut reader = bm.durability.wal.reader(start);
     for (&txid, &last) in &open {
         let mut prev = last;
         let mut next = last;
@@ -96,10 +95,10 @@ pub(crate) fn recover(bm: &BufferManager, start: u64) -> Result<Report> {
                 _ => rec.prev_lsn,
             };
         }
-        bm.wal.append(txid, prev, &Body::Abort)?;
+        bm.durability.wal.append(txid, prev, &Body::Abort)?;
         report.losers += 1;
     }
-    bm.wal.flush_all()?;
+    bm.durability.wal.flush_all()?;
     Ok(report)
 }
 

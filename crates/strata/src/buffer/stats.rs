@@ -1,8 +1,7 @@
 //! Statistics: counters striped over cache lines so that counting on the hot path does not
 //! become a point of contention between threads.
 
-use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crossbeam_utils::CachePadded;
 use serde::Serialize;
@@ -18,15 +17,8 @@ impl Default for Counter {
     }
 }
 
-pub(super) fn stripe() -> usize {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local!(static MINE: Cell<usize> = const { Cell::new(usize::MAX) });
-    MINE.with(|m| {
-        if m.get() == usize::MAX {
-            m.set(NEXT.fetch_add(1, Ordering::Relaxed) % STRIPES);
-        }
-        m.get()
-    })
+fn stripe() -> usize {
+    crate::sharded::stripe() % STRIPES
 }
 
 impl Counter {

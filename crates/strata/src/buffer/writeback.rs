@@ -51,9 +51,7 @@ impl BufferManager {
             max_lsn = max_lsn.max(self.seal(sp, pid.index()));
             self.forget_remote(pid);
         }
-        if max_lsn > 0 && max_lsn >= self.wal.flushed() {
-            self.wal.flush(max_lsn)?;
-        }
+        self.durability.flush_for(max_lsn)?;
         let image = |pid: PageId, sp: &Space| -> &[u8] {
             // SAFETY: exclusive latch held by the caller (see `seal`); the frame is mapped for
             // the page size and only loaded from by others.
@@ -99,7 +97,7 @@ impl BufferManager {
             }
         }
         for &(pid, _) in pages {
-            self.dirty.remove(pid);
+            self.durability.page_clean(pid);
         }
         Ok(())
     }
@@ -150,7 +148,6 @@ impl BufferManager {
         if pid.is_temp() {
             return;
         }
-        let lsn = lsn.unwrap_or_else(|| self.wal.end());
-        self.dirty.insert_if_absent(pid, lsn);
+        self.durability.note_dirty(pid, lsn);
     }
 }

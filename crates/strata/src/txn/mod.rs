@@ -97,7 +97,7 @@ impl<'a> Transaction<'a> {
         }
         // A failed log refuses all work; say so at once rather than after a lock wait on a
         // page that a transaction that could not roll back still holds.
-        self.bm.wal.check_failed()
+        self.bm.durability.wal.check_failed()
     }
 
     /// Locks `pid` until the transaction ends.
@@ -281,11 +281,11 @@ impl<'a> Transaction<'a> {
             return Ok(());
         }
         for i in 0..self.frees.len() {
-            self.last_lsn = self.bm.wal.append(self.txid, self.last_lsn, &Body::Free { pid: self.frees[i] })?;
+            self.last_lsn = self.bm.durability.wal.append(self.txid, self.last_lsn, &Body::Free { pid: self.frees[i] })?;
         }
-        let lsn = self.bm.wal.append(self.txid, self.last_lsn, &Body::Commit)?;
+        let lsn = self.bm.durability.wal.append(self.txid, self.last_lsn, &Body::Commit)?;
         self.last_lsn = lsn;
-        self.bm.wal.flush(lsn)
+        self.bm.durability.wal.flush(lsn)
     }
 
     /// Rolls back every change of the transaction.
@@ -312,7 +312,7 @@ impl<'a> Transaction<'a> {
                 return Err(e);
             }
         }
-        let r = if self.last_lsn != 0 { self.bm.wal.append(self.txid, self.last_lsn, &Body::Abort).map(|_| ()) } else { Ok(()) };
+        let r = if self.last_lsn != 0 { self.bm.durability.wal.append(self.txid, self.last_lsn, &Body::Abort).map(|_| ()) } else { Ok(()) };
         self.finish();
         // The locks are released: the pages this transaction allocated can go now.
         let mut first_error = r.err();

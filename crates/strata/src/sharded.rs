@@ -6,7 +6,7 @@
 use std::cell::UnsafeCell;
 use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crossbeam_utils::CachePadded;
 use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -14,6 +14,20 @@ use parking_lot::{Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use crate::storage::PageId;
 
 const SHARDS: usize = 32;
+
+/// This thread's stripe number (threads take consecutive numbers as they first ask), for
+/// structures striped by thread: counters, the striped lock.
+pub(crate) fn stripe() -> usize {
+    use std::cell::Cell;
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local!(static MINE: Cell<usize> = const { Cell::new(usize::MAX) });
+    MINE.with(|m| {
+        if m.get() == usize::MAX {
+            m.set(NEXT.fetch_add(1, Ordering::Relaxed));
+        }
+        m.get()
+    })
+}
 
 /// One shard of a [`PageMap`].
 type Shard<V> = CachePadded<Mutex<HashMap<PageId, V>>>;
@@ -122,7 +136,7 @@ impl<T> StripedRwLock<T> {
     }
 
     pub(crate) fn read(&self) -> StripedRead<'_, T> {
-        let lock = &self.stripes[super::stats::stripe() % STRIPES];
+        let lock = &self.stripes[stripe() % STRIPES];
         let stripe = lock.try_read().unwrap_or_else(|| {
             self.waits.fetch_add(1, Ordering::Relaxed);
             lock.read()
