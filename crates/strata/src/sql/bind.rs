@@ -8,7 +8,7 @@ use sqlparser::ast::{
 };
 use sqlparser::tokenizer::Span;
 
-use super::exec::{AggFunc, AggSpec, Plan};
+use super::exec::{AggFunc, AggSpec, Plan, SortKey};
 use super::expr::{can_cast, err, tname, ArOp, BExpr, CmpOp, DatePart, Func1, Pos};
 use crate::access::catalog::Catalog;
 use crate::access::table::text::parse_date;
@@ -81,7 +81,15 @@ enum Aggs<'a> {
     /// Not at all (WHERE, aggregate arguments).
     No(&'static str),
     /// Collected into the list; the expression refers to them by index.
-    Collect { list: &'a mut Vec<AggSpec>, bare_column: &'a mut Option<(Pos, String)> },
+    Collect { list: &'a mut Vec<AggSpec>, bare_column: &'a mut Option<(Pos, String)>, keys: &'a [GroupKey] },
+}
+
+/// A `GROUP BY` key: its text (an expression of the SELECT list with the same text is the
+/// key), the input column when it is a plain column, its type.
+struct GroupKey {
+    text: String,
+    col: Option<usize>,
+    ty: Option<ColumnType>,
 }
 
 /// A typed bound expression.
@@ -192,6 +200,14 @@ impl Binder<'_> {
 
     fn expr(&self, e: &Expr, aggs: &mut Aggs<'_>) -> Result<Typed> {
         let pos = pos_of(e);
+        if let Aggs::Collect { keys, .. } = aggs {
+            if !keys.is_empty() && !matches!(e, Expr::Nested(_) | Expr::Value(_)) {
+                let t = e.to_string();
+                if let Some(i) = keys.iter().position(|k| k.text == t) {
+                    return Ok((BExpr::Col(i, t), keys[i].ty));
+                }
+            }
+        }
         Ok(match e {
             Expr::Identifier(id) => self.column(id, None, aggs)?,
             Expr::CompoundIdentifier(parts) => match parts.as_slice() {
@@ -380,7 +396,13 @@ impl Binder<'_> {
             Some(q) => format!("{}.{}", q.value, self.scope.schema.columns[i].name),
             None => self.scope.schema.columns[i].name.clone(),
         };
-        if let Aggs::Collect { bare_column, .. } = aggs {
+        if let Aggs::Collect { bare_column, keys, .. } = aggs {
+            if !keys.is_empty() {
+                return match keys.iter().position(|k| k.col == Some(i)) {
+                    Some(k) => Ok((BExpr::Col(k, name), Some(t))),
+                    None => Err(err(at(id.span), format!("column {name:?} must appear in the GROUP BY clause or be used in an aggregate function"))),
+                };
+            }
             if bare_column.is_none() {
                 **bare_column = Some((at(id.span), name.clone()));
             }
@@ -498,14 +520,13 @@ impl Binder<'_> {
             }
         }
         if let Some(func) = agg_func(&name) {
-            if distinct {
-                return Err(unsupported(pos, &format!("{name}(DISTINCT ...)")));
+            if distinct && star {
+                return Err(err(pos, format!("{name}(DISTINCT *) is not a thing; name a column")));
             }
-            let (list_, bare) = match aggs {
+            let (list_, nk) = match aggs {
                 Aggs::No(place) => return Err(err(pos, format!("aggregate functions are not allowed in {place}"))),
-                Aggs::Collect { list, bare_column } => (list, bare_column),
+                Aggs::Collect { list, keys, .. } => (list, keys.len()),
             };
-            let _ = bare;
             let (func, arg, arg_ty) = match (func, star, args.as_slice()) {
                 (AggFunc::Count, true, []) => (AggFunc::CountStar, None, None),
                 (_, false, [a]) => {
@@ -526,8 +547,8 @@ impl Binder<'_> {
                 AggFunc::Min | AggFunc::Max => arg_ty,
             };
             let label = short(&f.to_string());
-            let i = list_.len();
-            list_.push(AggSpec { func, arg, arg_ty, pos, label: label.clone() });
+            let i = nk + list_.len();
+            list_.push(AggSpec { func, arg, arg_ty, pos, label: label.clone(), distinct });
             return Ok((BExpr::Col(i, label), ty));
         }
         if star || distinct {
@@ -657,9 +678,6 @@ fn query(catalog: &Catalog, q: &Query) -> Result<Bound> {
     if let Some(w) = &q.with {
         return Err(unsupported(at(w.span()), "WITH"));
     }
-    if let Some(o) = &q.order_by {
-        return Err(unsupported(at(o.span()).or(at(q.span())), "ORDER BY"));
-    }
     if q.fetch.is_some() || !q.locks.is_empty() || q.for_clause.is_some() || q.settings.is_some() || q.format_clause.is_some() || !q.pipe_operators.is_empty() {
         return Err(unsupported(at(q.span()), "this query clause"));
     }
@@ -685,19 +703,75 @@ fn query(catalog: &Catalog, q: &Query) -> Result<Bound> {
         SetExpr::SetOperation { op, .. } => return Err(unsupported(at(q.span()), &format!("{op}"))),
         other => return Err(unsupported(at(other.span()), "this kind of query")),
     };
-    let mut bound = select_plan(catalog, select)?;
+    let top = limit.and_then(|l| l.checked_add(offset));
+    let mut bound = select_plan(catalog, select, q.order_by.as_ref(), top)?;
     if limit.is_some() || offset > 0 {
         bound.plan = Plan::Limit { input: Box::new(bound.plan), limit, offset };
     }
     Ok(bound)
 }
 
-fn select_plan(catalog: &Catalog, s: &ast::Select) -> Result<Bound> {
-    let spos = at(s.select_token.0.span);
-    if let Some(d) = &s.distinct {
-        let _ = d;
-        return Err(unsupported(spos, "SELECT DISTINCT"));
+/// The expression a `GROUP BY` item stands for: `GROUP BY 2` is the second SELECT item, and
+/// a name that is no column of the input but the alias of a SELECT item is that item.
+fn group_item<'e>(g: &'e Expr, projection: &'e [SelectItem], scope: &Scope) -> Result<&'e Expr> {
+    let item_expr = |it: &'e SelectItem| match it {
+        SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => Some(e),
+        _ => None,
+    };
+    match g {
+        Expr::Value(v) => match &v.value {
+            SqlValue::Number(n, _) => {
+                let k: usize = n.parse().map_err(|_| err(pos_of(g), format!("GROUP BY position {n} is not in the select list")))?;
+                projection
+                    .get(k.wrapping_sub(1))
+                    .and_then(item_expr)
+                    .ok_or_else(|| err(pos_of(g), format!("GROUP BY position {n} is not an expression of the select list")))
+            }
+            _ => Ok(g),
+        },
+        Expr::Identifier(id) if scope.column(id).is_err() => {
+            let alias = projection.iter().find_map(|it| match it {
+                SelectItem::ExprWithAlias { expr, alias } if alias.value.eq_ignore_ascii_case(&id.value) => Some(expr),
+                _ => None,
+            });
+            Ok(alias.unwrap_or(g))
+        }
+        _ => Ok(g),
     }
+}
+
+/// The output column an `ORDER BY` item names, if it names one: a position, an output
+/// column's name, or the text of a SELECT item.
+fn order_target(e: &Expr, columns: &[OutColumn], texts: &[Option<String>]) -> Result<Option<usize>> {
+    match e {
+        Expr::Value(v) => {
+            if let SqlValue::Number(n, _) = &v.value {
+                return match n.parse::<usize>() {
+                    Ok(k) if (1..=columns.len()).contains(&k) => Ok(Some(k - 1)),
+                    _ => Err(err(pos_of(e), format!("ORDER BY position {n} is not in the select list"))),
+                };
+            }
+        }
+        Expr::Identifier(id) => {
+            let mut m =
+                columns.iter().enumerate().filter(|(_, c)| if id.quote_style.is_some() { c.name == id.value } else { c.name.eq_ignore_ascii_case(&id.value) });
+            if let (Some((i, _)), None) = (m.next(), m.next()) {
+                return Ok(Some(i));
+            }
+        }
+        _ => {}
+    }
+    let t = e.to_string();
+    Ok(texts.iter().position(|x| x.as_deref() == Some(t.as_str())))
+}
+
+fn select_plan(catalog: &Catalog, s: &ast::Select, order_by: Option<&ast::OrderBy>, top: Option<u64>) -> Result<Bound> {
+    let spos = at(s.select_token.0.span);
+    let distinct = match &s.distinct {
+        None => false,
+        Some(ast::Distinct::Distinct) => true,
+        Some(ast::Distinct::On(_)) => return Err(unsupported(spos, "DISTINCT ON")),
+    };
     if s.top.is_some()
         || s.into.is_some()
         || !s.lateral_views.is_empty()
@@ -711,11 +785,11 @@ fn select_plan(catalog: &Catalog, s: &ast::Select) -> Result<Bound> {
     if !s.cluster_by.is_empty() || !s.distribute_by.is_empty() || !s.sort_by.is_empty() || s.exclude.is_some() || s.value_table_mode.is_some() {
         return Err(unsupported(spos, "this SELECT clause"));
     }
-    match &s.group_by {
-        GroupByExpr::Expressions(e, m) if e.is_empty() && m.is_empty() => {}
-        GroupByExpr::Expressions(e, _) => return Err(unsupported(e.first().map(pos_of).unwrap_or(spos), "GROUP BY")),
-        GroupByExpr::All(_) => return Err(unsupported(spos, "GROUP BY")),
-    }
+    let group_exprs: &[Expr] = match &s.group_by {
+        GroupByExpr::Expressions(e, m) if m.is_empty() => e,
+        GroupByExpr::Expressions(e, _) => return Err(unsupported(e.first().map(pos_of).unwrap_or(spos), "GROUP BY with modifiers")),
+        GroupByExpr::All(_) => return Err(unsupported(spos, "GROUP BY ALL")),
+    };
     // FROM: nothing, or one table.
     let (scope, table) = match s.from.as_slice() {
         [] => (Scope::empty(), None),
@@ -765,11 +839,22 @@ fn select_plan(catalog: &Catalog, s: &ast::Select) -> Result<Bound> {
         }
         None => None,
     };
-    // The projection, with aggregates collected.
+    // GROUP BY keys, bound against the input.
+    let mut keys = Vec::with_capacity(group_exprs.len());
+    let mut key_exprs = Vec::with_capacity(group_exprs.len());
+    for g in group_exprs {
+        let g = group_item(g, &s.projection, &scope)?;
+        let (x, t) = b.expr(g, &mut Aggs::No("GROUP BY"))?;
+        keys.push(GroupKey { text: g.to_string(), col: if let BExpr::Col(i, _) = &x { Some(*i) } else { None }, ty: t });
+        key_exprs.push(x);
+    }
+    let grouped = !keys.is_empty();
+    // The projection, with aggregates collected (after GROUP BY: over the groups' rows).
     let mut aggs = Vec::new();
     let mut bare: Option<(Pos, String)> = None;
     let mut exprs = Vec::new();
     let mut columns = Vec::new();
+    let mut texts: Vec<Option<String>> = Vec::new();
     for item in &s.projection {
         match item {
             SelectItem::Wildcard(opts) | SelectItem::QualifiedWildcard(_, opts) => {
@@ -797,12 +882,26 @@ fn select_plan(catalog: &Catalog, s: &ast::Select) -> Result<Bound> {
                     if bare.is_none() {
                         bare = Some((at(item.span()), c.name.clone()));
                     }
-                    exprs.push(BExpr::Col(i, c.name.clone()));
+                    let x = if grouped {
+                        match keys.iter().position(|k| k.col == Some(i)) {
+                            Some(k) => BExpr::Col(k, c.name.clone()),
+                            None => {
+                                return Err(err(
+                                    at(item.span()),
+                                    format!("column {:?} must appear in the GROUP BY clause or be used in an aggregate function", c.name),
+                                ))
+                            }
+                        }
+                    } else {
+                        BExpr::Col(i, c.name.clone())
+                    };
+                    exprs.push(x);
                     columns.push(OutColumn { name: c.name.clone(), ty: Some(c.ty) });
+                    texts.push(None);
                 }
             }
             SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
-                let (x, t) = b.expr(e, &mut Aggs::Collect { list: &mut aggs, bare_column: &mut bare })?;
+                let (x, t) = b.expr(e, &mut Aggs::Collect { list: &mut aggs, bare_column: &mut bare, keys: &keys })?;
                 let name = match item {
                     SelectItem::ExprWithAlias { alias, .. } => alias.value.clone(),
                     _ => match e {
@@ -813,35 +912,81 @@ fn select_plan(catalog: &Catalog, s: &ast::Select) -> Result<Bound> {
                 };
                 exprs.push(x);
                 columns.push(OutColumn { name, ty: t });
+                texts.push(Some(e.to_string()));
             }
         }
     }
-    if let Some(h) = &s.having {
-        if aggs.is_empty() {
-            // HAVING without aggregates: treat the query as an aggregate over no columns.
-            return Err(unsupported(pos_of(h), "HAVING without aggregates"));
+    let having = match &s.having {
+        Some(h) => Some((b.bool_operand(h, "HAVING", &mut Aggs::Collect { list: &mut aggs, bare_column: &mut bare, keys: &keys })?, pos_of(h))),
+        None => None,
+    };
+    // ORDER BY: an output column, else an expression computed as a hidden column.
+    let mut sort_keys = Vec::new();
+    let mut hidden = Vec::new();
+    if let Some(ob) = order_by {
+        let items = match &ob.kind {
+            ast::OrderByKind::Expressions(v) => v,
+            ast::OrderByKind::All(_) => return Err(unsupported(at(ob.span()).or(spos), "ORDER BY ALL")),
+        };
+        if ob.interpolate.is_some() {
+            return Err(unsupported(at(ob.span()).or(spos), "INTERPOLATE"));
+        }
+        for it in items {
+            if it.with_fill.is_some() {
+                return Err(unsupported(pos_of(&it.expr), "WITH FILL"));
+            }
+            let desc = it.options.asc == Some(false);
+            let nulls_first = it.options.nulls_first.unwrap_or(desc);
+            let col = match order_target(&it.expr, &columns, &texts)? {
+                Some(c) => c,
+                None => {
+                    if distinct {
+                        return Err(err(pos_of(&it.expr), "for SELECT DISTINCT, ORDER BY expressions must appear in the select list"));
+                    }
+                    let (x, _) = b.expr(&it.expr, &mut Aggs::Collect { list: &mut aggs, bare_column: &mut bare, keys: &keys })?;
+                    hidden.push(x);
+                    exprs.len() + hidden.len() - 1
+                }
+            };
+            sort_keys.push(SortKey { col, desc, nulls_first });
+        }
+    }
+    let aggregated = grouped || !aggs.is_empty();
+    if let (Some((_, hpos)), false) = (&having, aggregated) {
+        return Err(unsupported(*hpos, "HAVING without aggregates or GROUP BY"));
+    }
+    if aggregated && !grouped {
+        if let Some((pos, name)) = bare {
+            return Err(err(pos, format!("column {name:?} must be inside an aggregate function or appear in GROUP BY")));
         }
     }
     let mut plan = match table {
         Some((name, table)) => Plan::Scan { name, table, filter },
         None => Plan::OneRow { filter },
     };
-    if !aggs.is_empty() {
-        if let Some((pos, name)) = bare {
-            return Err(err(pos, format!("column {name:?} must be inside an aggregate function (GROUP BY is not supported yet)")));
-        }
-        let having = match &s.having {
-            Some(h) => Some(b.bool_operand(h, "HAVING", &mut Aggs::Collect { list: &mut aggs, bare_column: &mut bare })?),
-            None => None,
+    if aggregated {
+        plan = if grouped || aggs.iter().any(|a| a.distinct) {
+            Plan::HashAggregate { input: Box::new(plan), keys: key_exprs, aggs }
+        } else {
+            Plan::Aggregate { input: Box::new(plan), aggs }
         };
-        if let Some((pos, name)) = bare {
-            return Err(err(pos, format!("column {name:?} must be inside an aggregate function (GROUP BY is not supported yet)")));
-        }
-        plan = Plan::Aggregate { input: Box::new(plan), aggs };
-        if let Some(h) = having {
+        if let Some((h, _)) = having {
             plan = Plan::Filter { input: Box::new(plan), pred: h };
         }
     }
+    let n = exprs.len();
+    let width = n + hidden.len();
+    exprs.extend(hidden);
     plan = Plan::Project { input: Box::new(plan), exprs };
+    if distinct {
+        let keys = columns.iter().enumerate().map(|(i, c)| BExpr::Col(i, c.name.clone())).collect();
+        plan = Plan::HashAggregate { input: Box::new(plan), keys, aggs: Vec::new() };
+    }
+    if !sort_keys.is_empty() {
+        plan = Plan::Sort { input: Box::new(plan), keys: sort_keys, top };
+    }
+    if width > n {
+        plan = Plan::Project { input: Box::new(plan), exprs: columns.iter().enumerate().map(|(i, c)| BExpr::Col(i, c.name.clone())).collect() };
+    }
     Ok(Bound { plan, columns })
 }

@@ -5,7 +5,10 @@
 
 use std::fmt::Write as _;
 
+use super::agg::{encode_states, AggKind, HashAgg, St};
 use super::expr::{arith, compare, err, ArOp, BExpr, Pos};
+use super::rows::{corrupt, decode_row, encode_row, encode_sort_key, encode_value, hash_bytes};
+use super::sort::Sorter;
 use crate::access::table::{ColumnType, Table, Value};
 use crate::buffer::BufferManager;
 use crate::error::{Error, Result};
@@ -33,6 +36,16 @@ pub struct AggSpec {
     pub arg_ty: Option<ColumnType>,
     pub pos: Pos,
     pub label: String,
+    /// `agg(DISTINCT x)`: duplicates of the argument (within a group) count once.
+    pub distinct: bool,
+}
+
+/// One `ORDER BY` key: a column of the input, descending?, NULLs first?
+#[derive(Clone, Copy, Debug)]
+pub struct SortKey {
+    pub col: usize,
+    pub desc: bool,
+    pub nulls_first: bool,
 }
 
 /// A query plan.
@@ -48,6 +61,14 @@ pub enum Plan {
     Filter { input: Box<Plan>, pred: BExpr },
     /// One row of aggregates over all of the input (no GROUP BY): constant state.
     Aggregate { input: Box<Plan>, aggs: Vec<AggSpec> },
+    /// `GROUP BY` (and `DISTINCT`, and aggregates with `DISTINCT`): rows of the key values
+    /// followed by the aggregates, by hash aggregation in temporary pages (see
+    /// [`super::agg`]). With no keys, one row even for no input.
+    HashAggregate { input: Box<Plan>, keys: Vec<BExpr>, aggs: Vec<AggSpec> },
+    /// `ORDER BY`: the input's rows sorted by `keys` (an external sort in temporary pages,
+    /// see [`super::sort`]; a top-k heap when only the first `top` rows are wanted and they
+    /// are few).
+    Sort { input: Box<Plan>, keys: Vec<SortKey>, top: Option<u64> },
     /// Skips `offset` rows, then passes at most `limit`.
     Limit { input: Box<Plan>, limit: Option<u64>, offset: u64 },
 }
@@ -189,6 +210,22 @@ impl Plan {
                 let row: Vec<Value> = states.into_iter().map(State::finish).collect();
                 sink(&row)
             }
+            Plan::HashAggregate { input, keys, aggs } => run_hash_aggregate(bm, input, keys, aggs, sink),
+            Plan::Sort { input, keys, top } => {
+                let mut sorter = Sorter::new(bm, *top);
+                let (mut kb, mut rb) = (Vec::new(), Vec::new());
+                input.run(bm, &mut |row| {
+                    kb.clear();
+                    for k in keys {
+                        encode_sort_key(row.get(k.col).ok_or_else(|| corrupt("sort key column"))?, k.desc, k.nulls_first, &mut kb);
+                    }
+                    rb.clear();
+                    encode_row(row, &mut rb);
+                    sorter.push(&kb, &rb)?;
+                    Ok(true)
+                })?;
+                sorter.finish(&mut |rb| sink(&decode_row(rb)?))
+            }
             Plan::Limit { input, limit, offset } => {
                 if *limit == Some(0) {
                     return Ok(true);
@@ -254,6 +291,42 @@ impl Plan {
                 let _ = writeln!(s, "{pad}Aggregate (no groups, constant state) {}", list(&mut aggs.iter().map(|a| a.label.clone())));
                 Some(input)
             }
+            Plan::HashAggregate { input, keys, aggs } => {
+                let what = if aggs.is_empty() && !keys.is_empty() { "HashDistinct" } else { "HashAggregate" };
+                let _ = write!(s, "{pad}{what} (temp pages, spills by partition)");
+                if !keys.is_empty() {
+                    let _ = write!(s, " keys {}", list(&mut keys.iter().map(|e| e.to_string())));
+                }
+                if !aggs.is_empty() {
+                    let _ = write!(s, " aggs {}", list(&mut aggs.iter().map(|a| a.label.clone())));
+                }
+                s.push('\n');
+                Some(input)
+            }
+            Plan::Sort { input, keys, top } => {
+                let how = match top {
+                    Some(k) if *k <= super::sort::TOP_K_MAX => format!("top {k} in memory"),
+                    _ => "external, temp pages".to_owned(),
+                };
+                let ks = list(&mut keys.iter().map(|k| {
+                    format!(
+                        "#{}{}{}",
+                        k.col + 1,
+                        if k.desc { " DESC" } else { "" },
+                        if k.nulls_first != k.desc {
+                            if k.nulls_first {
+                                " NULLS FIRST"
+                            } else {
+                                " NULLS LAST"
+                            }
+                        } else {
+                            ""
+                        }
+                    )
+                }));
+                let _ = writeln!(s, "{pad}Sort ({how}) {ks}");
+                Some(input)
+            }
             Plan::Limit { input, limit, offset } => {
                 let _ = write!(s, "{pad}Limit {}", limit.map_or("ALL".to_owned(), |l| l.to_string()));
                 if *offset > 0 {
@@ -267,4 +340,79 @@ impl Plan {
             i.explain_into(s, depth + 1);
         }
     }
+}
+
+fn run_hash_aggregate(bm: &BufferManager, input: &Plan, keys: &[BExpr], aggs: &[AggSpec], sink: &mut Sink<'_>) -> Result<bool> {
+    let kinds: Vec<AggKind> = aggs.iter().map(|a| AggKind::of(a.func, a.arg_ty, a.pos, &a.label)).collect();
+    let mut main = HashAgg::new(bm, kinds.clone());
+    let mut dist = aggs.iter().any(|a| a.distinct).then(|| HashAgg::new(bm, Vec::new()));
+    let (mut kb, mut sb, mut db) = (Vec::new(), Vec::new(), Vec::new());
+    let mut sts: Vec<St> = Vec::with_capacity(aggs.len());
+    input.run(bm, &mut |row| {
+        kb.clear();
+        for k in keys {
+            encode_value(&k.eval(row)?, &mut kb);
+        }
+        sts.clear();
+        for (i, (a, k)) in aggs.iter().zip(&kinds).enumerate() {
+            let v = match &a.arg {
+                None => Value::Bool(true),
+                Some(e) => e.eval(row)?,
+            };
+            if a.distinct {
+                sts.push(St::empty(k.kind));
+                if let (false, Some(d)) = (matches!(v, Value::Null), dist.as_mut()) {
+                    // (group key, which aggregate, value): deduplicated first, counted after.
+                    db.clear();
+                    db.extend_from_slice(&kb);
+                    encode_value(&Value::I64(i as i64), &mut db);
+                    encode_value(&v, &mut db);
+                    d.push(&db, hash_bytes(&db), &[])?;
+                }
+            } else {
+                sts.push(St::one(k.kind, v));
+            }
+        }
+        sb.clear();
+        encode_states(&sts, &mut sb);
+        main.push(&kb, hash_bytes(&kb), &sb)?;
+        Ok(true)
+    })?;
+    if let Some(d) = dist {
+        let nk = keys.len();
+        d.finish(&mut |key, _| {
+            let mut vals = decode_row(key)?;
+            if vals.len() != nk + 2 {
+                return Err(corrupt("distinct aggregate record"));
+            }
+            let x = vals.pop().unwrap_or(Value::Null);
+            let i = match vals.pop() {
+                Some(Value::I64(i)) => i as usize,
+                _ => return Err(corrupt("distinct aggregate record")),
+            };
+            kb.clear();
+            encode_row(&vals, &mut kb);
+            sts.clear();
+            for (j, k) in kinds.iter().enumerate() {
+                sts.push(if j == i { St::one(k.kind, x.clone()) } else { St::empty(k.kind) });
+            }
+            sb.clear();
+            encode_states(&sts, &mut sb);
+            main.push(&kb, hash_bytes(&kb), &sb)?;
+            Ok(true)
+        })?;
+    }
+    let mut emitted = false;
+    let go = main.finish(&mut |key, states| {
+        emitted = true;
+        let mut out = decode_row(key)?;
+        out.extend(states.into_iter().map(St::finish));
+        sink(&out)
+    })?;
+    if !emitted && keys.is_empty() {
+        // Aggregates over no rows: one row (count 0, the others NULL).
+        let row: Vec<Value> = kinds.iter().map(|k| St::empty(k.kind).finish()).collect();
+        return sink(&row);
+    }
+    Ok(go)
 }

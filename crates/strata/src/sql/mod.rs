@@ -26,9 +26,12 @@
 //! follows standard SQL: comparisons with NULL are unknown, `AND`/`OR` are three-valued,
 //! aggregates skip NULLs, `sum`/`avg`/`min`/`max` of no values are NULL, `count` is 0.
 
+pub mod agg;
 pub mod bind;
 pub mod exec;
 pub mod expr;
+pub mod rows;
+pub mod sort;
 
 use sqlparser::dialect::GenericDialect;
 use sqlparser::parser::{Parser, ParserError};
