@@ -348,9 +348,10 @@ fn check_group_by(db: &Database, rows: &[R]) {
 #[test]
 fn group_by_and_distinct_match_the_reference_through_a_tiny_pool() {
     let (_dir, db, rows) = setup(POOL, 12_000);
-    let before = db.buffer().stats().evictions;
+    let before = (db.buffer().stats().evictions, strata::sql::spill_counters());
     check_group_by(&db, &rows);
-    assert!(db.buffer().stats().evictions > before);
+    assert!(db.buffer().stats().evictions > before.0);
+    assert!(strata::sql::spill_counters().agg_flushes > before.1.agg_flushes, "more groups than a table page holds");
     let st = db.buffer().stats();
     assert!(st.peak_resident_bytes <= POOL, "peak {} > pool", st.peak_resident_bytes);
 }
@@ -448,7 +449,9 @@ fn check_order_by(db: &Database, rows: &[R]) {
 #[test]
 fn order_by_matches_the_reference_through_a_tiny_pool() {
     let (_dir, db, rows) = setup(POOL, 8_000);
+    let before = strata::sql::spill_counters();
     check_order_by(&db, &rows);
+    assert!(strata::sql::spill_counters().sort_runs > before.sort_runs + 16, "several merge passes");
     let st = db.buffer().stats();
     assert!(st.peak_resident_bytes <= POOL, "peak {} > pool", st.peak_resident_bytes);
 }
@@ -471,4 +474,176 @@ fn explain_shows_the_operators() {
             "          Scan t",
         ]
     );
+}
+
+fn join_setup(pool: u64) -> (tempfile::TempDir, Database, Vec<R>, Vec<R>, Vec<R>) {
+    let dir = tempfile::tempdir().unwrap();
+    let t = random_rows(21, 3000, 40, 300);
+    let u = random_rows(22, 800, 40, 300);
+    let w = random_rows(23, 200, 10, 50);
+    let db = open(&dir.path().join("db"), pool, &[("t", &t), ("u", &u), ("w", &w), ("empty", &[])]);
+    (dir, db, t, u, w)
+}
+
+fn id(r: &R) -> Value {
+    Value::I64(r.id)
+}
+
+fn eq<T: PartialEq>(a: &Option<T>, b: &Option<T>) -> bool {
+    matches!((a, b), (Some(x), Some(y)) if x == y)
+}
+
+fn check_joins(db: &Database, t: &[R], u: &[R], w: &[R]) {
+    let pairs =
+        |f: &dyn Fn(&R, &R) -> bool| -> Vec<Vec<Value>> { t.iter().flat_map(|a| u.iter().filter(move |b| f(a, b)).map(move |b| vec![id(a), id(b)])).collect() };
+    // Comma join with the key in WHERE (skewed integer keys, NULLs).
+    let sql = "SELECT t.id, u.id FROM t, u WHERE t.k = u.k";
+    assert_set(sql, q(db, sql), pairs(&|a, b| eq(&a.k, &b.k)), 2);
+    // JOIN ... ON on strings of every length, with a non-equality too; aliases.
+    let sql = "SELECT a.id, b.id FROM t AS a JOIN u b ON a.g = b.g AND a.x > b.x";
+    assert_set(sql, q(db, sql), pairs(&|a, b| eq(&a.g, &b.g) && a.x.zip(b.x).is_some_and(|(x, y)| x > y)), 2);
+    // An i64 key against an f64 key.
+    let sql = "SELECT t.id, u.id FROM t JOIN u ON t.x = u.y WHERE t.x BETWEEN -50 AND 50";
+    assert_set(sql, q(db, sql), pairs(&|a, b| a.x.is_some_and(|x| (-50..=50).contains(&x) && b.y == Some(x as f64))), 2);
+    // LEFT JOIN: a condition on the right alone, and one over both sides.
+    let left = |f: &dyn Fn(&R, &R) -> bool| -> Vec<Vec<Value>> {
+        let mut out = Vec::new();
+        for a in t {
+            let m: Vec<&R> = u.iter().filter(|b| f(a, b)).collect();
+            if m.is_empty() {
+                out.push(vec![id(a), Value::Null, Value::Null]);
+            }
+            out.extend(m.into_iter().map(|b| vec![id(a), id(b), st(b.g.as_ref())]));
+        }
+        out
+    };
+    let sql = "SELECT t.id, u.id, u.g FROM t LEFT JOIN u ON t.k = u.k AND u.x > 600";
+    assert_set(sql, q(db, sql), left(&|a, b| eq(&a.k, &b.k) && b.x.is_some_and(|x| x > 600)), 2);
+    let sql = "SELECT t.id, u.id, u.g FROM t LEFT OUTER JOIN u ON t.k = u.k AND t.x < u.x - 1500";
+    assert_set(sql, q(db, sql), left(&|a, b| eq(&a.k, &b.k) && a.x.zip(b.x).is_some_and(|(x, y)| x < y - 1500)), 2);
+    // WHERE over the padded side filters after the join.
+    let sql = "SELECT t.id, u.id, u.g FROM t LEFT JOIN u ON t.id = u.id WHERE u.id IS NULL OR u.x > 0";
+    let want: Vec<Vec<Value>> = left(&|a, b| a.id == b.id)
+        .into_iter()
+        .filter(|r| {
+            matches!(r[1], Value::Null)
+                || u[match r[1] {
+                    Value::I64(i) => i as usize,
+                    _ => 0,
+                }]
+                .x
+                .is_some_and(|x| x > 0)
+        })
+        .collect();
+    assert_set(sql, q(db, sql), want, 2);
+    // One key for all rows (a build side far larger than a table, in one partition: taken
+    // in chunks, a bitmap remembering which probe rows matched).
+    let sql = "SELECT t.id, count(u.id), max(u.g) FROM t LEFT JOIN u ON t.k * 0 = u.k * 0 AND t.x < u.x WHERE t.id < 300 GROUP BY t.id";
+    let want: Vec<Vec<Value>> = t[..300]
+        .iter()
+        .map(|a| {
+            let m: Vec<&R> = u.iter().filter(|b| a.k.is_some() && b.k.is_some() && a.x.zip(b.x).is_some_and(|(x, y)| x < y)).collect();
+            vec![id(a), Value::I64(m.len() as i64), st(m.iter().filter_map(|b| b.g.as_ref()).max())]
+        })
+        .collect();
+    assert_set(sql, q(db, sql), want, 1);
+    // Three tables, a pushed-down filter, the join order from the equalities.
+    let sql = "SELECT t.id, u.id, w.id FROM t, w, u WHERE w.x > 0 AND u.id = w.id AND t.k = u.k";
+    let want: Vec<Vec<Value>> = t
+        .iter()
+        .flat_map(|a| {
+            u.iter()
+                .filter(move |b| eq(&a.k, &b.k))
+                .flat_map(move |b| w.iter().filter(move |c| c.id == b.id && c.x.is_some_and(|x| x > 0)).map(move |c| vec![id(a), id(b), id(c)]))
+        })
+        .collect();
+    assert_set(sql, q(db, sql), want, 3);
+    // A derived table (an aggregate) joined to a table.
+    let sql = "SELECT s.k, s.c, u.id FROM (SELECT k, count(*) AS c FROM t WHERE k IS NOT NULL GROUP BY k) AS s JOIN u ON s.k = u.k";
+    let counts = groups(t, |r| r.k);
+    let want: Vec<Vec<Value>> = u.iter().filter_map(|b| b.k.and_then(|k| counts.get(&Some(k)).map(|a| vec![Value::I64(k), Value::I64(a.n), id(b)]))).collect();
+    assert_set(sql, q(db, sql), want, 3);
+    // Empty sides; a cross join.
+    assert_rows("join empty", &q(db, "SELECT * FROM t JOIN empty ON t.k = empty.k"), &[]);
+    let sql = "SELECT t.id, empty.id FROM t LEFT JOIN empty ON t.k = empty.k";
+    assert_set(sql, q(db, sql), t.iter().map(|a| vec![id(a), Value::Null]).collect(), 1);
+    assert_rows("cross", &q(db, "SELECT count(*) FROM w, w AS w2"), &[vec![Value::I64((w.len() * w.len()) as i64)]]);
+    let sql = "SELECT w.id, w2.id FROM w CROSS JOIN w AS w2 WHERE w.id < 5 AND w2.id < 3";
+    let want: Vec<Vec<Value>> = (0..5).flat_map(|a| (0..3).map(move |b| vec![Value::I64(a), Value::I64(b)])).collect();
+    assert_set(sql, q(db, sql), want, 2);
+    // Joins under GROUP BY and ORDER BY.
+    let sql = "SELECT u.k, count(*), sum(t.x) FROM t JOIN u ON t.id = u.id GROUP BY u.k ORDER BY u.k";
+    let mut want: Vec<Vec<Value>> =
+        groups(&u.iter().filter(|b| (b.id as usize) < t.len()).map(|b| R { x: t[b.id as usize].x, ..b.clone() }).collect::<Vec<_>>(), |r| r.k)
+            .into_iter()
+            .map(|(k, a)| vec![i(k), Value::I64(a.n), a.sum_x()])
+            .collect();
+    want.sort_by(|a, b| match (&a[0], &b[0]) {
+        (Value::Null, Value::Null) => Ordering::Equal,
+        (Value::Null, _) => Ordering::Greater,
+        (_, Value::Null) => Ordering::Less,
+        (x, y) => vcmp(x, y),
+    });
+    assert_rows(sql, &q(db, sql), &want);
+
+    // Subqueries: IN, NOT IN (with and without NULLs in the list), EXISTS.
+    let ks = |f: &dyn Fn(&R) -> bool| -> Vec<Option<i64>> { u.iter().filter(|b| f(b)).map(|b| b.k).collect() };
+    let ids_where = |f: &dyn Fn(&R) -> bool| -> Vec<Vec<Value>> { t.iter().filter(|a| f(a)).map(|a| vec![id(a)]).collect() };
+    let inl = ks(&|b| b.x.is_some_and(|x| x > 500));
+    let sql = "SELECT id FROM t WHERE k IN (SELECT k FROM u WHERE x > 500)";
+    assert_set(sql, q(db, sql), ids_where(&|a| a.k.is_some_and(|k| inl.contains(&Some(k)))), 1);
+    let with_null = ks(&|b| b.x.is_some_and(|x| x > 900));
+    assert!(with_null.contains(&None), "the test wants a NULL in the list");
+    let sql = "SELECT id FROM t WHERE k NOT IN (SELECT k FROM u WHERE x > 900)";
+    assert_set(sql, q(db, sql), Vec::new(), 1);
+    let no_null = ks(&|b| b.k.is_some() && b.x.is_some_and(|x| x > 0));
+    let sql = "SELECT id FROM t WHERE k NOT IN (SELECT k FROM u WHERE k IS NOT NULL AND x > 0) AND id < 2000";
+    assert_set(sql, q(db, sql), ids_where(&|a| a.id < 2000 && a.k.is_some_and(|k| !no_null.contains(&Some(k)))), 1);
+    let sql = "SELECT id FROM t WHERE k NOT IN (SELECT k FROM u WHERE false)";
+    assert_set(sql, q(db, sql), ids_where(&|_| true), 1);
+    let sql = "SELECT id FROM t WHERE x IN (SELECT y FROM u) AND EXISTS (SELECT 1 FROM w WHERE x > 0)";
+    assert_set(sql, q(db, sql), ids_where(&|a| a.x.is_some_and(|x| u.iter().any(|b| b.y == Some(x as f64)))), 1);
+    assert_rows("not exists", &q(db, "SELECT id FROM t WHERE NOT EXISTS (SELECT 1 FROM u) "), &[]);
+    assert_rows("exists empty", &q(db, "SELECT count(*) FROM t WHERE EXISTS (SELECT * FROM empty)"), &[vec![Value::I64(0)]]);
+}
+
+#[test]
+fn joins_and_subqueries_match_the_reference_through_a_tiny_pool() {
+    let (_dir, db, t, u, w) = join_setup(POOL);
+    let before = strata::sql::spill_counters();
+    check_joins(&db, &t, &u, &w);
+    let after = strata::sql::spill_counters();
+    assert!(after.grace_joins > before.grace_joins, "the build sides are larger than an eighth of the pool");
+    assert!(after.chunked_partitions > before.chunked_partitions, "skewed keys make partitions larger than a table");
+    let st = db.buffer().stats();
+    assert!(st.peak_resident_bytes <= POOL, "peak {} > pool", st.peak_resident_bytes);
+}
+
+#[test]
+fn joins_with_a_larger_pool() {
+    let (_dir, db, t, u, w) = join_setup(64 << 20);
+    check_joins(&db, &t, &u, &w);
+}
+
+#[test]
+fn join_errors_name_the_problem() {
+    let (_dir, db, ..) = join_setup(POOL);
+    let cases = [
+        ("SELECT id FROM t, u", "column name \"id\" is ambiguous"),
+        ("SELECT t.nope FROM t, u", "no column named \"nope\" in table \"t\""),
+        ("SELECT z.id FROM t, u", "no table named \"z\" in this query"),
+        ("SELECT * FROM t LEFT JOIN u", "LEFT JOIN needs ON"),
+        ("SELECT * FROM t JOIN u USING (id)", "JOIN ... USING is not supported yet"),
+        ("SELECT id FROM t WHERE k IN (SELECT k, x FROM u)", "the subquery of IN must return one column, not 2"),
+        ("SELECT id FROM t WHERE k IN (SELECT g FROM u)", "cannot compare i64 and str"),
+        ("SELECT * FROM t JOIN u ON t.k = u.g", "cannot compare i64 and str"),
+        ("SELECT id FROM t WHERE k = 1 OR k IN (SELECT k FROM u)", "a subquery is not supported yet"),
+    ];
+    for (sql, want) in cases {
+        let e = match run(&db, sql) {
+            Ok(r) => panic!("{sql}: expected an error, got {} rows", r.len()),
+            Err(e) => e.to_string(),
+        };
+        assert!(e.contains(want), "{sql:?}: {e:?} does not contain {want:?}");
+    }
 }

@@ -441,6 +441,7 @@ impl<'a> HashAgg<'a> {
             self.parts = (0..1 << BITS).map(|_| RowRun::new(self.bm, payload)).collect();
         }
         self.stats.flushes += 1;
+        super::counters::AGG_FLUSHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let Some(t) = self.table.as_mut() else { return Ok(()) };
         let (parts, consumed) = (&mut self.parts, self.consumed);
         t.for_each(&mut |hash, key, st| {

@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 
 use super::agg::{encode_states, AggKind, HashAgg, St};
 use super::expr::{arith, compare, err, ArOp, BExpr, Pos};
+use super::join::{JoinArgs, JoinKind};
 use super::rows::{corrupt, decode_row, encode_row, encode_sort_key, encode_value, hash_bytes};
 use super::sort::Sorter;
 use crate::access::table::{ColumnType, Table, Value};
@@ -69,6 +70,11 @@ pub enum Plan {
     /// see [`super::sort`]; a top-k heap when only the first `top` rows are wanted and they
     /// are few).
     Sort { input: Box<Plan>, keys: Vec<SortKey>, top: Option<u64> },
+    /// An equi-join by hash (see [`super::join`]): rows of the left's columns then the
+    /// right's (semi and anti joins: the left's only).
+    HashJoin { left: Box<Plan>, right: Box<Plan>, kind: JoinKind, left_keys: Vec<BExpr>, right_keys: Vec<BExpr>, residual: Option<BExpr>, right_width: usize },
+    /// The input if `sub` has a row (`EXISTS`), or if it has none (`negated`).
+    Exists { input: Box<Plan>, sub: Box<Plan>, negated: bool },
     /// Skips `offset` rows, then passes at most `limit`.
     Limit { input: Box<Plan>, limit: Option<u64>, offset: u64 },
 }
@@ -211,6 +217,22 @@ impl Plan {
                 sink(&row)
             }
             Plan::HashAggregate { input, keys, aggs } => run_hash_aggregate(bm, input, keys, aggs, sink),
+            Plan::HashJoin { left, right, kind, left_keys, right_keys, residual, right_width } => super::join::run(
+                bm,
+                &JoinArgs { left, right, kind: *kind, left_keys, right_keys, residual: residual.as_ref(), right_width: *right_width },
+                sink,
+            ),
+            Plan::Exists { input, sub, negated } => {
+                let mut any = false;
+                sub.run(bm, &mut |_| {
+                    any = true;
+                    Ok(false)
+                })?;
+                if any == *negated {
+                    return Ok(true);
+                }
+                input.run(bm, sink)
+            }
             Plan::Sort { input, keys, top } => {
                 let mut sorter = Sorter::new(bm, *top);
                 let (mut kb, mut rb) = (Vec::new(), Vec::new());
@@ -250,6 +272,25 @@ impl Plan {
                 Ok(go || done)
             }
         }
+    }
+
+    /// An estimate of the rows the plan produces (tables' row counts; joins: the larger
+    /// input), to choose a hash join's build side.
+    pub fn estimate_rows(&self, bm: &BufferManager) -> Result<u64> {
+        Ok(match self {
+            Plan::Scan { table, .. } => table.rows(bm)?,
+            Plan::OneRow { .. } | Plan::Aggregate { .. } => 1,
+            Plan::Project { input, .. }
+            | Plan::Filter { input, .. }
+            | Plan::Sort { input, .. }
+            | Plan::HashAggregate { input, .. }
+            | Plan::Exists { input, .. } => input.estimate_rows(bm)?,
+            Plan::Limit { input, limit, .. } => input.estimate_rows(bm)?.min(limit.unwrap_or(u64::MAX)),
+            Plan::HashJoin { left, right, kind, .. } => match kind {
+                JoinKind::Inner => left.estimate_rows(bm)?.max(right.estimate_rows(bm)?),
+                _ => left.estimate_rows(bm)?,
+            },
+        })
     }
 
     /// The plan as indented lines, the root first (`EXPLAIN`).
@@ -301,6 +342,27 @@ impl Plan {
                     let _ = write!(s, " aggs {}", list(&mut aggs.iter().map(|a| a.label.clone())));
                 }
                 s.push('\n');
+                Some(input)
+            }
+            Plan::HashJoin { left, right, kind, left_keys, right_keys, residual, .. } => {
+                let on = list(&mut left_keys.iter().zip(right_keys).map(|(l, r)| format!("{l} = {r}")));
+                let build = if *kind == JoinKind::Inner { "build: the side with fewer rows" } else { "build: right" };
+                let _ = write!(
+                    s,
+                    "{pad}HashJoin {} on {} ({build}; grace partitions in temp pages)",
+                    format!("{kind:?}").to_lowercase(),
+                    if on.is_empty() { "true".to_owned() } else { on }
+                );
+                if let Some(r) = residual {
+                    let _ = write!(s, " and {r}");
+                }
+                s.push('\n');
+                left.explain_into(s, depth + 1);
+                Some(right)
+            }
+            Plan::Exists { input, sub, negated } => {
+                let _ = writeln!(s, "{pad}{}Exists", if *negated { "Not" } else { "" });
+                sub.explain_into(s, depth + 2);
                 Some(input)
             }
             Plan::Sort { input, keys, top } => {

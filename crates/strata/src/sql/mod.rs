@@ -30,6 +30,7 @@ pub mod agg;
 pub mod bind;
 pub mod exec;
 pub mod expr;
+pub mod join;
 pub mod rows;
 pub mod sort;
 
@@ -43,6 +44,36 @@ use crate::access::catalog::Catalog;
 use crate::access::table::Value;
 use crate::buffer::BufferManager;
 use crate::error::{Error, Result};
+
+/// How often the operators of this module spilled, process-wide (for tests and tuning):
+/// hash-aggregation tables flushed to partitions, sorted runs written, hash joins that
+/// partitioned their inputs (grace), join partitions taken in several chunks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SpillCounters {
+    pub agg_flushes: u64,
+    pub sort_runs: u64,
+    pub grace_joins: u64,
+    pub chunked_partitions: u64,
+}
+
+pub(crate) mod counters {
+    use std::sync::atomic::AtomicU64;
+    pub static AGG_FLUSHES: AtomicU64 = AtomicU64::new(0);
+    pub static SORT_RUNS: AtomicU64 = AtomicU64::new(0);
+    pub static GRACE_JOINS: AtomicU64 = AtomicU64::new(0);
+    pub static CHUNKED: AtomicU64 = AtomicU64::new(0);
+}
+
+/// The spill counters so far.
+pub fn spill_counters() -> SpillCounters {
+    use std::sync::atomic::Ordering::Relaxed;
+    SpillCounters {
+        agg_flushes: counters::AGG_FLUSHES.load(Relaxed),
+        sort_runs: counters::SORT_RUNS.load(Relaxed),
+        grace_joins: counters::GRACE_JOINS.load(Relaxed),
+        chunked_partitions: counters::CHUNKED.load(Relaxed),
+    }
+}
 
 /// The deepest nesting of expressions and subqueries the parser accepts (deeper input is an
 /// error, not a stack overflow).

@@ -85,6 +85,7 @@ impl<'a> Sorter<'a> {
             run.append(&[&(key.len() as u32).to_le_bytes(), &(row.len() as u32).to_le_bytes(), key, row])?;
             self.runs.push(run);
             self.runs_written += 1;
+            super::counters::SORT_RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return Ok(());
         }
         let page = self.buf.as_ref().ok_or_else(|| corrupt("no sort buffer"))?;
@@ -135,6 +136,7 @@ impl<'a> Sorter<'a> {
         self.bump = 0;
         self.runs.push(run);
         self.runs_written += 1;
+        super::counters::SORT_RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 
