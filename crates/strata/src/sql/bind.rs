@@ -1369,6 +1369,9 @@ fn join_tree(b: &Binder<'_>, plans: Vec<Plan>, steps: &[Step<'_>], mut pool: Vec
             }
             for e in ps {
                 let c = bind_conj(b, e, "ON")?;
+                if let Some(&q) = c.rels.iter().find(|q| **q != r && !layout.contains(q)) {
+                    return Err(err(pos_of(e), format!("ON of a LEFT JOIN refers to {}, which is joined later", scope.rels[q].shown())));
+                }
                 if let Some((x, y)) = key_sides(&c, &layout) {
                     lk.push(remapped(&x, &left_map));
                     rk.push(local(&y, r));
