@@ -255,6 +255,12 @@ fn merge_all(into: &mut [St], from: Vec<St>, kinds: &[AggKind]) -> Result<()> {
     Ok(())
 }
 
+/// Receives a table entry: hash, key bytes, state bytes; `false` stops.
+type EntryFn<'f> = dyn FnMut(u64, &[u8], &[u8]) -> Result<bool> + 'f;
+
+/// Receives a finished group: key bytes, aggregates; `false` stops.
+pub type GroupFn<'f> = dyn FnMut(&[u8], Vec<St>) -> Result<bool> + 'f;
+
 /// Entry header: hash u64, next u32, key length u32, state length u32, state capacity u32.
 const HDR: usize = 24;
 
@@ -340,7 +346,7 @@ impl<'a> AggTable<'a> {
 
     /// Calls `f(hash, key, state)` for every group, one at a time with the page unlatched
     /// in between (the entry is copied into `buf`).
-    fn for_each(&self, f: &mut dyn FnMut(u64, &[u8], &[u8]) -> Result<bool>) -> Result<bool> {
+    fn for_each(&self, f: &mut EntryFn<'_>) -> Result<bool> {
         let mut buf = Vec::new();
         for slot in 0..self.nslots {
             let mut cur = {
@@ -454,7 +460,7 @@ impl<'a> HashAgg<'a> {
 
     /// Hands every group to `f` (key bytes, its aggregates); `f` returns `false` to stop.
     /// Returns `false` if stopped.
-    pub fn finish(mut self, f: &mut dyn FnMut(&[u8], Vec<St>) -> Result<bool>) -> Result<bool> {
+    pub fn finish(mut self, f: &mut GroupFn<'_>) -> Result<bool> {
         let kinds = std::mem::take(&mut self.kinds);
         if self.parts.is_empty() {
             return match self.table.take() {

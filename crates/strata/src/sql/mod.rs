@@ -9,16 +9,30 @@
 //! # Ok(()) }
 //! ```
 //!
-//! The dialect of this slice: `SELECT` lists of expressions (`+ - * / %`, `||`,
+//! The dialect: `SELECT [DISTINCT]` lists of expressions (`+ - * / %`, `||`,
 //! comparisons, `AND OR NOT`, `IS [NOT] NULL`, `[NOT] BETWEEN`, `[NOT] IN (list)`,
 //! `[NOT] LIKE` with `%`, `_` and `ESCAPE`, `CASE`, `EXTRACT(YEAR|MONTH|DAY FROM d)`,
 //! `SUBSTRING(s FROM a [FOR n])`, `DATE 'YYYY-MM-DD'`, `d ± INTERVAL 'n' DAY|MONTH|YEAR`,
 //! `d ± n` (days), `d - d` (days), `CAST`, `abs`, `length`, `upper`, `lower`, `coalesce`),
-//! `*`, aliases, `FROM` one table (with an alias), `WHERE`, the aggregates `count(*)`,
-//! `count`, `sum`, `avg`, `min`, `max` over the whole input (with `HAVING`), `LIMIT`,
-//! `OFFSET` and `EXPLAIN`. Everything here runs in constant memory: a scan pushes one row
-//! at a time through the plan into the caller's sink. `GROUP BY`, `ORDER BY`, `DISTINCT`,
-//! joins and subqueries are refused with [`Error::Sql`] naming their position.
+//! `*`, `t.*`, aliases; `FROM` tables and derived tables (`(SELECT ...) AS t [(cols)]`),
+//! comma-separated or with `[INNER] JOIN ... ON`, `LEFT [OUTER] JOIN ... ON`, `CROSS JOIN`,
+//! qualified names `t.col`; `WHERE`, including uncorrelated `x [NOT] IN (SELECT ...)` and
+//! `[NOT] EXISTS (SELECT ...)` as conjuncts of the WHERE clause; `GROUP BY` expressions,
+//! positions or SELECT aliases; the aggregates `count(*)`, `count`, `sum`, `avg`, `min`,
+//! `max`, each also with `DISTINCT`; `HAVING`; `ORDER BY` expressions, positions or
+//! output names `ASC|DESC [NULLS FIRST|LAST]` (default as in PostgreSQL: NULLs last
+//! ascending, first descending); `LIMIT`, `OFFSET`; `EXPLAIN`. Refused with [`Error::Sql`]
+//! naming the position: `WITH`, set operations, window functions, correlated subqueries,
+//! subqueries elsewhere than as WHERE conjuncts, `RIGHT`/`FULL` joins, `USING`/`NATURAL`.
+//!
+//! Execution is push-based: a scan hands each row to the operators above it. Operators
+//! whose state grows with the input keep it in temporary pages of the pool and spill by
+//! eviction ([`rows::RowRun`]: variable-size byte records): hash aggregation
+//! ([`agg`]: `GROUP BY`, `DISTINCT`, distinct aggregates), sort ([`sort`]: runs and a
+//! k-way merge; a top-k heap for `LIMIT` ≤ 1000), hash join ([`join`]: grace partitioning,
+//! chunked partitions for skewed keys; inner joins build on the side with fewer rows by the
+//! tables' row counts). The Rust heap holds per-partition bookkeeping and a few rows at a
+//! time, not the input. [`spill_counters`] tells how often each spill path was taken.
 //!
 //! Types: `i64` arithmetic is checked (overflow is an error, never a wrapped value),
 //! `i64` with `f64` gives `f64`, `i64 / i64` is integer division truncated toward zero, and
