@@ -494,6 +494,11 @@ fn random_and_mutated_queries_never_panic() {
         "EXPLAIN SELECT a FROM t WHERE a / 0 > 1 OFFSET 2",
         "SELECT 9223372036854775807 * 2, -a, a % 0 FROM t",
         "SELECT coalesce(a, 1), abs(a), length(s), upper(s) FROM t HAVING count(*) > 1",
+        "SELECT a % 3 AS m, s, count(*), count(DISTINCT d), sum(b) FROM t WHERE a > 0 GROUP BY m, s HAVING count(*) > 1 ORDER BY 3 DESC, m NULLS FIRST LIMIT 5",
+        "SELECT DISTINCT s, f FROM t ORDER BY s DESC OFFSET 2",
+        "SELECT x.id, y.s FROM t AS x JOIN t AS y ON x.a = y.a AND x.b < y.b LEFT JOIN empty ON empty.id = x.id WHERE y.f",
+        "SELECT e.n, t.s FROM (SELECT a, count(*) AS n FROM t GROUP BY a) AS e, t WHERE e.a = t.a ORDER BY e.n",
+        "SELECT id FROM t WHERE a IN (SELECT a FROM empty) AND NOT EXISTS (SELECT 1 FROM t WHERE f) AND d NOT IN (SELECT d FROM t)",
     ];
     let tokens = [
         "SELECT",
@@ -567,7 +572,15 @@ fn random_and_mutated_queries_never_panic() {
         ";",
         "EXPLAIN",
         "JOIN",
+        "LEFT",
         "ON",
+        "DISTINCT",
+        "EXISTS",
+        "DESC",
+        "NULLS",
+        "HAVING",
+        "x.a",
+        "(SELECT a FROM t)",
         ".",
     ];
     let mut r = SplitMix64(7);
