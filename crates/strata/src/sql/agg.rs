@@ -460,7 +460,17 @@ impl<'a> HashAgg<'a> {
 
     /// Hands every group to `f` (key bytes, its aggregates); `f` returns `false` to stop.
     /// Returns `false` if stopped.
-    pub fn finish(mut self, f: &mut GroupFn<'_>) -> Result<bool> {
+    pub fn finish(self, f: &mut GroupFn<'_>) -> Result<bool> {
+        self.finish_with_stats(f).map(|(go, _)| go)
+    }
+
+    /// [`finish`](Self::finish), also returning how much it spilled.
+    pub fn finish_with_stats(mut self, f: &mut GroupFn<'_>) -> Result<(bool, AggStats)> {
+        let go = self.finish_inner(f)?;
+        Ok((go, self.stats))
+    }
+
+    fn finish_inner(&mut self, f: &mut GroupFn<'_>) -> Result<bool> {
         let kinds = std::mem::take(&mut self.kinds);
         if self.parts.is_empty() {
             return match self.table.take() {
@@ -483,10 +493,9 @@ impl<'a> HashAgg<'a> {
                 let key = rec.get(12..12 + klen).ok_or_else(|| corrupt("partition record key"))?;
                 sub.push(key, hash, &rec[12 + klen..])
             })?;
-            let (fl, dep) = (sub.stats.flushes, sub.stats.depth);
-            let go = sub.finish(f)?;
-            self.stats.flushes += fl;
-            self.stats.depth = self.stats.depth.max(dep + 1);
+            let go = sub.finish_inner(f)?;
+            self.stats.flushes += sub.stats.flushes;
+            self.stats.depth = self.stats.depth.max(sub.stats.depth + 1);
             if !go {
                 return Ok(false);
             }
@@ -516,7 +525,7 @@ mod tests {
         let mut r = crate::util::SplitMix64(3);
         let (mut kb, mut sb) = (Vec::new(), Vec::new());
         for i in 0..40_000i64 {
-            let k = format!("k{}{}", r.below(5000), "x".repeat(r.below(30) as usize));
+            let k = format!("k{}{}", r.below(30_000), "x".repeat(r.below(30) as usize));
             let m = "m".repeat(r.below(20) as usize);
             kb.clear();
             encode_value(&Value::Str(k.clone()), &mut kb);
@@ -530,17 +539,19 @@ mod tests {
         }
         assert!(agg.stats.flushes > 0);
         let mut got = BTreeMap::new();
-        agg.finish(&mut |k, st| {
-            let k = match decode_row(k).unwrap().remove(0) {
-                Value::Str(s) => s,
-                _ => panic!(),
-            };
-            let v: Vec<Value> = st.into_iter().map(St::finish).collect();
-            let (Value::I64(c), Value::I64(s), Value::Str(m)) = (&v[0], &v[1], &v[2]) else { panic!("{v:?}") };
-            assert!(got.insert(k, (*c, *s, m.clone())).is_none(), "a group came out twice");
-            Ok(true)
-        })
-        .unwrap();
+        let (_, stats) = agg
+            .finish_with_stats(&mut |k, st| {
+                let k = match decode_row(k).unwrap().remove(0) {
+                    Value::Str(s) => s,
+                    _ => panic!(),
+                };
+                let v: Vec<Value> = st.into_iter().map(St::finish).collect();
+                let (Value::I64(c), Value::I64(s), Value::Str(m)) = (&v[0], &v[1], &v[2]) else { panic!("{v:?}") };
+                assert!(got.insert(k, (*c, *s, m.clone())).is_none(), "a group came out twice");
+                Ok(true)
+            })
+            .unwrap();
+        assert!(stats.depth >= 2, "partitions of partitions: {stats:?}");
         assert_eq!(got, want);
         assert_eq!(crate::testutil::temp_pages(&bm), 0);
     }
