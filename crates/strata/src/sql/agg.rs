@@ -381,6 +381,12 @@ impl<'a> AggTable<'a> {
     }
 }
 
+/// A table payload with room for one entry of `bytes` (key and state) besides its slots
+/// (a sixteenth of the payload, see [`AggTable::new`]).
+fn room_for(bytes: usize) -> usize {
+    (HDR + bytes + 64) * 17 / 16 + 64
+}
+
 /// Bits of the hash per level of partitioning.
 const BITS: u32 = 4;
 
@@ -419,8 +425,7 @@ impl<'a> HashAgg<'a> {
     pub fn push(&mut self, key: &[u8], hash: u64, states: &[u8]) -> Result<()> {
         loop {
             if self.table.is_none() {
-                let want = (HDR + key.len() + states.len()) * 2 + 64;
-                self.table = Some(AggTable::new(self.bm, work_payload(self.bm).max(want))?);
+                self.table = Some(AggTable::new(self.bm, work_payload(self.bm).max(room_for(key.len() + states.len())))?);
             }
             let t = self.table.as_mut().ok_or_else(|| corrupt("no table"))?;
             if t.upsert(key, hash, states, &self.kinds, &mut self.scratch)? {
@@ -429,8 +434,13 @@ impl<'a> HashAgg<'a> {
             if t.is_empty() {
                 // One group larger than the page: a larger page.
                 self.table = None;
-                let want = (HDR + key.len() + states.len()) * 4 + 1024;
-                self.table = Some(AggTable::new(self.bm, want)?);
+                // (its state may grow: twice the room, if the pool has it)
+                let want = room_for(2 * (key.len() + states.len()));
+                let one = room_for(key.len() + states.len());
+                self.table = Some(match AggTable::new(self.bm, want) {
+                    Ok(t) => t,
+                    Err(_) => AggTable::new(self.bm, one)?,
+                });
                 continue;
             }
             self.flush()?;
