@@ -83,7 +83,7 @@ fn csv_text_file_and_explain() {
     assert_eq!(
         plan,
         "Sort (external, temp pages) #2 DESC\n  Project a.name, count(*)\n    HashAggregate (temp pages, spills by partition) keys a.name aggs count(*)\n      \
-         HashJoin inner on a.id = b.id (build: the side with fewer rows; grace partitions in temp pages)\n        Scan t\n        Scan t filter b.ok\n"
+         HashJoin inner on a.id = b.id (build: right, ~4 rows vs ~4; grace partitions in temp pages)\n        Scan t\n        Scan t filter b.ok\n"
     );
     let v = json(&["sql", p(&db), "--pool", "1MiB", "--json", "SELECT a.id, b.name FROM t AS a LEFT JOIN t AS b ON a.id = b.id + 1 ORDER BY a.id"]);
     assert_eq!(v["rows"], j!([[-4, null], [1, null], [2, "a,b"], [3, null]]));

@@ -626,6 +626,19 @@ fn joins_with_a_larger_pool() {
 }
 
 #[test]
+fn joins_build_on_the_smaller_side() {
+    let (_dir, db, ..) = join_setup(POOL);
+    let plan = |sql: &str| q(&db, &format!("EXPLAIN {sql}")).into_iter().map(|r| format!("{:?}", r[0])).collect::<Vec<_>>().join("\n");
+    for sql in ["SELECT t.id FROM t JOIN u ON t.k = u.k", "SELECT t.id FROM u JOIN t ON t.k = u.k", "SELECT t.id FROM t, u WHERE t.k = u.k"] {
+        let p = plan(sql);
+        let side = if sql.contains("FROM u") { "left" } else { "right" };
+        assert!(p.contains(&format!("build: {side}, ~800 rows vs ~3000")), "{sql}: {p}");
+    }
+    // A LEFT JOIN builds on its right side whatever the sizes.
+    assert!(plan("SELECT t.id FROM u LEFT JOIN t ON t.k = u.k").contains("HashJoin left on u.k = t.k (build: right;"));
+}
+
+#[test]
 fn join_errors_name_the_problem() {
     let (_dir, db, ..) = join_setup(POOL);
     let cases = [

@@ -296,11 +296,19 @@ impl Plan {
     /// The plan as indented lines, the root first (`EXPLAIN`).
     pub fn explain(&self) -> String {
         let mut s = String::new();
-        self.explain_into(&mut s, 0);
+        self.explain_into(&mut s, 0, None);
         s
     }
 
-    fn explain_into(&self, s: &mut String, depth: usize) {
+    /// [`explain`](Self::explain) with the row estimates of the tables in `bm`: each
+    /// inner hash join says which side it builds on.
+    pub fn explain_with(&self, bm: &BufferManager) -> String {
+        let mut s = String::new();
+        self.explain_into(&mut s, 0, Some(bm));
+        s
+    }
+
+    fn explain_into(&self, s: &mut String, depth: usize, bm: Option<&BufferManager>) {
         let pad = "  ".repeat(depth);
         let list = |v: &mut dyn Iterator<Item = String>| v.collect::<Vec<_>>().join(", ");
         let input = match self {
@@ -346,7 +354,13 @@ impl Plan {
             }
             Plan::HashJoin { left, right, kind, left_keys, right_keys, residual, .. } => {
                 let on = list(&mut left_keys.iter().zip(right_keys).map(|(l, r)| format!("{l} = {r}")));
-                let build = if *kind == JoinKind::Inner { "build: the side with fewer rows" } else { "build: right" };
+                let est = |p: &Plan| bm.and_then(|bm| p.estimate_rows(bm).ok());
+                let build = match (kind, est(left), est(right)) {
+                    (JoinKind::Inner, Some(l), Some(r)) if l < r => format!("build: left, ~{l} rows vs ~{r}"),
+                    (JoinKind::Inner, Some(l), Some(r)) => format!("build: right, ~{r} rows vs ~{l}"),
+                    (JoinKind::Inner, _, _) => "build: the side with fewer rows".to_owned(),
+                    _ => "build: right".to_owned(),
+                };
                 let _ = write!(
                     s,
                     "{pad}HashJoin {} on {} ({build}; grace partitions in temp pages)",
@@ -357,12 +371,12 @@ impl Plan {
                     let _ = write!(s, " and {r}");
                 }
                 s.push('\n');
-                left.explain_into(s, depth + 1);
+                left.explain_into(s, depth + 1, bm);
                 Some(right)
             }
             Plan::Exists { input, sub, negated } => {
                 let _ = writeln!(s, "{pad}{}Exists", if *negated { "Not" } else { "" });
-                sub.explain_into(s, depth + 2);
+                sub.explain_into(s, depth + 2, bm);
                 Some(input)
             }
             Plan::Sort { input, keys, top } => {
@@ -399,7 +413,7 @@ impl Plan {
             }
         };
         if let Some(i) = input {
-            i.explain_into(s, depth + 1);
+            i.explain_into(s, depth + 1, bm);
         }
     }
 }

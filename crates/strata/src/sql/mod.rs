@@ -234,7 +234,8 @@ impl Prepared {
     /// order); `sink` returns `Ok(false)` to stop early. Nothing is buffered: memory stays
     /// constant however many rows there are.
     pub fn execute(&self, bm: &BufferManager, sink: &mut dyn FnMut(&[Value]) -> Result<bool>) -> Result<()> {
-        if let Some(text) = &self.explain {
+        if self.explain.is_some() {
+            let text = self.plan.explain_with(bm);
             for line in text.lines() {
                 if !sink(&[Value::Str(line.to_owned())])? {
                     break;
