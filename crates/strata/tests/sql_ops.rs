@@ -547,6 +547,18 @@ fn check_joins(db: &Database, t: &[R], u: &[R], w: &[R]) {
         })
         .collect();
     assert_set(sql, q(db, sql), want, 1);
+    // 12 keys over a build side of several times the pool: partitions that hold several
+    // keys and do not fit are partitioned again.
+    let sql = "SELECT count(*), sum(b.x), max(b.g) FROM t AS a JOIN t AS b ON a.id % 12 = b.id % 12 WHERE a.id < 1000";
+    let (mut n, mut sum, mut mx) = (0i64, 0i64, None::<&String>);
+    for a in &t[..1000] {
+        for b in t.iter().filter(|b| b.id % 12 == a.id % 12) {
+            n += 1;
+            sum += b.x.unwrap_or(0);
+            mx = mx.max(b.g.as_ref());
+        }
+    }
+    assert_rows(sql, &q(db, sql), &[vec![Value::I64(n), Value::I64(sum), st(mx)]]);
     // Three tables, a pushed-down filter, the join order from the equalities.
     let sql = "SELECT t.id, u.id, w.id FROM t, w, u WHERE w.x > 0 AND u.id = w.id AND t.k = u.k";
     let want: Vec<Vec<Value>> = t
@@ -615,6 +627,7 @@ fn joins_and_subqueries_match_the_reference_through_a_tiny_pool() {
     let after = strata::sql::spill_counters();
     assert!(after.grace_joins > before.grace_joins, "the build sides are larger than an eighth of the pool");
     assert!(after.chunked_partitions > before.chunked_partitions, "skewed keys make partitions larger than a table");
+    assert!(after.join_repartitions > before.join_repartitions, "a partition of several keys larger than a table");
     let st = db.buffer().stats();
     assert!(st.peak_resident_bytes <= POOL, "peak {} > pool", st.peak_resident_bytes);
 }

@@ -14,7 +14,7 @@
 //! one decoded group at a time.
 
 use super::expr::{arith, compare, err, ArOp, Pos};
-use super::rows::{corrupt, decode_value, encode_value, not_temp, pow2_floor, rd32, rd64, run_payload, work_payload, wr32, wr64, RowRun};
+use super::rows::{corrupt, decode_value, encode_value, not_temp, part_payload, pow2_floor, rd32, rd64, work_payload, wr32, wr64, RowRun};
 use crate::access::table::{ColumnType, Value};
 use crate::access::TempPage;
 use crate::buffer::BufferManager;
@@ -453,7 +453,7 @@ impl<'a> HashAgg<'a> {
             return Err(Error::Inconsistent("hash aggregation: more groups with one 64-bit hash than a table holds".into()));
         }
         if self.parts.is_empty() {
-            let payload = run_payload(self.bm);
+            let payload = part_payload(self.bm, 1 << BITS);
             self.parts = (0..1 << BITS).map(|_| RowRun::new(self.bm, payload)).collect();
         }
         self.stats.flushes += 1;

@@ -7,20 +7,23 @@
 //! the pool, it becomes a hash table in one temporary page and the probe side streams past
 //! it. Otherwise both sides are hash-partitioned into runs (grace hash join: up to 64
 //! partitions, each a run of temporary pages that is evicted to the scratch file under
-//! pressure) and joined partition by partition; a build partition that still does not fit
-//! (a skewed key) is taken in table-sized chunks, each probed by the whole probe partition,
+//! pressure) and joined partition by partition; a pair whose build side still does not fit
+//! is partitioned again by the next bits of the hash, recursively; one that cannot be split
+//! (a single frequent key) is taken in table-sized chunks, each probed by the whole probe partition,
 //! with a bitmap in temporary pages remembering which probe rows matched (for left, semi
 //! and anti joins).
 
 use super::exec::Plan;
 use super::expr::BExpr;
 use super::rows::{
-    corrupt, decode_row, encode_row, encode_value, hash_bytes, not_temp, pow2_floor, rd32, rd64, run_payload, work_payload, wr32, wr64, Cursor, RowRun,
+    corrupt, decode_row, encode_row, encode_value, hash_bytes, not_temp, part_payload, pow2_floor, rd32, rd64, run_payload, work_payload, wr32, wr64, Cursor,
+    RowRun,
 };
 use crate::access::table::Value;
 use crate::access::TempPage;
 use crate::buffer::BufferManager;
 use crate::error::Result;
+use crate::ops::spill::shifted;
 
 /// The kinds of join.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -286,7 +289,7 @@ pub fn run(bm: &BufferManager, j: &JoinArgs<'_>, sink: &mut Sink<'_>) -> Result<
     let want = brun.bytes().div_ceil(budget / 2).max(2);
     let bits = pow2_floor(want.next_power_of_two()).trailing_zeros().clamp(1, 6);
     let part = |h: u64| (h >> (64 - bits)) as usize;
-    let payload = run_payload(bm);
+    let payload = part_payload(bm, 1 << bits);
     let mut bparts: Vec<RowRun<'_>> = (0..1usize << bits).map(|_| RowRun::new(bm, payload)).collect();
     brun.drain(&mut |rec| {
         let (h, _, _) = split(rec)?;
@@ -307,7 +310,44 @@ pub fn run(bm: &BufferManager, j: &JoinArgs<'_>, sink: &mut Sink<'_>) -> Result<
         return Ok(false);
     }
     for (b, p) in bparts.into_iter().zip(pparts) {
-        if !join_partition(bm, &ctx, &b, &p, budget, sink)? {
+        if !join_pair(bm, &ctx, b, p, budget, bits, sink)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Joins one pair of partitions whose hashes share their top `consumed` bits: as a table
+/// if the build side fits, else partitioned again by the next bits (recursively), else
+/// (one key too frequent to split, or no bits left) in chunks.
+fn join_pair(bm: &BufferManager, ctx: &Ctx<'_>, b: RowRun<'_>, p: RowRun<'_>, budget: u64, consumed: u32, sink: &mut Sink<'_>) -> Result<bool> {
+    let table_bytes = b.len().max(1).next_power_of_two() * 4 + b.bytes() + b.len() * 8;
+    if p.is_empty() || table_bytes <= budget || consumed >= 64 {
+        return join_partition(bm, ctx, &b, &p, budget, sink);
+    }
+    let want = b.bytes().div_ceil(budget / 2).max(2);
+    let bits = want.next_power_of_two().trailing_zeros().clamp(1, 6).min(64 - consumed);
+    let part = |h: u64| (shifted(h, consumed) >> (64 - bits)) as usize;
+    let payload = part_payload(bm, 1 << bits);
+    let total = b.len();
+    let mut bparts: Vec<RowRun<'_>> = (0..1usize << bits).map(|_| RowRun::new(bm, payload)).collect();
+    b.drain(&mut |rec| {
+        let (h, _, _) = split(rec)?;
+        bparts[part(h)].append(&[rec])
+    })?;
+    if let Some(i) = bparts.iter().position(|r| r.len() == total) {
+        // No progress: every build row has the same hash bits here (one frequent key).
+        let b = bparts.swap_remove(i);
+        return join_partition(bm, ctx, &b, &p, budget, sink);
+    }
+    let mut pparts: Vec<RowRun<'_>> = (0..1usize << bits).map(|_| RowRun::new(bm, payload)).collect();
+    p.drain(&mut |rec| {
+        let (h, _, _) = split(rec)?;
+        pparts[part(h)].append(&[rec])
+    })?;
+    super::counters::REPARTITIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    for (b, p) in bparts.into_iter().zip(pparts) {
+        if !join_pair(bm, ctx, b, p, budget, consumed + bits, sink)? {
             return Ok(false);
         }
     }

@@ -61,13 +61,15 @@ use crate::error::{Error, Result};
 
 /// How often the operators of this module spilled, process-wide (for tests and tuning):
 /// hash-aggregation tables flushed to partitions, sorted runs written, hash joins that
-/// partitioned their inputs (grace), join partitions taken in several chunks.
+/// partitioned their inputs (grace), join partitions taken in several chunks, join
+/// partitions partitioned again.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SpillCounters {
     pub agg_flushes: u64,
     pub sort_runs: u64,
     pub grace_joins: u64,
     pub chunked_partitions: u64,
+    pub join_repartitions: u64,
 }
 
 pub(crate) mod counters {
@@ -76,6 +78,7 @@ pub(crate) mod counters {
     pub static SORT_RUNS: AtomicU64 = AtomicU64::new(0);
     pub static GRACE_JOINS: AtomicU64 = AtomicU64::new(0);
     pub static CHUNKED: AtomicU64 = AtomicU64::new(0);
+    pub static REPARTITIONS: AtomicU64 = AtomicU64::new(0);
 }
 
 /// The spill counters so far.
@@ -86,6 +89,7 @@ pub fn spill_counters() -> SpillCounters {
         sort_runs: counters::SORT_RUNS.load(Relaxed),
         grace_joins: counters::GRACE_JOINS.load(Relaxed),
         chunked_partitions: counters::CHUNKED.load(Relaxed),
+        join_repartitions: counters::REPARTITIONS.load(Relaxed),
     }
 }
 

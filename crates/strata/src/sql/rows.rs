@@ -221,6 +221,14 @@ pub(crate) fn run_payload(bm: &BufferManager) -> usize {
     (pow2_floor(bm.pool_size() / 64).clamp(min, (64 << 10).max(min)) as usize) - PAGE_HEADER_SIZE
 }
 
+/// Payload bytes of the pages of `fanout` runs appended to at the same time (partitions):
+/// their tail pages together take at most a quarter of the pool (when the smallest page
+/// allows), so that appending rarely meets an evicted tail.
+pub(crate) fn part_payload(bm: &BufferManager, fanout: usize) -> usize {
+    let min = bm.classes().min_page();
+    (pow2_floor(bm.pool_size() / 4 / fanout.max(1) as u64).clamp(min, (64 << 10).max(min)) as usize) - PAGE_HEADER_SIZE
+}
+
 /// Payload bytes of one operator's working page (hash table, sort buffer, join build): an
 /// eighth of the pool, at least the smallest page.
 pub(crate) fn work_payload(bm: &BufferManager) -> usize {
