@@ -570,6 +570,38 @@ fn check_joins(db: &Database, t: &[R], u: &[R], w: &[R]) {
         })
         .collect();
     assert_set(sql, q(db, sql), want, 3);
+    // A TPC-H Q3 shape: three tables, filters, several group keys, ORDER BY an aggregate
+    // DESC, LIMIT.
+    let sql = "SELECT t.k, w.d, sum(u.x * 2) AS rev, count(*) FROM t, u, w WHERE t.id = u.id AND u.k = w.k AND t.g IS NOT NULL AND w.x > 0 \
+               GROUP BY t.k, w.d ORDER BY rev DESC NULLS LAST, t.k, 2 LIMIT 10";
+    let mut g: BTreeMap<(Option<i64>, Option<i32>), (Option<i64>, i64)> = BTreeMap::new();
+    for b in u.iter().filter(|b| (b.id as usize) < t.len()) {
+        let a = &t[b.id as usize];
+        if a.g.is_none() {
+            continue;
+        }
+        for c in w.iter().filter(|c| eq(&b.k, &c.k) && c.x.is_some_and(|x| x > 0)) {
+            let e = g.entry((a.k, c.d)).or_insert((None, 0));
+            if let Some(x) = b.x {
+                e.0 = Some(e.0.unwrap_or(0) + x * 2);
+            }
+            e.1 += 1;
+        }
+    }
+    let mut want: Vec<((Option<i64>, Option<i32>), (Option<i64>, i64))> = g.into_iter().collect();
+    // DESC NULLS LAST, then the keys ascending (NULLS LAST).
+    want.sort_by(|x, y| {
+        let rev = match (x.1 .0, y.1 .0) {
+            (None, None) => Ordering::Equal,
+            (None, _) => Ordering::Greater,
+            (_, None) => Ordering::Less,
+            (Some(p), Some(q)) => q.cmp(&p),
+        };
+        rev.then(ord_key(&x.0 .0, &y.0 .0, false)).then(ord_key(&x.0 .1, &y.0 .1, false))
+    });
+    let want: Vec<Vec<Value>> = want.into_iter().take(10).map(|((k, d), (r, n))| vec![i(k), d.map_or(Value::Null, Value::Date), i(r), Value::I64(n)]).collect();
+    assert!(want.len() == 10);
+    assert_rows(sql, &q(db, sql), &want);
     // A derived table (an aggregate) joined to a table.
     let sql = "SELECT s.k, s.c, u.id FROM (SELECT k, count(*) AS c FROM t WHERE k IS NOT NULL GROUP BY k) AS s JOIN u ON s.k = u.k";
     let counts = groups(t, |r| r.k);
