@@ -643,6 +643,10 @@ fn check_joins(db: &Database, t: &[R], u: &[R], w: &[R]) {
     let no_null = ks(&|b| b.k.is_some() && b.x.is_some_and(|x| x > 0));
     let sql = "SELECT id FROM t WHERE k NOT IN (SELECT k FROM u WHERE k IS NOT NULL AND x > 0) AND id < 2000";
     assert_set(sql, q(db, sql), ids_where(&|a| a.id < 2000 && a.k.is_some_and(|k| !no_null.contains(&Some(k)))), 1);
+    let sql = "SELECT id FROM t WHERE NOT (k IN (SELECT k FROM u WHERE k IS NOT NULL AND x > 0)) AND id < 2000";
+    assert_set(sql, q(db, sql), ids_where(&|a| a.id < 2000 && a.k.is_some_and(|k| !no_null.contains(&Some(k)))), 1);
+    let sql = "SELECT id FROM t WHERE (k IN (SELECT k FROM u WHERE x > 500))";
+    assert_set(sql, q(db, sql), ids_where(&|a| a.k.is_some_and(|k| inl.contains(&Some(k)))), 1);
     let sql = "SELECT id FROM t WHERE k NOT IN (SELECT k FROM u WHERE false)";
     assert_set(sql, q(db, sql), ids_where(&|_| true), 1);
     let sql = "SELECT id FROM t WHERE x IN (SELECT y FROM u) AND EXISTS (SELECT 1 FROM w WHERE x > 0)";

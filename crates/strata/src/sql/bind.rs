@@ -1237,10 +1237,18 @@ fn sub_filter(catalog: &Catalog, b: &Binder<'_>, e: &Expr) -> Result<Option<SubF
             Some(SubFilter::In { x, plan, negated: *negated })
         }
         Expr::Exists { subquery, negated } => Some(SubFilter::Exists { plan: query(catalog, subquery)?.plan, negated: *negated }),
-        Expr::UnaryOp { op: UnaryOperator::Not, expr } => match expr.as_ref() {
-            Expr::Exists { subquery, negated } => Some(SubFilter::Exists { plan: query(catalog, subquery)?.plan, negated: !*negated }),
-            _ => None,
-        },
+        Expr::UnaryOp { op: UnaryOperator::Not, expr } => {
+            let mut inner = expr.as_ref();
+            while let Expr::Nested(x) = inner {
+                inner = x;
+            }
+            match sub_filter(catalog, b, inner)? {
+                Some(SubFilter::Exists { plan, negated }) => Some(SubFilter::Exists { plan, negated: !negated }),
+                Some(SubFilter::In { x, plan, negated }) => Some(SubFilter::In { x, plan, negated: !negated }),
+                None => None,
+            }
+        }
+        Expr::Nested(x) => sub_filter(catalog, b, x)?,
         _ => None,
     })
 }
