@@ -73,6 +73,20 @@ fn csv_text_file_and_explain() {
     assert_eq!(json(&["sql", p(&db), "--pool", "1MiB", "--json", "--file", p(&q)])["rows"], j!([[2]]));
     let plan = ok(&["sql", p(&db), "--pool", "1MiB", "EXPLAIN SELECT name FROM t WHERE id > 1 LIMIT 2"]);
     assert_eq!(plan, "Limit 2\n  Project name\n    Scan t filter (id > 1)\n");
+    let plan = ok(&[
+        "sql",
+        p(&db),
+        "--pool",
+        "1MiB",
+        "EXPLAIN SELECT a.name, count(*) FROM t AS a JOIN t AS b ON a.id = b.id WHERE b.ok GROUP BY a.name ORDER BY 2 DESC",
+    ]);
+    assert_eq!(
+        plan,
+        "Sort (external, temp pages) #2 DESC\n  Project a.name, count(*)\n    HashAggregate (temp pages, spills by partition) keys a.name aggs count(*)\n      \
+         HashJoin inner on a.id = b.id (build: right, ~4 rows vs ~4; grace partitions in temp pages)\n        Scan t\n        Scan t filter b.ok\n"
+    );
+    let v = json(&["sql", p(&db), "--pool", "1MiB", "--json", "SELECT a.id, b.name FROM t AS a LEFT JOIN t AS b ON a.id = b.id + 1 ORDER BY a.id"]);
+    assert_eq!(v["rows"], j!([[-4, null], [1, null], [2, "a,b"], [3, null]]));
 }
 
 #[test]
@@ -87,8 +101,10 @@ fn errors_are_one_line_with_positions() {
     assert!(e.contains("no table named \"missing\""), "{e}");
     let e = fails(&["sql", p(&db), "--pool", "1MiB", "--json", "SELECT id + name FROM t"]);
     assert!(e.contains("cannot add i64 and str"), "{e}");
-    let e = fails(&["sql", p(&db), "--pool", "1MiB", "SELECT name, count(*) FROM t GROUP BY name"]);
-    assert!(e.contains("GROUP BY is not supported yet"), "{e}");
+    let e = fails(&["sql", p(&db), "--pool", "1MiB", "WITH w AS (SELECT 1) SELECT * FROM w"]);
+    assert!(e.contains("SQL error at 1:1: WITH is not supported yet"), "{e}");
+    let e = fails(&["sql", p(&db), "--pool", "1MiB", "SELECT id FROM t AS a JOIN t AS b ON a.id = b.id"]);
+    assert!(e.contains("at 1:8: column name \"id\" is ambiguous"), "{e}");
     let e = fails(&["sql", p(&db), "--pool", "1MiB", "SELECT id / 0 FROM t"]);
     assert!(e.contains("division by zero"), "{e}");
     fails(&["sql", p(&db), "--pool", "1MiB", "--json", "--csv", "SELECT 1"]);
@@ -110,4 +126,18 @@ fn a_table_larger_than_the_pool_streams_out() {
     let v = json(&["sql", p(&db), "--pool", "1MiB", "--json", "SELECT count(*), count(name) FROM big WHERE id >= 0"]);
     assert_eq!(v["rows"][0][0], rows);
     assert!(v["peak_resident_bytes"].as_u64().unwrap() <= 1 << 20);
+    // GROUP BY, DISTINCT, ORDER BY and a self-join of a table six times the pool: their
+    // state spills through the 1 MiB pool.
+    let v = json(&["sql", p(&db), "--pool", "1MiB", "--json", "SELECT count(*), sum(n), max(n) FROM (SELECT name, count(*) AS n FROM big GROUP BY name) AS g"]);
+    assert_eq!(v["rows"][0][1], rows);
+    assert!(v["peak_resident_bytes"].as_u64().unwrap() <= 1 << 20);
+    let v = json(&["sql", p(&db), "--pool", "1MiB", "--json", "SELECT count(*) FROM big AS a JOIN big AS b ON a.id = b.id AND a.name = b.name"]);
+    assert_eq!(v["rows"][0][0], rows);
+    assert!(v["peak_resident_bytes"].as_u64().unwrap() <= 1 << 20);
+    let v = json(&["sql", p(&db), "--pool", "1MiB", "--json", "SELECT count(*) FROM (SELECT DISTINCT id FROM big) AS d"]);
+    assert_eq!(v["rows"][0][0], rows);
+    let out = ok(&["sql", p(&db), "--pool", "1MiB", "--csv", "SELECT id, comment FROM big ORDER BY comment DESC, id"]);
+    assert_eq!(out.lines().count() as u64, rows + 1);
+    let v = json(&["sql", p(&db), "--pool", "1MiB", "--json", "SELECT id FROM big ORDER BY id DESC LIMIT 1"]);
+    assert_eq!(v["rows"][0][0], json(&["sql", p(&db), "--pool", "1MiB", "--json", "SELECT max(id) FROM big"])["rows"][0][0]);
 }

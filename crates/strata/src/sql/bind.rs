@@ -8,11 +8,12 @@ use sqlparser::ast::{
 };
 use sqlparser::tokenizer::Span;
 
-use super::exec::{AggFunc, AggSpec, Plan};
+use super::exec::{AggFunc, AggSpec, Plan, SortKey};
 use super::expr::{can_cast, err, tname, ArOp, BExpr, CmpOp, DatePart, Func1, Pos};
+use super::join::JoinKind;
 use crate::access::catalog::Catalog;
 use crate::access::table::text::parse_date;
-use crate::access::table::{ColumnType, Schema, Value};
+use crate::access::table::{ColumnType, Value};
 use crate::error::Result;
 
 /// A result column: its name and static type (`None` when it is always NULL).
@@ -34,37 +35,29 @@ fn unsupported(pos: Pos, what: &str) -> crate::error::Error {
     err(pos, format!("{what} is not supported yet"))
 }
 
-/// The table in scope: its name, the alias it has in the query, its columns.
-struct Scope {
+/// A relation of FROM: its name (a table's, or the alias of a subquery), its alias, its
+/// columns and where they start in the joined row.
+struct Rel {
     name: String,
     alias: Option<String>,
-    schema: Schema,
+    cols: Vec<(String, Option<ColumnType>)>,
+    offset: usize,
 }
 
-impl Scope {
-    fn empty() -> Scope {
-        Scope { name: String::new(), alias: None, schema: Schema { columns: Vec::new() } }
-    }
-
+impl Rel {
     /// The column `id`: exact for quoted names; for unquoted ones an exact match, else the
     /// one column whose name matches ignoring case.
-    fn column(&self, id: &ast::Ident) -> Result<(usize, ColumnType)> {
-        let cols = &self.schema.columns;
-        let found = cols.iter().position(|c| c.name == id.value).or_else(|| {
+    fn find(&self, id: &ast::Ident) -> Option<usize> {
+        self.cols.iter().position(|c| c.0 == id.value).or_else(|| {
             if id.quote_style.is_some() {
                 return None;
             }
-            let mut m = cols.iter().enumerate().filter(|(_, c)| c.name.eq_ignore_ascii_case(&id.value));
+            let mut m = self.cols.iter().enumerate().filter(|(_, c)| c.0.eq_ignore_ascii_case(&id.value));
             match (m.next(), m.next()) {
                 (Some((i, _)), None) => Some(i),
                 _ => None,
             }
-        });
-        match found {
-            Some(i) => Ok((i, cols[i].ty)),
-            None if self.name.is_empty() => Err(err(at(id.span), format!("no column named {:?} (the query has no FROM)", id.value))),
-            None => Err(err(at(id.span), format!("no column named {:?} in table {:?}", id.value, self.name))),
-        }
+        })
     }
 
     fn qualifies(&self, q: &ast::Ident) -> bool {
@@ -74,6 +67,72 @@ impl Scope {
             None => same(&self.name),
         }
     }
+
+    fn shown(&self) -> String {
+        format!("{:?}", self.alias.as_ref().unwrap_or(&self.name))
+    }
+}
+
+/// The relations in scope; a row is their columns one after the other.
+struct Scope {
+    rels: Vec<Rel>,
+}
+
+impl Scope {
+    fn width(&self) -> usize {
+        self.rels.iter().map(|r| r.cols.len()).sum()
+    }
+
+    /// The relation of column `i`.
+    fn rel_of(&self, i: usize) -> usize {
+        self.rels.iter().rposition(|r| r.offset <= i).unwrap_or(0)
+    }
+
+    fn col_name(&self, i: usize) -> String {
+        let r = &self.rels[self.rel_of(i)];
+        r.cols[i - r.offset].0.clone()
+    }
+
+    fn col_type(&self, i: usize) -> Option<ColumnType> {
+        let r = &self.rels[self.rel_of(i)];
+        r.cols[i - r.offset].1
+    }
+
+    /// The column `id` of whichever relation has it (an error if none or several do).
+    fn column(&self, id: &ast::Ident) -> Result<(usize, Option<ColumnType>)> {
+        let hits: Vec<(usize, usize)> = self.rels.iter().enumerate().filter_map(|(r, rel)| rel.find(id).map(|c| (r, c))).collect();
+        match hits.as_slice() {
+            [(r, c)] => Ok((self.rels[*r].offset + c, self.rels[*r].cols[*c].1)),
+            [] if self.rels.is_empty() => Err(err(at(id.span), format!("no column named {:?} (the query has no FROM)", id.value))),
+            [] if self.rels.len() == 1 => Err(err(at(id.span), format!("no column named {:?} in table {}", id.value, self.rels[0].shown()))),
+            [] => {
+                Err(err(at(id.span), format!("no column named {:?} in tables {}", id.value, self.rels.iter().map(Rel::shown).collect::<Vec<_>>().join(", "))))
+            }
+            [(a, _), (b, _), ..] => Err(err(
+                at(id.span),
+                format!("column name {:?} is ambiguous (tables {} and {} have it); qualify it", id.value, self.rels[*a].shown(), self.rels[*b].shown()),
+            )),
+        }
+    }
+
+    /// The relation `q` names.
+    fn rel_named(&self, q: &ast::Ident) -> Result<usize> {
+        let mut m = self.rels.iter().enumerate().filter(|(_, r)| r.qualifies(q));
+        match (m.next(), m.next()) {
+            (Some((i, _)), None) => Ok(i),
+            (None, _) => Err(err(at(q.span), format!("no table named {:?} in this query", q.value))),
+            _ => Err(err(at(q.span), format!("table name {:?} is given twice in FROM; use aliases", q.value))),
+        }
+    }
+
+    /// The column `q.id`.
+    fn qualified(&self, q: &ast::Ident, id: &ast::Ident) -> Result<(usize, Option<ColumnType>)> {
+        let r = &self.rels[self.rel_named(q)?];
+        match r.find(id) {
+            Some(c) => Ok((r.offset + c, r.cols[c].1)),
+            None => Err(err(at(id.span), format!("no column named {:?} in table {}", id.value, r.shown()))),
+        }
+    }
 }
 
 /// How aggregates may appear in the expression being bound.
@@ -81,7 +140,15 @@ enum Aggs<'a> {
     /// Not at all (WHERE, aggregate arguments).
     No(&'static str),
     /// Collected into the list; the expression refers to them by index.
-    Collect { list: &'a mut Vec<AggSpec>, bare_column: &'a mut Option<(Pos, String)> },
+    Collect { list: &'a mut Vec<AggSpec>, bare_column: &'a mut Option<(Pos, String)>, keys: &'a [GroupKey] },
+}
+
+/// A `GROUP BY` key: its text (an expression of the SELECT list with the same text is the
+/// key), the input column when it is a plain column, its type.
+struct GroupKey {
+    text: String,
+    col: Option<usize>,
+    ty: Option<ColumnType>,
 }
 
 /// A typed bound expression.
@@ -192,11 +259,18 @@ impl Binder<'_> {
 
     fn expr(&self, e: &Expr, aggs: &mut Aggs<'_>) -> Result<Typed> {
         let pos = pos_of(e);
+        if let Aggs::Collect { keys, .. } = aggs {
+            if !keys.is_empty() && !matches!(e, Expr::Nested(_) | Expr::Value(_)) {
+                let t = e.to_string();
+                if let Some(i) = keys.iter().position(|k| k.text == t) {
+                    return Ok((BExpr::Col(i, t), keys[i].ty));
+                }
+            }
+        }
         Ok(match e {
             Expr::Identifier(id) => self.column(id, None, aggs)?,
             Expr::CompoundIdentifier(parts) => match parts.as_slice() {
-                [q, id] if self.scope.qualifies(q) => self.column(id, Some(q), aggs)?,
-                [q, _] => return Err(err(at(q.span), format!("no table named {:?} in this query", q.value))),
+                [q, id] => self.column(id, Some(q), aggs)?,
                 _ => return Err(err(pos, format!("cannot resolve the name {e}"))),
             },
             Expr::Nested(x) => self.expr(x, aggs)?,
@@ -375,17 +449,26 @@ impl Binder<'_> {
     }
 
     fn column(&self, id: &ast::Ident, q: Option<&ast::Ident>, aggs: &mut Aggs<'_>) -> Result<Typed> {
-        let (i, t) = self.scope.column(id)?;
-        let name = match q {
-            Some(q) => format!("{}.{}", q.value, self.scope.schema.columns[i].name),
-            None => self.scope.schema.columns[i].name.clone(),
+        let (i, t) = match q {
+            Some(q) => self.scope.qualified(q, id)?,
+            None => self.scope.column(id)?,
         };
-        if let Aggs::Collect { bare_column, .. } = aggs {
+        let name = match q {
+            Some(q) => format!("{}.{}", q.value, self.scope.col_name(i)),
+            None => self.scope.col_name(i),
+        };
+        if let Aggs::Collect { bare_column, keys, .. } = aggs {
+            if !keys.is_empty() {
+                return match keys.iter().position(|k| k.col == Some(i)) {
+                    Some(k) => Ok((BExpr::Col(k, name), t)),
+                    None => Err(err(at(id.span), format!("column {name:?} must appear in the GROUP BY clause or be used in an aggregate function"))),
+                };
+            }
             if bare_column.is_none() {
                 **bare_column = Some((at(id.span), name.clone()));
             }
         }
-        Ok((BExpr::Col(i, name), Some(t)))
+        Ok((BExpr::Col(i, name), t))
     }
 
     fn binary(&self, left: &Expr, op: &B, right: &Expr, pos: Pos, aggs: &mut Aggs<'_>) -> Result<Typed> {
@@ -498,14 +581,13 @@ impl Binder<'_> {
             }
         }
         if let Some(func) = agg_func(&name) {
-            if distinct {
-                return Err(unsupported(pos, &format!("{name}(DISTINCT ...)")));
+            if distinct && star {
+                return Err(err(pos, format!("{name}(DISTINCT *) is not a thing; name a column")));
             }
-            let (list_, bare) = match aggs {
+            let (list_, nk) = match aggs {
                 Aggs::No(place) => return Err(err(pos, format!("aggregate functions are not allowed in {place}"))),
-                Aggs::Collect { list, bare_column } => (list, bare_column),
+                Aggs::Collect { list, keys, .. } => (list, keys.len()),
             };
-            let _ = bare;
             let (func, arg, arg_ty) = match (func, star, args.as_slice()) {
                 (AggFunc::Count, true, []) => (AggFunc::CountStar, None, None),
                 (_, false, [a]) => {
@@ -526,8 +608,8 @@ impl Binder<'_> {
                 AggFunc::Min | AggFunc::Max => arg_ty,
             };
             let label = short(&f.to_string());
-            let i = list_.len();
-            list_.push(AggSpec { func, arg, arg_ty, pos, label: label.clone() });
+            let i = nk + list_.len();
+            list_.push(AggSpec { func, arg, arg_ty, pos, label: label.clone(), distinct });
             return Ok((BExpr::Col(i, label), ty));
         }
         if star || distinct {
@@ -657,9 +739,6 @@ fn query(catalog: &Catalog, q: &Query) -> Result<Bound> {
     if let Some(w) = &q.with {
         return Err(unsupported(at(w.span()), "WITH"));
     }
-    if let Some(o) = &q.order_by {
-        return Err(unsupported(at(o.span()).or(at(q.span())), "ORDER BY"));
-    }
     if q.fetch.is_some() || !q.locks.is_empty() || q.for_clause.is_some() || q.settings.is_some() || q.format_clause.is_some() || !q.pipe_operators.is_empty() {
         return Err(unsupported(at(q.span()), "this query clause"));
     }
@@ -685,19 +764,75 @@ fn query(catalog: &Catalog, q: &Query) -> Result<Bound> {
         SetExpr::SetOperation { op, .. } => return Err(unsupported(at(q.span()), &format!("{op}"))),
         other => return Err(unsupported(at(other.span()), "this kind of query")),
     };
-    let mut bound = select_plan(catalog, select)?;
+    let top = limit.and_then(|l| l.checked_add(offset));
+    let mut bound = select_plan(catalog, select, q.order_by.as_ref(), top)?;
     if limit.is_some() || offset > 0 {
         bound.plan = Plan::Limit { input: Box::new(bound.plan), limit, offset };
     }
     Ok(bound)
 }
 
-fn select_plan(catalog: &Catalog, s: &ast::Select) -> Result<Bound> {
-    let spos = at(s.select_token.0.span);
-    if let Some(d) = &s.distinct {
-        let _ = d;
-        return Err(unsupported(spos, "SELECT DISTINCT"));
+/// The expression a `GROUP BY` item stands for: `GROUP BY 2` is the second SELECT item, and
+/// a name that is no column of the input but the alias of a SELECT item is that item.
+fn group_item<'e>(g: &'e Expr, projection: &'e [SelectItem], scope: &Scope) -> Result<&'e Expr> {
+    let item_expr = |it: &'e SelectItem| match it {
+        SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => Some(e),
+        _ => None,
+    };
+    match g {
+        Expr::Value(v) => match &v.value {
+            SqlValue::Number(n, _) => {
+                let k: usize = n.parse().map_err(|_| err(pos_of(g), format!("GROUP BY position {n} is not in the select list")))?;
+                projection
+                    .get(k.wrapping_sub(1))
+                    .and_then(item_expr)
+                    .ok_or_else(|| err(pos_of(g), format!("GROUP BY position {n} is not an expression of the select list")))
+            }
+            _ => Ok(g),
+        },
+        Expr::Identifier(id) if scope.column(id).is_err() => {
+            let alias = projection.iter().find_map(|it| match it {
+                SelectItem::ExprWithAlias { expr, alias } if alias.value.eq_ignore_ascii_case(&id.value) => Some(expr),
+                _ => None,
+            });
+            Ok(alias.unwrap_or(g))
+        }
+        _ => Ok(g),
     }
+}
+
+/// The output column an `ORDER BY` item names, if it names one: a position, an output
+/// column's name, or the text of a SELECT item.
+fn order_target(e: &Expr, columns: &[OutColumn], texts: &[Option<String>]) -> Result<Option<usize>> {
+    match e {
+        Expr::Value(v) => {
+            if let SqlValue::Number(n, _) = &v.value {
+                return match n.parse::<usize>() {
+                    Ok(k) if (1..=columns.len()).contains(&k) => Ok(Some(k - 1)),
+                    _ => Err(err(pos_of(e), format!("ORDER BY position {n} is not in the select list"))),
+                };
+            }
+        }
+        Expr::Identifier(id) => {
+            let mut m =
+                columns.iter().enumerate().filter(|(_, c)| if id.quote_style.is_some() { c.name == id.value } else { c.name.eq_ignore_ascii_case(&id.value) });
+            if let (Some((i, _)), None) = (m.next(), m.next()) {
+                return Ok(Some(i));
+            }
+        }
+        _ => {}
+    }
+    let t = e.to_string();
+    Ok(texts.iter().position(|x| x.as_deref() == Some(t.as_str())))
+}
+
+fn select_plan(catalog: &Catalog, s: &ast::Select, order_by: Option<&ast::OrderBy>, top: Option<u64>) -> Result<Bound> {
+    let spos = at(s.select_token.0.span);
+    let distinct = match &s.distinct {
+        None => false,
+        Some(ast::Distinct::Distinct) => true,
+        Some(ast::Distinct::On(_)) => return Err(unsupported(spos, "DISTINCT ON")),
+    };
     if s.top.is_some()
         || s.into.is_some()
         || !s.lateral_views.is_empty()
@@ -711,65 +846,31 @@ fn select_plan(catalog: &Catalog, s: &ast::Select) -> Result<Bound> {
     if !s.cluster_by.is_empty() || !s.distribute_by.is_empty() || !s.sort_by.is_empty() || s.exclude.is_some() || s.value_table_mode.is_some() {
         return Err(unsupported(spos, "this SELECT clause"));
     }
-    match &s.group_by {
-        GroupByExpr::Expressions(e, m) if e.is_empty() && m.is_empty() => {}
-        GroupByExpr::Expressions(e, _) => return Err(unsupported(e.first().map(pos_of).unwrap_or(spos), "GROUP BY")),
-        GroupByExpr::All(_) => return Err(unsupported(spos, "GROUP BY")),
-    }
-    // FROM: nothing, or one table.
-    let (scope, table) = match s.from.as_slice() {
-        [] => (Scope::empty(), None),
-        [twj] => {
-            if let Some(j) = twj.joins.first() {
-                return Err(unsupported(at(j.relation.span()), "JOIN"));
-            }
-            match &twj.relation {
-                TableFactor::Table { name, alias, args, with_hints, version, partitions, sample, json_path, .. } => {
-                    if args.is_some() || !with_hints.is_empty() || version.is_some() || !partitions.is_empty() || sample.is_some() || json_path.is_some() {
-                        return Err(unsupported(at(twj.relation.span()), "this form of table reference"));
-                    }
-                    let ident = match name.0.as_slice() {
-                        [ObjectNamePart::Identifier(id)] => id,
-                        _ => return Err(err(at(name.span()), format!("no table named {name} (table names have one part)"))),
-                    };
-                    let found = catalog.tables.get(&ident.value).map(|t| (ident.value.clone(), t)).or_else(|| {
-                        if ident.quote_style.is_some() {
-                            return None;
-                        }
-                        let mut m = catalog.tables.iter().filter(|(n, _)| n.eq_ignore_ascii_case(&ident.value));
-                        match (m.next(), m.next()) {
-                            (Some((n, t)), None) => Some((n.clone(), t)),
-                            _ => None,
-                        }
-                    });
-                    let (tname_, table) = found.ok_or_else(|| err(at(ident.span), format!("no table named {:?} in this database", ident.value)))?;
-                    if let Some(a) = alias {
-                        if !a.columns.is_empty() {
-                            return Err(unsupported(at(a.name.span), "column aliases in FROM"));
-                        }
-                    }
-                    let scope = Scope { name: tname_.clone(), alias: alias.as_ref().map(|a| a.name.value.clone()), schema: table.schema.clone() };
-                    (scope, Some((tname_, table.clone())))
-                }
-                TableFactor::Derived { .. } => return Err(unsupported(at(twj.relation.span()), "a subquery in FROM")),
-                other => return Err(unsupported(at(other.span()), "this kind of FROM item")),
-            }
-        }
-        [_, second, ..] => return Err(unsupported(at(second.relation.span()), "FROM with several tables (joins)")),
+    let group_exprs: &[Expr] = match &s.group_by {
+        GroupByExpr::Expressions(e, m) if m.is_empty() => e,
+        GroupByExpr::Expressions(e, _) => return Err(unsupported(e.first().map(pos_of).unwrap_or(spos), "GROUP BY with modifiers")),
+        GroupByExpr::All(_) => return Err(unsupported(spos, "GROUP BY ALL")),
     };
+    // FROM: the relations, then the joins planned with WHERE's conjuncts.
+    let (scope, rel_plans, steps) = from_clause(catalog, &s.from)?;
     let b = Binder { scope: &scope };
-    let filter = match &s.selection {
-        Some(w) => {
-            let pred = b.bool_operand(w, "WHERE", &mut Aggs::No("WHERE"))?;
-            Some(pred)
-        }
-        None => None,
-    };
-    // The projection, with aggregates collected.
+    let mut plan = plan_joins(catalog, &b, rel_plans, &steps, s.selection.as_ref())?;
+    // GROUP BY keys, bound against the input.
+    let mut keys = Vec::with_capacity(group_exprs.len());
+    let mut key_exprs = Vec::with_capacity(group_exprs.len());
+    for g in group_exprs {
+        let g = group_item(g, &s.projection, &scope)?;
+        let (x, t) = b.expr(g, &mut Aggs::No("GROUP BY"))?;
+        keys.push(GroupKey { text: g.to_string(), col: if let BExpr::Col(i, _) = &x { Some(*i) } else { None }, ty: t });
+        key_exprs.push(x);
+    }
+    let grouped = !keys.is_empty();
+    // The projection, with aggregates collected (after GROUP BY: over the groups' rows).
     let mut aggs = Vec::new();
     let mut bare: Option<(Pos, String)> = None;
     let mut exprs = Vec::new();
     let mut columns = Vec::new();
+    let mut texts: Vec<Option<String>> = Vec::new();
     for item in &s.projection {
         match item {
             SelectItem::Wildcard(opts) | SelectItem::QualifiedWildcard(_, opts) => {
@@ -781,67 +882,539 @@ fn select_plan(catalog: &Catalog, s: &ast::Select) -> Result<Bound> {
                 {
                     return Err(unsupported(at(item.span()), "options of *"));
                 }
-                if let SelectItem::QualifiedWildcard(kind, _) = item {
-                    let ok = match kind {
-                        ast::SelectItemQualifiedWildcardKind::ObjectName(n) => matches!(n.0.as_slice(), [ObjectNamePart::Identifier(q)] if scope.qualifies(q)),
-                        _ => false,
-                    };
-                    if !ok {
-                        return Err(err(at(item.span()), format!("no table named {kind} in this query")));
+                let range = match item {
+                    SelectItem::QualifiedWildcard(kind, _) => {
+                        let r = match kind {
+                            ast::SelectItemQualifiedWildcardKind::ObjectName(n) => match n.0.as_slice() {
+                                [ObjectNamePart::Identifier(q)] => scope.rel_named(q).ok(),
+                                _ => None,
+                            },
+                            _ => None,
+                        };
+                        let r = r.ok_or_else(|| err(at(item.span()), format!("no table named {kind} in this query")))?;
+                        scope.rels[r].offset..scope.rels[r].offset + scope.rels[r].cols.len()
                     }
-                }
-                if scope.name.is_empty() {
+                    _ => 0..scope.width(),
+                };
+                if scope.rels.is_empty() {
                     return Err(err(at(item.span()), "SELECT * needs a FROM"));
                 }
-                for (i, c) in scope.schema.columns.iter().enumerate() {
+                for i in range {
+                    let (name, ty) = (scope.col_name(i), scope.col_type(i));
                     if bare.is_none() {
-                        bare = Some((at(item.span()), c.name.clone()));
+                        bare = Some((at(item.span()), name.clone()));
                     }
-                    exprs.push(BExpr::Col(i, c.name.clone()));
-                    columns.push(OutColumn { name: c.name.clone(), ty: Some(c.ty) });
+                    let x = if grouped {
+                        match keys.iter().position(|k| k.col == Some(i)) {
+                            Some(k) => BExpr::Col(k, name.clone()),
+                            None => {
+                                return Err(err(
+                                    at(item.span()),
+                                    format!("column {name:?} must appear in the GROUP BY clause or be used in an aggregate function"),
+                                ))
+                            }
+                        }
+                    } else {
+                        BExpr::Col(i, name.clone())
+                    };
+                    exprs.push(x);
+                    columns.push(OutColumn { name, ty });
+                    texts.push(None);
                 }
             }
             SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
-                let (x, t) = b.expr(e, &mut Aggs::Collect { list: &mut aggs, bare_column: &mut bare })?;
+                let (x, t) = b.expr(e, &mut Aggs::Collect { list: &mut aggs, bare_column: &mut bare, keys: &keys })?;
                 let name = match item {
                     SelectItem::ExprWithAlias { alias, .. } => alias.value.clone(),
                     _ => match e {
-                        Expr::Identifier(id) => scope.column(id).map(|(i, _)| scope.schema.columns[i].name.clone()).unwrap_or_else(|_| id.value.clone()),
+                        Expr::Identifier(id) => scope.column(id).map(|(i, _)| scope.col_name(i)).unwrap_or_else(|_| id.value.clone()),
                         Expr::CompoundIdentifier(p) => p.last().map(|id| id.value.clone()).unwrap_or_default(),
                         e => e.to_string(),
                     },
                 };
                 exprs.push(x);
                 columns.push(OutColumn { name, ty: t });
+                texts.push(Some(e.to_string()));
             }
         }
     }
-    if let Some(h) = &s.having {
-        if aggs.is_empty() {
-            // HAVING without aggregates: treat the query as an aggregate over no columns.
-            return Err(unsupported(pos_of(h), "HAVING without aggregates"));
+    let having = match &s.having {
+        Some(h) => Some((b.bool_operand(h, "HAVING", &mut Aggs::Collect { list: &mut aggs, bare_column: &mut bare, keys: &keys })?, pos_of(h))),
+        None => None,
+    };
+    // ORDER BY: an output column, else an expression computed as a hidden column.
+    let mut sort_keys = Vec::new();
+    let mut hidden = Vec::new();
+    if let Some(ob) = order_by {
+        let items = match &ob.kind {
+            ast::OrderByKind::Expressions(v) => v,
+            ast::OrderByKind::All(_) => return Err(unsupported(at(ob.span()).or(spos), "ORDER BY ALL")),
+        };
+        if ob.interpolate.is_some() {
+            return Err(unsupported(at(ob.span()).or(spos), "INTERPOLATE"));
+        }
+        for it in items {
+            if it.with_fill.is_some() {
+                return Err(unsupported(pos_of(&it.expr), "WITH FILL"));
+            }
+            let desc = it.options.asc == Some(false);
+            let nulls_first = it.options.nulls_first.unwrap_or(desc);
+            let col = match order_target(&it.expr, &columns, &texts)? {
+                Some(c) => c,
+                None => {
+                    if distinct {
+                        return Err(err(pos_of(&it.expr), "for SELECT DISTINCT, ORDER BY expressions must appear in the select list"));
+                    }
+                    let (x, _) = b.expr(&it.expr, &mut Aggs::Collect { list: &mut aggs, bare_column: &mut bare, keys: &keys })?;
+                    hidden.push(x);
+                    exprs.len() + hidden.len() - 1
+                }
+            };
+            sort_keys.push(SortKey { col, desc, nulls_first });
         }
     }
-    let mut plan = match table {
-        Some((name, table)) => Plan::Scan { name, table, filter },
-        None => Plan::OneRow { filter },
-    };
-    if !aggs.is_empty() {
+    let aggregated = grouped || !aggs.is_empty();
+    if let (Some((_, hpos)), false) = (&having, aggregated) {
+        return Err(unsupported(*hpos, "HAVING without aggregates or GROUP BY"));
+    }
+    if aggregated && !grouped {
         if let Some((pos, name)) = bare {
-            return Err(err(pos, format!("column {name:?} must be inside an aggregate function (GROUP BY is not supported yet)")));
+            return Err(err(pos, format!("column {name:?} must be inside an aggregate function or appear in GROUP BY")));
         }
-        let having = match &s.having {
-            Some(h) => Some(b.bool_operand(h, "HAVING", &mut Aggs::Collect { list: &mut aggs, bare_column: &mut bare })?),
-            None => None,
+    }
+    if aggregated {
+        plan = if grouped || aggs.iter().any(|a| a.distinct) {
+            Plan::HashAggregate { input: Box::new(plan), keys: key_exprs, aggs }
+        } else {
+            Plan::Aggregate { input: Box::new(plan), aggs }
         };
-        if let Some((pos, name)) = bare {
-            return Err(err(pos, format!("column {name:?} must be inside an aggregate function (GROUP BY is not supported yet)")));
-        }
-        plan = Plan::Aggregate { input: Box::new(plan), aggs };
-        if let Some(h) = having {
+        if let Some((h, _)) = having {
             plan = Plan::Filter { input: Box::new(plan), pred: h };
         }
     }
+    let n = exprs.len();
+    let width = n + hidden.len();
+    exprs.extend(hidden);
     plan = Plan::Project { input: Box::new(plan), exprs };
+    if distinct {
+        let keys = columns.iter().enumerate().map(|(i, c)| BExpr::Col(i, c.name.clone())).collect();
+        plan = Plan::HashAggregate { input: Box::new(plan), keys, aggs: Vec::new() };
+    }
+    if !sort_keys.is_empty() {
+        plan = Plan::Sort { input: Box::new(plan), keys: sort_keys, top };
+    }
+    if width > n {
+        plan = Plan::Project { input: Box::new(plan), exprs: columns.iter().enumerate().map(|(i, c)| BExpr::Col(i, c.name.clone())).collect() };
+    }
     Ok(Bound { plan, columns })
+}
+
+/// One step of FROM: relation `rel` joined (`kind`, `on`) to the relations before it.
+struct Step<'q> {
+    rel: usize,
+    kind: JoinKind,
+    on: Option<&'q Expr>,
+}
+
+fn rename_cols(rel: &mut Rel, a: &ast::TableAlias) -> Result<()> {
+    if a.columns.len() > rel.cols.len() {
+        return Err(err(at(a.name.span), format!("{} has {} columns, the alias names {}", rel.shown(), rel.cols.len(), a.columns.len())));
+    }
+    for (c, n) in rel.cols.iter_mut().zip(&a.columns) {
+        c.0 = n.name.value.clone();
+    }
+    Ok(())
+}
+
+/// A table or a subquery of FROM, and its plan.
+fn table_factor(catalog: &Catalog, tf: &TableFactor) -> Result<(Rel, Plan)> {
+    match tf {
+        TableFactor::Table { name, alias, args, with_hints, version, partitions, sample, json_path, .. } => {
+            if args.is_some() || !with_hints.is_empty() || version.is_some() || !partitions.is_empty() || sample.is_some() || json_path.is_some() {
+                return Err(unsupported(at(tf.span()), "this form of table reference"));
+            }
+            let ident = match name.0.as_slice() {
+                [ObjectNamePart::Identifier(id)] => id,
+                _ => return Err(err(at(name.span()), format!("no table named {name} (table names have one part)"))),
+            };
+            let found = catalog.tables.get(&ident.value).map(|t| (ident.value.clone(), t)).or_else(|| {
+                if ident.quote_style.is_some() {
+                    return None;
+                }
+                let mut m = catalog.tables.iter().filter(|(n, _)| n.eq_ignore_ascii_case(&ident.value));
+                match (m.next(), m.next()) {
+                    (Some((n, t)), None) => Some((n.clone(), t)),
+                    _ => None,
+                }
+            });
+            let (tname_, table) = found.ok_or_else(|| err(at(ident.span), format!("no table named {:?} in this database", ident.value)))?;
+            let cols = table.schema.columns.iter().map(|c| (c.name.clone(), Some(c.ty))).collect();
+            let mut rel = Rel { name: tname_.clone(), alias: alias.as_ref().map(|a| a.name.value.clone()), cols, offset: 0 };
+            if let Some(a) = alias {
+                rename_cols(&mut rel, a)?;
+            }
+            Ok((rel, Plan::Scan { name: tname_, table: table.clone(), filter: None }))
+        }
+        TableFactor::Derived { lateral, subquery, alias, .. } => {
+            if *lateral {
+                return Err(unsupported(at(tf.span()), "LATERAL"));
+            }
+            let bound = query(catalog, subquery)?;
+            let name = alias.as_ref().map_or_else(|| "subquery".to_owned(), |a| a.name.value.clone());
+            let mut rel = Rel { name, alias: None, cols: bound.columns.iter().map(|c| (c.name.clone(), c.ty)).collect(), offset: 0 };
+            if let Some(a) = alias {
+                rename_cols(&mut rel, a)?;
+            }
+            Ok((rel, bound.plan))
+        }
+        TableFactor::NestedJoin { .. } => Err(unsupported(at(tf.span()), "a parenthesized join")),
+        other => Err(unsupported(at(other.span()), "this kind of FROM item")),
+    }
+}
+
+/// The relations of FROM (in the order written) with their plans, and the join steps.
+fn from_clause<'q>(catalog: &Catalog, from: &'q [ast::TableWithJoins]) -> Result<(Scope, Vec<Plan>, Vec<Step<'q>>)> {
+    let (mut rels, mut plans, mut steps) = (Vec::new(), Vec::new(), Vec::new());
+    let mut offset = 0;
+    let mut add = |tf: &TableFactor, rels: &mut Vec<Rel>| -> Result<usize> {
+        let (mut rel, plan) = table_factor(catalog, tf)?;
+        rel.offset = offset;
+        offset += rel.cols.len();
+        rels.push(rel);
+        plans.push(plan);
+        Ok(rels.len() - 1)
+    };
+    for twj in from {
+        let r = add(&twj.relation, &mut rels)?;
+        steps.push(Step { rel: r, kind: JoinKind::Inner, on: None });
+        for j in &twj.joins {
+            use ast::{JoinConstraint as C, JoinOperator as O};
+            let (kind, c) = match &j.join_operator {
+                O::Join(c) | O::Inner(c) | O::CrossJoin(c) => (JoinKind::Inner, c),
+                O::Left(c) | O::LeftOuter(c) => (JoinKind::Left, c),
+                _ => return Err(unsupported(at(j.relation.span()), "this kind of join (inner, LEFT [OUTER] and CROSS are)")),
+            };
+            let on = match c {
+                C::On(e) => Some(e),
+                C::None => None,
+                C::Using(_) => return Err(unsupported(at(j.relation.span()), "JOIN ... USING")),
+                C::Natural => return Err(unsupported(at(j.relation.span()), "NATURAL JOIN")),
+            };
+            if kind == JoinKind::Left && on.is_none() {
+                return Err(err(at(j.relation.span()), "LEFT JOIN needs ON"));
+            }
+            let r = add(&j.relation, &mut rels)?;
+            steps.push(Step { rel: r, kind, on });
+        }
+    }
+    Ok((Scope { rels }, plans, steps))
+}
+
+/// A bound conjunct of WHERE or ON: the predicate, the relations it reads, and its two
+/// sides if it is an equality (a join key candidate).
+struct Conj {
+    pred: BExpr,
+    rels: Vec<usize>,
+    equi: Option<(BExpr, Vec<usize>, BExpr, Vec<usize>)>,
+    applied: bool,
+}
+
+fn split_and<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
+    match e {
+        Expr::BinaryOp { left, op: B::And, right } => {
+            split_and(left, out);
+            split_and(right, out);
+        }
+        Expr::Nested(x) if matches!(x.as_ref(), Expr::BinaryOp { op: B::And, .. } | Expr::Nested(_)) => split_and(x, out),
+        _ => out.push(e),
+    }
+}
+
+fn rels_of(scope: &Scope, e: &BExpr) -> Vec<usize> {
+    let mut cols = Vec::new();
+    e.cols(&mut cols);
+    let mut r: Vec<usize> = cols.into_iter().map(|c| scope.rel_of(c)).collect();
+    r.sort_unstable();
+    r.dedup();
+    r
+}
+
+fn bind_conj(b: &Binder<'_>, e: &Expr, place: &'static str) -> Result<Conj> {
+    let pred = b.bool_operand(e, place, &mut Aggs::No(place))?;
+    let rels = rels_of(b.scope, &pred);
+    let mut inner = e;
+    while let Expr::Nested(x) = inner {
+        inner = x;
+    }
+    let equi = match inner {
+        Expr::BinaryOp { left, op: B::Eq, right } => {
+            let (x, tx) = b.expr(left, &mut Aggs::No(place))?;
+            let (y, ty) = b.expr(right, &mut Aggs::No(place))?;
+            let (rx, ry) = (rels_of(b.scope, &x), rels_of(b.scope, &y));
+            let num = |t| matches!(t, Some(ColumnType::I64) | Some(ColumnType::F64));
+            if rx.is_empty() || ry.is_empty() || !(tx == ty || (num(tx) && num(ty))) {
+                None
+            } else if tx == ty {
+                Some((x, rx, y, ry))
+            } else if tx == Some(ColumnType::I64) {
+                Some((BExpr::Cast(Box::new(x), ColumnType::F64, pos_of(left)), rx, y, ry))
+            } else {
+                Some((x, rx, BExpr::Cast(Box::new(y), ColumnType::F64, pos_of(right)), ry))
+            }
+        }
+        _ => None,
+    };
+    Ok(Conj { pred, rels, equi, applied: false })
+}
+
+fn and_all(mut preds: Vec<BExpr>) -> Option<BExpr> {
+    let first = if preds.is_empty() { return None } else { preds.remove(0) };
+    Some(preds.into_iter().fold(first, |a, b| BExpr::And(Box::new(a), Box::new(b))))
+}
+
+fn remapped(e: &BExpr, map: &[usize]) -> BExpr {
+    let mut e = e.clone();
+    e.map_cols(&|i| map[i]);
+    e
+}
+
+fn add_filter(plan: &mut Plan, pred: BExpr) {
+    let p = std::mem::replace(plan, Plan::OneRow { filter: None });
+    *plan = match p {
+        Plan::Scan { name, table, filter } => Plan::Scan {
+            name,
+            table,
+            filter: Some(match filter {
+                Some(f) => BExpr::And(Box::new(f), Box::new(pred)),
+                None => pred,
+            }),
+        },
+        p => Plan::Filter { input: Box::new(p), pred },
+    };
+}
+
+/// Where each column of the joined row (in FROM's order) is in a row of `layout`'s
+/// relations.
+fn layout_map(scope: &Scope, layout: &[usize]) -> Vec<usize> {
+    let mut map = vec![usize::MAX; scope.width()];
+    let mut at = 0;
+    for &r in layout {
+        let rel = &scope.rels[r];
+        for c in 0..rel.cols.len() {
+            map[rel.offset + c] = at + c;
+        }
+        at += rel.cols.len();
+    }
+    map
+}
+
+/// A subquery of WHERE: `x [NOT] IN (SELECT ...)` or `[NOT] EXISTS (SELECT ...)`.
+enum SubFilter {
+    In { x: BExpr, plan: Plan, negated: bool },
+    Exists { plan: Plan, negated: bool },
+}
+
+fn sub_filter(catalog: &Catalog, b: &Binder<'_>, e: &Expr) -> Result<Option<SubFilter>> {
+    Ok(match e {
+        Expr::InSubquery { expr, subquery, negated } => {
+            let (x, tx) = b.expr(expr, &mut Aggs::No("WHERE"))?;
+            let sub = query(catalog, subquery)?;
+            if sub.columns.len() != 1 {
+                return Err(err(pos_of(e), format!("the subquery of IN must return one column, not {}", sub.columns.len())));
+            }
+            let ts = sub.columns[0].ty;
+            if !comparable(tx, ts) {
+                return Err(err(pos_of(e), format!("cannot compare {} and {}", tname(tx), tname(ts))));
+            }
+            let (x, plan) = match (tx, ts) {
+                (Some(ColumnType::I64), Some(ColumnType::F64)) => (BExpr::Cast(Box::new(x), ColumnType::F64, pos_of(expr)), sub.plan),
+                (Some(ColumnType::F64), Some(ColumnType::I64)) => {
+                    let cast = BExpr::Cast(Box::new(BExpr::Col(0, sub.columns[0].name.clone())), ColumnType::F64, pos_of(e));
+                    (x, Plan::Project { input: Box::new(sub.plan), exprs: vec![cast] })
+                }
+                _ => (x, sub.plan),
+            };
+            Some(SubFilter::In { x, plan, negated: *negated })
+        }
+        Expr::Exists { subquery, negated } => Some(SubFilter::Exists { plan: query(catalog, subquery)?.plan, negated: *negated }),
+        Expr::UnaryOp { op: UnaryOperator::Not, expr } => {
+            let mut inner = expr.as_ref();
+            while let Expr::Nested(x) = inner {
+                inner = x;
+            }
+            match sub_filter(catalog, b, inner)? {
+                Some(SubFilter::Exists { plan, negated }) => Some(SubFilter::Exists { plan, negated: !negated }),
+                Some(SubFilter::In { x, plan, negated }) => Some(SubFilter::In { x, plan, negated: !negated }),
+                None => None,
+            }
+        }
+        Expr::Nested(x) => sub_filter(catalog, b, x)?,
+        _ => None,
+    })
+}
+
+/// The plan of FROM and WHERE: relations joined by hash joins on the equalities of WHERE
+/// and ON (inner joins in an order that follows the equalities; LEFT joins as written),
+/// each conjunct applied as soon as its relations are joined (one relation's: in its scan),
+/// then the subquery filters. Rows come out with FROM's columns in FROM's order.
+fn plan_joins(catalog: &Catalog, b: &Binder<'_>, plans: Vec<Plan>, steps: &[Step<'_>], selection: Option<&Expr>) -> Result<Plan> {
+    let mut conjs = Vec::new();
+    let mut subs = Vec::new();
+    let mut parts = Vec::new();
+    if let Some(w) = selection {
+        split_and(w, &mut parts);
+    }
+    for e in parts {
+        match sub_filter(catalog, b, e)? {
+            Some(sf) => subs.push(sf),
+            None => conjs.push(bind_conj(b, e, "WHERE")?),
+        }
+    }
+    let mut plan = if steps.is_empty() {
+        let filter = and_all(conjs.drain(..).map(|c| c.pred).collect());
+        Plan::OneRow { filter }
+    } else {
+        for st in steps.iter().filter(|s| s.kind == JoinKind::Inner) {
+            if let Some(on) = st.on {
+                let mut ps = Vec::new();
+                split_and(on, &mut ps);
+                for e in ps {
+                    conjs.push(bind_conj(b, e, "ON")?);
+                }
+            }
+        }
+        join_tree(b, plans, steps, conjs)?
+    };
+    for sf in subs {
+        plan = match sf {
+            SubFilter::In { x, plan: sub, negated } => Plan::HashJoin {
+                left: Box::new(plan),
+                right: Box::new(sub),
+                kind: if negated { JoinKind::Anti } else { JoinKind::Semi },
+                left_keys: vec![x],
+                right_keys: vec![BExpr::Col(0, "subquery".into())],
+                residual: None,
+                right_width: 1,
+            },
+            SubFilter::Exists { plan: sub, negated } => Plan::Exists { input: Box::new(plan), sub: Box::new(sub), negated },
+        };
+    }
+    Ok(plan)
+}
+
+fn join_tree(b: &Binder<'_>, plans: Vec<Plan>, steps: &[Step<'_>], mut pool: Vec<Conj>) -> Result<Plan> {
+    let scope = b.scope;
+    let n = scope.rels.len();
+    let null_supplied: Vec<bool> = (0..n).map(|r| steps.iter().any(|s| s.rel == r && s.kind == JoinKind::Left)).collect();
+    let has_left = null_supplied.iter().any(|x| *x);
+    let mut rel_plans: Vec<Option<Plan>> = plans.into_iter().map(Some).collect();
+    let local = |e: &BExpr, r: usize| {
+        let off = scope.rels[r].offset;
+        let mut e = e.clone();
+        e.map_cols(&|i| i - off);
+        e
+    };
+    // One relation's conjuncts go into its scan (not below a LEFT join that pads it).
+    for c in pool.iter_mut() {
+        let r = c.rels.first().copied().unwrap_or(steps[0].rel);
+        if c.rels.len() <= 1 && !null_supplied[r] {
+            if let Some(p) = rel_plans[r].as_mut() {
+                add_filter(p, local(&c.pred, r));
+            }
+            c.applied = true;
+        }
+    }
+    // The order: as written with LEFT joins; else each next relation one that an equality
+    // connects to those joined so far (the first written, if none is).
+    let mut order: Vec<usize> = Vec::with_capacity(n);
+    if has_left {
+        order.extend(steps.iter().map(|s| s.rel));
+    } else {
+        order.push(steps[0].rel);
+        while order.len() < n {
+            let joined = |r: usize, order: &[usize]| order.contains(&r);
+            let connects = |r: usize, c: &Conj| {
+                c.equi.as_ref().is_some_and(|(_, lx, _, ly)| {
+                    (lx.iter().all(|x| joined(*x, &order)) && ly.as_slice() == [r]) || (ly.iter().all(|y| joined(*y, &order)) && lx.as_slice() == [r])
+                })
+            };
+            let rest: Vec<usize> = (0..n).filter(|r| !order.contains(r)).collect();
+            let next = rest.iter().copied().find(|&r| pool.iter().any(|c| !c.applied && connects(r, c))).unwrap_or(rest[0]);
+            order.push(next);
+        }
+    }
+    let take = |rel_plans: &mut Vec<Option<Plan>>, r: usize| rel_plans[r].take().ok_or_else(|| err(None, "a relation is joined twice"));
+    let mut layout = vec![order[0]];
+    let mut plan = take(&mut rel_plans, order[0])?;
+    let apply_ready = |plan: &mut Plan, layout: &[usize], pool: &mut Vec<Conj>| {
+        let map = layout_map(scope, layout);
+        for c in pool.iter_mut().filter(|c| !c.applied && c.rels.iter().all(|r| layout.contains(r))) {
+            add_filter(plan, remapped(&c.pred, &map));
+            c.applied = true;
+        }
+    };
+    apply_ready(&mut plan, &layout, &mut pool);
+    for &r in &order[1..] {
+        let step = steps.iter().find(|s| s.rel == r).ok_or_else(|| err(None, "join step"))?;
+        let mut right = take(&mut rel_plans, r)?;
+        let left_map = layout_map(scope, &layout);
+        let (mut lk, mut rk, mut residual) = (Vec::new(), Vec::new(), Vec::new());
+        let key_sides = |c: &Conj, layout: &[usize]| -> Option<(BExpr, BExpr)> {
+            let (x, lx, y, ly) = c.equi.as_ref()?;
+            let inl = |v: &Vec<usize>| v.iter().all(|q| layout.contains(q));
+            if inl(lx) && ly.as_slice() == [r] {
+                Some((x.clone(), y.clone()))
+            } else if inl(ly) && lx.as_slice() == [r] {
+                Some((y.clone(), x.clone()))
+            } else {
+                None
+            }
+        };
+        if step.kind == JoinKind::Left {
+            let mut ps = Vec::new();
+            if let Some(on) = step.on {
+                split_and(on, &mut ps);
+            }
+            for e in ps {
+                let c = bind_conj(b, e, "ON")?;
+                if let Some(&q) = c.rels.iter().find(|q| **q != r && !layout.contains(q)) {
+                    return Err(err(pos_of(e), format!("ON of a LEFT JOIN refers to {}, which is joined later", scope.rels[q].shown())));
+                }
+                if let Some((x, y)) = key_sides(&c, &layout) {
+                    lk.push(remapped(&x, &left_map));
+                    rk.push(local(&y, r));
+                } else if c.rels.as_slice() == [r] {
+                    add_filter(&mut right, local(&c.pred, r));
+                } else {
+                    residual.push(c.pred);
+                }
+            }
+        } else {
+            for c in pool.iter_mut().filter(|c| !c.applied) {
+                if let Some((x, y)) = key_sides(c, &layout) {
+                    lk.push(remapped(&x, &left_map));
+                    rk.push(local(&y, r));
+                    c.applied = true;
+                }
+            }
+        }
+        layout.push(r);
+        let map = layout_map(scope, &layout);
+        let residual = and_all(residual.iter().map(|e| remapped(e, &map)).collect());
+        plan = Plan::HashJoin {
+            left: Box::new(plan),
+            right: Box::new(right),
+            kind: step.kind,
+            left_keys: lk,
+            right_keys: rk,
+            residual,
+            right_width: scope.rels[r].cols.len(),
+        };
+        apply_ready(&mut plan, &layout, &mut pool);
+    }
+    if layout.windows(2).any(|w| w[0] > w[1]) {
+        let map = layout_map(scope, &layout);
+        plan = Plan::Project { input: Box::new(plan), exprs: (0..scope.width()).map(|g| BExpr::Col(map[g], scope.col_name(g))).collect() };
+    }
+    Ok(plan)
 }

@@ -5,7 +5,11 @@
 
 use std::fmt::Write as _;
 
+use super::agg::{encode_states, AggKind, HashAgg, St};
 use super::expr::{arith, compare, err, ArOp, BExpr, Pos};
+use super::join::{JoinArgs, JoinKind};
+use super::rows::{corrupt, decode_row, encode_row, encode_sort_key, encode_value, hash_bytes};
+use super::sort::Sorter;
 use crate::access::table::{ColumnType, Table, Value};
 use crate::buffer::BufferManager;
 use crate::error::{Error, Result};
@@ -33,6 +37,16 @@ pub struct AggSpec {
     pub arg_ty: Option<ColumnType>,
     pub pos: Pos,
     pub label: String,
+    /// `agg(DISTINCT x)`: duplicates of the argument (within a group) count once.
+    pub distinct: bool,
+}
+
+/// One `ORDER BY` key: a column of the input, descending?, NULLs first?
+#[derive(Clone, Copy, Debug)]
+pub struct SortKey {
+    pub col: usize,
+    pub desc: bool,
+    pub nulls_first: bool,
 }
 
 /// A query plan.
@@ -48,6 +62,19 @@ pub enum Plan {
     Filter { input: Box<Plan>, pred: BExpr },
     /// One row of aggregates over all of the input (no GROUP BY): constant state.
     Aggregate { input: Box<Plan>, aggs: Vec<AggSpec> },
+    /// `GROUP BY` (and `DISTINCT`, and aggregates with `DISTINCT`): rows of the key values
+    /// followed by the aggregates, by hash aggregation in temporary pages (see
+    /// [`super::agg`]). With no keys, one row even for no input.
+    HashAggregate { input: Box<Plan>, keys: Vec<BExpr>, aggs: Vec<AggSpec> },
+    /// `ORDER BY`: the input's rows sorted by `keys` (an external sort in temporary pages,
+    /// see [`super::sort`]; a top-k heap when only the first `top` rows are wanted and they
+    /// are few).
+    Sort { input: Box<Plan>, keys: Vec<SortKey>, top: Option<u64> },
+    /// An equi-join by hash (see [`super::join`]): rows of the left's columns then the
+    /// right's (semi and anti joins: the left's only).
+    HashJoin { left: Box<Plan>, right: Box<Plan>, kind: JoinKind, left_keys: Vec<BExpr>, right_keys: Vec<BExpr>, residual: Option<BExpr>, right_width: usize },
+    /// The input if `sub` has a row (`EXISTS`), or if it has none (`negated`).
+    Exists { input: Box<Plan>, sub: Box<Plan>, negated: bool },
     /// Skips `offset` rows, then passes at most `limit`.
     Limit { input: Box<Plan>, limit: Option<u64>, offset: u64 },
 }
@@ -189,6 +216,38 @@ impl Plan {
                 let row: Vec<Value> = states.into_iter().map(State::finish).collect();
                 sink(&row)
             }
+            Plan::HashAggregate { input, keys, aggs } => run_hash_aggregate(bm, input, keys, aggs, sink),
+            Plan::HashJoin { left, right, kind, left_keys, right_keys, residual, right_width } => super::join::run(
+                bm,
+                &JoinArgs { left, right, kind: *kind, left_keys, right_keys, residual: residual.as_ref(), right_width: *right_width },
+                sink,
+            ),
+            Plan::Exists { input, sub, negated } => {
+                let mut any = false;
+                sub.run(bm, &mut |_| {
+                    any = true;
+                    Ok(false)
+                })?;
+                if any == *negated {
+                    return Ok(true);
+                }
+                input.run(bm, sink)
+            }
+            Plan::Sort { input, keys, top } => {
+                let mut sorter = Sorter::new(bm, *top);
+                let (mut kb, mut rb) = (Vec::new(), Vec::new());
+                input.run(bm, &mut |row| {
+                    kb.clear();
+                    for k in keys {
+                        encode_sort_key(row.get(k.col).ok_or_else(|| corrupt("sort key column"))?, k.desc, k.nulls_first, &mut kb);
+                    }
+                    rb.clear();
+                    encode_row(row, &mut rb);
+                    sorter.push(&kb, &rb)?;
+                    Ok(true)
+                })?;
+                sorter.finish(&mut |rb| sink(&decode_row(rb)?))
+            }
             Plan::Limit { input, limit, offset } => {
                 if *limit == Some(0) {
                     return Ok(true);
@@ -215,14 +274,41 @@ impl Plan {
         }
     }
 
+    /// An estimate of the rows the plan produces (tables' row counts; joins: the larger
+    /// input), to choose a hash join's build side.
+    pub fn estimate_rows(&self, bm: &BufferManager) -> Result<u64> {
+        Ok(match self {
+            Plan::Scan { table, .. } => table.rows(bm)?,
+            Plan::OneRow { .. } | Plan::Aggregate { .. } => 1,
+            Plan::Project { input, .. }
+            | Plan::Filter { input, .. }
+            | Plan::Sort { input, .. }
+            | Plan::HashAggregate { input, .. }
+            | Plan::Exists { input, .. } => input.estimate_rows(bm)?,
+            Plan::Limit { input, limit, .. } => input.estimate_rows(bm)?.min(limit.unwrap_or(u64::MAX)),
+            Plan::HashJoin { left, right, kind, .. } => match kind {
+                JoinKind::Inner => left.estimate_rows(bm)?.max(right.estimate_rows(bm)?),
+                _ => left.estimate_rows(bm)?,
+            },
+        })
+    }
+
     /// The plan as indented lines, the root first (`EXPLAIN`).
     pub fn explain(&self) -> String {
         let mut s = String::new();
-        self.explain_into(&mut s, 0);
+        self.explain_into(&mut s, 0, None);
         s
     }
 
-    fn explain_into(&self, s: &mut String, depth: usize) {
+    /// [`explain`](Self::explain) with the row estimates of the tables in `bm`: each
+    /// inner hash join says which side it builds on.
+    pub fn explain_with(&self, bm: &BufferManager) -> String {
+        let mut s = String::new();
+        self.explain_into(&mut s, 0, Some(bm));
+        s
+    }
+
+    fn explain_into(&self, s: &mut String, depth: usize, bm: Option<&BufferManager>) {
         let pad = "  ".repeat(depth);
         let list = |v: &mut dyn Iterator<Item = String>| v.collect::<Vec<_>>().join(", ");
         let input = match self {
@@ -254,6 +340,69 @@ impl Plan {
                 let _ = writeln!(s, "{pad}Aggregate (no groups, constant state) {}", list(&mut aggs.iter().map(|a| a.label.clone())));
                 Some(input)
             }
+            Plan::HashAggregate { input, keys, aggs } => {
+                let what = if aggs.is_empty() && !keys.is_empty() { "HashDistinct" } else { "HashAggregate" };
+                let _ = write!(s, "{pad}{what} (temp pages, spills by partition)");
+                if !keys.is_empty() {
+                    let _ = write!(s, " keys {}", list(&mut keys.iter().map(|e| e.to_string())));
+                }
+                if !aggs.is_empty() {
+                    let _ = write!(s, " aggs {}", list(&mut aggs.iter().map(|a| a.label.clone())));
+                }
+                s.push('\n');
+                Some(input)
+            }
+            Plan::HashJoin { left, right, kind, left_keys, right_keys, residual, .. } => {
+                let on = list(&mut left_keys.iter().zip(right_keys).map(|(l, r)| format!("{l} = {r}")));
+                let est = |p: &Plan| bm.and_then(|bm| p.estimate_rows(bm).ok());
+                let build = match (kind, est(left), est(right)) {
+                    (JoinKind::Inner, Some(l), Some(r)) if l < r => format!("build: left, ~{l} rows vs ~{r}"),
+                    (JoinKind::Inner, Some(l), Some(r)) => format!("build: right, ~{r} rows vs ~{l}"),
+                    (JoinKind::Inner, _, _) => "build: the side with fewer rows".to_owned(),
+                    _ => "build: right".to_owned(),
+                };
+                let _ = write!(
+                    s,
+                    "{pad}HashJoin {} on {} ({build}; grace partitions in temp pages)",
+                    format!("{kind:?}").to_lowercase(),
+                    if on.is_empty() { "true".to_owned() } else { on }
+                );
+                if let Some(r) = residual {
+                    let _ = write!(s, " and {r}");
+                }
+                s.push('\n');
+                left.explain_into(s, depth + 1, bm);
+                Some(right)
+            }
+            Plan::Exists { input, sub, negated } => {
+                let _ = writeln!(s, "{pad}{}Exists", if *negated { "Not" } else { "" });
+                sub.explain_into(s, depth + 2, bm);
+                Some(input)
+            }
+            Plan::Sort { input, keys, top } => {
+                let how = match top {
+                    Some(k) if *k <= super::sort::TOP_K_MAX => format!("top {k} in memory"),
+                    _ => "external, temp pages".to_owned(),
+                };
+                let ks = list(&mut keys.iter().map(|k| {
+                    format!(
+                        "#{}{}{}",
+                        k.col + 1,
+                        if k.desc { " DESC" } else { "" },
+                        if k.nulls_first != k.desc {
+                            if k.nulls_first {
+                                " NULLS FIRST"
+                            } else {
+                                " NULLS LAST"
+                            }
+                        } else {
+                            ""
+                        }
+                    )
+                }));
+                let _ = writeln!(s, "{pad}Sort ({how}) {ks}");
+                Some(input)
+            }
             Plan::Limit { input, limit, offset } => {
                 let _ = write!(s, "{pad}Limit {}", limit.map_or("ALL".to_owned(), |l| l.to_string()));
                 if *offset > 0 {
@@ -264,7 +413,82 @@ impl Plan {
             }
         };
         if let Some(i) = input {
-            i.explain_into(s, depth + 1);
+            i.explain_into(s, depth + 1, bm);
         }
     }
+}
+
+fn run_hash_aggregate(bm: &BufferManager, input: &Plan, keys: &[BExpr], aggs: &[AggSpec], sink: &mut Sink<'_>) -> Result<bool> {
+    let kinds: Vec<AggKind> = aggs.iter().map(|a| AggKind::of(a.func, a.arg_ty, a.pos, &a.label)).collect();
+    let mut main = HashAgg::new(bm, kinds.clone());
+    let mut dist = aggs.iter().any(|a| a.distinct).then(|| HashAgg::new(bm, Vec::new()));
+    let (mut kb, mut sb, mut db) = (Vec::new(), Vec::new(), Vec::new());
+    let mut sts: Vec<St> = Vec::with_capacity(aggs.len());
+    input.run(bm, &mut |row| {
+        kb.clear();
+        for k in keys {
+            encode_value(&k.eval(row)?, &mut kb);
+        }
+        sts.clear();
+        for (i, (a, k)) in aggs.iter().zip(&kinds).enumerate() {
+            let v = match &a.arg {
+                None => Value::Bool(true),
+                Some(e) => e.eval(row)?,
+            };
+            if a.distinct {
+                sts.push(St::empty(k.kind));
+                if let (false, Some(d)) = (matches!(v, Value::Null), dist.as_mut()) {
+                    // (group key, which aggregate, value): deduplicated first, counted after.
+                    db.clear();
+                    db.extend_from_slice(&kb);
+                    encode_value(&Value::I64(i as i64), &mut db);
+                    encode_value(&v, &mut db);
+                    d.push(&db, hash_bytes(&db), &[])?;
+                }
+            } else {
+                sts.push(St::one(k.kind, v));
+            }
+        }
+        sb.clear();
+        encode_states(&sts, &mut sb);
+        main.push(&kb, hash_bytes(&kb), &sb)?;
+        Ok(true)
+    })?;
+    if let Some(d) = dist {
+        let nk = keys.len();
+        d.finish(&mut |key, _| {
+            let mut vals = decode_row(key)?;
+            if vals.len() != nk + 2 {
+                return Err(corrupt("distinct aggregate record"));
+            }
+            let x = vals.pop().unwrap_or(Value::Null);
+            let i = match vals.pop() {
+                Some(Value::I64(i)) => i as usize,
+                _ => return Err(corrupt("distinct aggregate record")),
+            };
+            kb.clear();
+            encode_row(&vals, &mut kb);
+            sts.clear();
+            for (j, k) in kinds.iter().enumerate() {
+                sts.push(if j == i { St::one(k.kind, x.clone()) } else { St::empty(k.kind) });
+            }
+            sb.clear();
+            encode_states(&sts, &mut sb);
+            main.push(&kb, hash_bytes(&kb), &sb)?;
+            Ok(true)
+        })?;
+    }
+    let mut emitted = false;
+    let go = main.finish(&mut |key, states| {
+        emitted = true;
+        let mut out = decode_row(key)?;
+        out.extend(states.into_iter().map(St::finish));
+        sink(&out)
+    })?;
+    if !emitted && keys.is_empty() {
+        // Aggregates over no rows: one row (count 0, the others NULL).
+        let row: Vec<Value> = kinds.iter().map(|k| St::empty(k.kind).finish()).collect();
+        return sink(&row);
+    }
+    Ok(go)
 }

@@ -343,6 +343,50 @@ fn cut(s: &str) -> &str {
 }
 
 impl BExpr {
+    /// The direct subexpressions.
+    pub fn children_mut(&mut self) -> Vec<&mut BExpr> {
+        match self {
+            BExpr::Col(..) | BExpr::Lit(_) => Vec::new(),
+            BExpr::Neg(x, _) | BExpr::Not(x) | BExpr::IsNull(x, _) | BExpr::Extract(_, x) | BExpr::Cast(x, _, _) | BExpr::Func1(_, x, _) => vec![x],
+            BExpr::DateAddInterval { date, .. } => vec![date],
+            BExpr::Arith(_, a, b, _) | BExpr::DateDiff(a, b) | BExpr::Concat(a, b) | BExpr::Cmp(_, a, b) | BExpr::And(a, b) | BExpr::Or(a, b) => vec![a, b],
+            BExpr::DateAddDays { date, days, .. } => vec![date, days],
+            BExpr::InList(x, list, _) => std::iter::once(&mut **x).chain(list.iter_mut()).collect(),
+            BExpr::Like { expr, pattern, .. } => vec![expr, pattern],
+            BExpr::Case { whens, otherwise } => whens.iter_mut().flat_map(|(c, r)| [c, r]).chain(std::iter::once(&mut **otherwise)).collect(),
+            BExpr::Substring { expr, from, len, .. } => {
+                std::iter::once(&mut **expr).chain(from.iter_mut().map(|b| &mut **b)).chain(len.iter_mut().map(|b| &mut **b)).collect()
+            }
+            BExpr::Coalesce(list) => list.iter_mut().collect(),
+        }
+    }
+
+    /// Replaces every column index `i` by `f(i)`.
+    pub fn map_cols(&mut self, f: &dyn Fn(usize) -> usize) {
+        if let BExpr::Col(i, _) = self {
+            *i = f(*i);
+        }
+        for c in self.children_mut() {
+            c.map_cols(f);
+        }
+    }
+
+    /// Adds the column indexes the expression reads to `out`.
+    pub fn cols(&self, out: &mut Vec<usize>) {
+        // (children_mut needs &mut; a clone keeps this simple and it runs at planning only)
+        let mut c = self.clone();
+        c.visit_cols(out);
+    }
+
+    fn visit_cols(&mut self, out: &mut Vec<usize>) {
+        if let BExpr::Col(i, _) = self {
+            out.push(*i);
+        }
+        for c in self.children_mut() {
+            c.visit_cols(out);
+        }
+    }
+
     /// Evaluates the expression on `row`.
     pub fn eval(&self, row: &[Value]) -> Result<Value> {
         Ok(match self {

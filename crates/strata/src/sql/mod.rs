@@ -9,16 +9,30 @@
 //! # Ok(()) }
 //! ```
 //!
-//! The dialect of this slice: `SELECT` lists of expressions (`+ - * / %`, `||`,
+//! The dialect: `SELECT [DISTINCT]` lists of expressions (`+ - * / %`, `||`,
 //! comparisons, `AND OR NOT`, `IS [NOT] NULL`, `[NOT] BETWEEN`, `[NOT] IN (list)`,
 //! `[NOT] LIKE` with `%`, `_` and `ESCAPE`, `CASE`, `EXTRACT(YEAR|MONTH|DAY FROM d)`,
 //! `SUBSTRING(s FROM a [FOR n])`, `DATE 'YYYY-MM-DD'`, `d ± INTERVAL 'n' DAY|MONTH|YEAR`,
 //! `d ± n` (days), `d - d` (days), `CAST`, `abs`, `length`, `upper`, `lower`, `coalesce`),
-//! `*`, aliases, `FROM` one table (with an alias), `WHERE`, the aggregates `count(*)`,
-//! `count`, `sum`, `avg`, `min`, `max` over the whole input (with `HAVING`), `LIMIT`,
-//! `OFFSET` and `EXPLAIN`. Everything here runs in constant memory: a scan pushes one row
-//! at a time through the plan into the caller's sink. `GROUP BY`, `ORDER BY`, `DISTINCT`,
-//! joins and subqueries are refused with [`Error::Sql`] naming their position.
+//! `*`, `t.*`, aliases; `FROM` tables and derived tables (`(SELECT ...) AS t [(cols)]`),
+//! comma-separated or with `[INNER] JOIN ... ON`, `LEFT [OUTER] JOIN ... ON`, `CROSS JOIN`,
+//! qualified names `t.col`; `WHERE`, including uncorrelated `x [NOT] IN (SELECT ...)` and
+//! `[NOT] EXISTS (SELECT ...)` as conjuncts of the WHERE clause; `GROUP BY` expressions,
+//! positions or SELECT aliases; the aggregates `count(*)`, `count`, `sum`, `avg`, `min`,
+//! `max`, each also with `DISTINCT`; `HAVING`; `ORDER BY` expressions, positions or
+//! output names `ASC|DESC [NULLS FIRST|LAST]` (default as in PostgreSQL: NULLs last
+//! ascending, first descending); `LIMIT`, `OFFSET`; `EXPLAIN`. Refused with [`Error::Sql`]
+//! naming the position: `WITH`, set operations, window functions, correlated subqueries,
+//! subqueries elsewhere than as WHERE conjuncts, `RIGHT`/`FULL` joins, `USING`/`NATURAL`.
+//!
+//! Execution is push-based: a scan hands each row to the operators above it. Operators
+//! whose state grows with the input keep it in temporary pages of the pool and spill by
+//! eviction ([`rows::RowRun`]: variable-size byte records): hash aggregation
+//! ([`agg`]: `GROUP BY`, `DISTINCT`, distinct aggregates), sort ([`sort`]: runs and a
+//! k-way merge; a top-k heap for `LIMIT` ≤ 1000), hash join ([`join`]: grace partitioning,
+//! recursive for partitions that do not fit, chunks for a key too frequent to split; inner joins build on the side with fewer rows by the
+//! tables' row counts). The Rust heap holds per-partition bookkeeping and a few rows at a
+//! time, not the input. [`spill_counters`] tells how often each spill path was taken.
 //!
 //! Types: `i64` arithmetic is checked (overflow is an error, never a wrapped value),
 //! `i64` with `f64` gives `f64`, `i64 / i64` is integer division truncated toward zero, and
@@ -26,9 +40,13 @@
 //! follows standard SQL: comparisons with NULL are unknown, `AND`/`OR` are three-valued,
 //! aggregates skip NULLs, `sum`/`avg`/`min`/`max` of no values are NULL, `count` is 0.
 
+pub mod agg;
 pub mod bind;
 pub mod exec;
 pub mod expr;
+pub mod join;
+pub mod rows;
+pub mod sort;
 
 use sqlparser::dialect::GenericDialect;
 use sqlparser::parser::{Parser, ParserError};
@@ -40,6 +58,40 @@ use crate::access::catalog::Catalog;
 use crate::access::table::Value;
 use crate::buffer::BufferManager;
 use crate::error::{Error, Result};
+
+/// How often the operators of this module spilled, process-wide (for tests and tuning):
+/// hash-aggregation tables flushed to partitions, sorted runs written, hash joins that
+/// partitioned their inputs (grace), join partitions taken in several chunks, join
+/// partitions partitioned again.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SpillCounters {
+    pub agg_flushes: u64,
+    pub sort_runs: u64,
+    pub grace_joins: u64,
+    pub chunked_partitions: u64,
+    pub join_repartitions: u64,
+}
+
+pub(crate) mod counters {
+    use std::sync::atomic::AtomicU64;
+    pub static AGG_FLUSHES: AtomicU64 = AtomicU64::new(0);
+    pub static SORT_RUNS: AtomicU64 = AtomicU64::new(0);
+    pub static GRACE_JOINS: AtomicU64 = AtomicU64::new(0);
+    pub static CHUNKED: AtomicU64 = AtomicU64::new(0);
+    pub static REPARTITIONS: AtomicU64 = AtomicU64::new(0);
+}
+
+/// The spill counters so far.
+pub fn spill_counters() -> SpillCounters {
+    use std::sync::atomic::Ordering::Relaxed;
+    SpillCounters {
+        agg_flushes: counters::AGG_FLUSHES.load(Relaxed),
+        sort_runs: counters::SORT_RUNS.load(Relaxed),
+        grace_joins: counters::GRACE_JOINS.load(Relaxed),
+        chunked_partitions: counters::CHUNKED.load(Relaxed),
+        join_repartitions: counters::REPARTITIONS.load(Relaxed),
+    }
+}
 
 /// The deepest nesting of expressions and subqueries the parser accepts (deeper input is an
 /// error, not a stack overflow).
@@ -186,7 +238,8 @@ impl Prepared {
     /// order); `sink` returns `Ok(false)` to stop early. Nothing is buffered: memory stays
     /// constant however many rows there are.
     pub fn execute(&self, bm: &BufferManager, sink: &mut dyn FnMut(&[Value]) -> Result<bool>) -> Result<()> {
-        if let Some(text) = &self.explain {
+        if self.explain.is_some() {
+            let text = self.plan.explain_with(bm);
             for line in text.lines() {
                 if !sink(&[Value::Str(line.to_owned())])? {
                     break;

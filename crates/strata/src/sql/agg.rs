@@ -1,0 +1,568 @@
+//! Hash aggregation whose state lives in temporary pages of the pool (`GROUP BY`,
+//! `DISTINCT`, `count(DISTINCT x)`).
+//!
+//! A group is an entry of a hash table that fills one temporary page (an eighth of the pool):
+//! a slot array of `u32` chain heads, then the entries, bump-allocated: the key's bytes (see
+//! [`super::rows::encode_value`]) and the partial aggregates' bytes. Every input row arrives
+//! as a partial aggregate of one row and is merged into its group. When the page is full,
+//! the whole table is flushed as `(hash, key, partial state)` records into 16 partition runs
+//! ([`RowRun`]s, by 4 bits of the hash) and cleared; at the end, if anything was flushed,
+//! the table is flushed too and each partition is aggregated the same way (its own table,
+//! sub-partitions by the next 4 bits if it still overflows), one after the other. Partials
+//! merge (counts add, sums add, averages keep sum and count, min/max compare), so a group
+//! split over several flushes comes out whole. Rust memory: the partitions' page lists and
+//! one decoded group at a time.
+
+use super::expr::{arith, compare, err, ArOp, Pos};
+use super::rows::{corrupt, decode_value, encode_value, not_temp, part_payload, pow2_floor, rd32, rd64, work_payload, wr32, wr64, RowRun};
+use crate::access::table::{ColumnType, Value};
+use crate::access::TempPage;
+use crate::buffer::BufferManager;
+use crate::error::{Error, Result};
+use crate::ops::spill::shifted;
+
+/// What an aggregate keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Count,
+    SumI,
+    SumF,
+    AvgI,
+    AvgF,
+    Min,
+    Max,
+}
+
+/// An aggregate's kind with what its errors name.
+#[derive(Clone, Debug)]
+pub struct AggKind {
+    pub kind: Kind,
+    pub pos: Pos,
+    pub label: String,
+}
+
+impl AggKind {
+    /// The kind for `func` over an argument of type `ty`.
+    pub fn of(func: super::exec::AggFunc, ty: Option<ColumnType>, pos: Pos, label: &str) -> AggKind {
+        use super::exec::AggFunc as F;
+        let f64_ = ty == Some(ColumnType::F64);
+        let kind = match func {
+            F::CountStar | F::Count => Kind::Count,
+            F::Sum if f64_ => Kind::SumF,
+            F::Sum => Kind::SumI,
+            F::Avg if f64_ => Kind::AvgF,
+            F::Avg => Kind::AvgI,
+            F::Min => Kind::Min,
+            F::Max => Kind::Max,
+        };
+        AggKind { kind, pos, label: label.to_owned() }
+    }
+}
+
+/// A partial aggregate.
+#[derive(Clone, Debug)]
+pub enum St {
+    Count(i64),
+    SumI(Option<i64>),
+    SumF(Option<f64>),
+    AvgI(i128, i64),
+    AvgF(f64, i64),
+    /// Min or max so far (NULL: none).
+    Ext(Value),
+}
+
+fn as_f64(v: &Value) -> Option<f64> {
+    match v {
+        Value::I64(i) => Some(*i as f64),
+        Value::F64(f) => Some(*f),
+        _ => None,
+    }
+}
+
+impl St {
+    /// The state of no rows.
+    pub fn empty(k: Kind) -> St {
+        match k {
+            Kind::Count => St::Count(0),
+            Kind::SumI => St::SumI(None),
+            Kind::SumF => St::SumF(None),
+            Kind::AvgI => St::AvgI(0, 0),
+            Kind::AvgF => St::AvgF(0.0, 0),
+            Kind::Min | Kind::Max => St::Ext(Value::Null),
+        }
+    }
+
+    /// The state of one row whose argument is `v` (NULL counts as no row).
+    pub fn one(k: Kind, v: Value) -> St {
+        if matches!(v, Value::Null) {
+            return St::empty(k);
+        }
+        match k {
+            Kind::Count => St::Count(1),
+            Kind::SumI => St::SumI(match v {
+                Value::I64(i) => Some(i),
+                _ => None,
+            }),
+            Kind::SumF => St::SumF(as_f64(&v)),
+            Kind::AvgI => match v {
+                Value::I64(i) => St::AvgI(i128::from(i), 1),
+                _ => St::AvgI(0, 0),
+            },
+            Kind::AvgF => match as_f64(&v) {
+                Some(f) => St::AvgF(f, 1),
+                None => St::AvgF(0.0, 0),
+            },
+            Kind::Min | Kind::Max => St::Ext(v),
+        }
+    }
+
+    /// Adds `o` (a partial of the same aggregate) into `self`.
+    pub fn merge(&mut self, o: St, a: &AggKind) -> Result<()> {
+        match (self, o) {
+            (St::Count(x), St::Count(y)) => *x += y,
+            (St::SumI(x), St::SumI(y)) => {
+                if let Some(y) = y {
+                    *x = Some(match *x {
+                        None => y,
+                        Some(s) => match arith(ArOp::Add, &Value::I64(s), &Value::I64(y), a.pos) {
+                            Ok(Value::I64(r)) => r,
+                            _ => return Err(err(a.pos, format!("i64 overflow in {}", a.label))),
+                        },
+                    })
+                }
+            }
+            (St::SumF(x), St::SumF(y)) => {
+                if let Some(y) = y {
+                    *x = Some(x.unwrap_or(0.0) + y)
+                }
+            }
+            (St::AvgI(s, n), St::AvgI(t, m)) => {
+                *s += t;
+                *n += m;
+            }
+            (St::AvgF(s, n), St::AvgF(t, m)) => {
+                *s += t;
+                *n += m;
+            }
+            (St::Ext(x), St::Ext(y)) => {
+                if !matches!(y, Value::Null) {
+                    let want = if a.kind == Kind::Min { std::cmp::Ordering::Less } else { std::cmp::Ordering::Greater };
+                    if matches!(x, Value::Null) || compare(&y, x) == Some(want) {
+                        *x = y;
+                    }
+                }
+            }
+            _ => return Err(corrupt("aggregate states of different kinds")),
+        }
+        Ok(())
+    }
+
+    /// The aggregate's value.
+    pub fn finish(self) -> Value {
+        match self {
+            St::Count(n) => Value::I64(n),
+            St::SumI(s) => s.map_or(Value::Null, Value::I64),
+            St::SumF(s) => s.map_or(Value::Null, Value::F64),
+            St::AvgI(_, 0) | St::AvgF(_, 0) => Value::Null,
+            St::AvgI(s, n) => Value::F64(s as f64 / n as f64),
+            St::AvgF(s, n) => Value::F64(s / n as f64),
+            St::Ext(v) => v,
+        }
+    }
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        let opt = |out: &mut Vec<u8>, b: Option<u64>| match b {
+            None => out.extend_from_slice(&[0; 9]),
+            Some(b) => {
+                out.push(1);
+                out.extend_from_slice(&b.to_le_bytes());
+            }
+        };
+        match self {
+            St::Count(n) => out.extend_from_slice(&n.to_le_bytes()),
+            St::SumI(s) => opt(out, s.map(|s| s as u64)),
+            St::SumF(s) => opt(out, s.map(f64::to_bits)),
+            St::AvgI(s, n) => {
+                out.extend_from_slice(&s.to_le_bytes());
+                out.extend_from_slice(&n.to_le_bytes());
+            }
+            St::AvgF(s, n) => {
+                out.extend_from_slice(&s.to_bits().to_le_bytes());
+                out.extend_from_slice(&n.to_le_bytes());
+            }
+            St::Ext(v) => encode_value(v, out),
+        }
+    }
+
+    fn decode(k: Kind, b: &mut &[u8]) -> Result<St> {
+        let mut take = |n: usize| -> Result<&[u8]> {
+            if b.len() < n {
+                return Err(corrupt("truncated aggregate state"));
+            }
+            let (h, t) = b.split_at(n);
+            *b = t;
+            Ok(h)
+        };
+        let w = |s: &[u8]| rd64(s, 0);
+        Ok(match k {
+            Kind::Count => St::Count(w(take(8)?) as i64),
+            Kind::SumI => {
+                let s = take(9)?;
+                St::SumI((s[0] == 1).then(|| rd64(s, 1) as i64))
+            }
+            Kind::SumF => {
+                let s = take(9)?;
+                St::SumF((s[0] == 1).then(|| f64::from_bits(rd64(s, 1))))
+            }
+            Kind::AvgI => {
+                let s = take(24)?;
+                let mut a = [0u8; 16];
+                a.copy_from_slice(&s[..16]);
+                St::AvgI(i128::from_le_bytes(a), rd64(s, 16) as i64)
+            }
+            Kind::AvgF => {
+                let s = take(16)?;
+                St::AvgF(f64::from_bits(rd64(s, 0)), rd64(s, 8) as i64)
+            }
+            Kind::Min | Kind::Max => St::Ext(decode_value(b)?),
+        })
+    }
+}
+
+/// Encodes a list of partial aggregates.
+pub fn encode_states(sts: &[St], out: &mut Vec<u8>) {
+    for s in sts {
+        s.encode(out);
+    }
+}
+
+/// Decodes the partial aggregates of `kinds`.
+pub fn decode_states(kinds: &[AggKind], mut b: &[u8]) -> Result<Vec<St>> {
+    let mut v = Vec::with_capacity(kinds.len());
+    for k in kinds {
+        v.push(St::decode(k.kind, &mut b)?);
+    }
+    if !b.is_empty() {
+        return Err(corrupt("aggregate state has trailing bytes"));
+    }
+    Ok(v)
+}
+
+fn merge_all(into: &mut [St], from: Vec<St>, kinds: &[AggKind]) -> Result<()> {
+    for ((s, o), k) in into.iter_mut().zip(from).zip(kinds) {
+        s.merge(o, k)?;
+    }
+    Ok(())
+}
+
+/// Receives a table entry: hash, key bytes, state bytes; `false` stops.
+type EntryFn<'f> = dyn FnMut(u64, &[u8], &[u8]) -> Result<bool> + 'f;
+
+/// Receives a finished group: key bytes, aggregates; `false` stops.
+pub type GroupFn<'f> = dyn FnMut(&[u8], Vec<St>) -> Result<bool> + 'f;
+
+/// Entry header: hash u64, next u32, key length u32, state length u32, state capacity u32.
+const HDR: usize = 24;
+
+/// The hash table of one aggregation level: one temporary page, not latched between calls.
+struct AggTable<'a> {
+    page: TempPage<'a>,
+    payload: usize,
+    nslots: usize,
+    bump: usize,
+    groups: usize,
+}
+
+impl<'a> AggTable<'a> {
+    fn new(bm: &'a BufferManager, payload: usize) -> Result<AggTable<'a>> {
+        let (page, g) = TempPage::alloc(bm, payload)?;
+        let payload = g.data().len();
+        drop(g);
+        let nslots = pow2_floor((payload / 64) as u64) as usize;
+        Ok(AggTable { page, payload, nslots, bump: nslots * 4, groups: 0 })
+    }
+
+    fn is_empty(&self) -> bool {
+        self.bump == self.nslots * 4
+    }
+
+    /// Merges `inc` into the group of `key`; `false` (and nothing changed) when the page has
+    /// no room for it.
+    fn upsert(&mut self, key: &[u8], hash: u64, inc: &[u8], kinds: &[AggKind], scratch: &mut Vec<u8>) -> Result<bool> {
+        let mut g = self.page.exclusive()?;
+        let d = g.data_mut().ok_or_else(not_temp)?;
+        let slot = (hash as usize) & (self.nslots - 1);
+        let mut link = slot * 4;
+        let mut cur = rd32(d, link) as usize;
+        while cur != 0 {
+            let o = cur - 1;
+            let klen = rd32(d, o + 12) as usize;
+            if rd64(d, o) == hash && klen == key.len() && &d[o + HDR..o + HDR + klen] == key {
+                let (slen, scap) = (rd32(d, o + 16) as usize, rd32(d, o + 20) as usize);
+                let s0 = o + HDR + klen;
+                let mut st = decode_states(kinds, &d[s0..s0 + slen])?;
+                merge_all(&mut st, decode_states(kinds, inc)?, kinds)?;
+                scratch.clear();
+                encode_states(&st, scratch);
+                if scratch.len() <= scap {
+                    d[s0..s0 + scratch.len()].copy_from_slice(scratch);
+                    wr32(d, o + 16, scratch.len() as u32);
+                    return Ok(true);
+                }
+                // Grown (a longer min/max): a new copy at the end, linked in its place.
+                let need = HDR + klen + scratch.len();
+                if self.bump + need > self.payload {
+                    return Ok(false);
+                }
+                let n = self.bump;
+                d.copy_within(o..o + HDR + klen, n);
+                wr32(d, n + 16, scratch.len() as u32);
+                wr32(d, n + 20, scratch.len() as u32);
+                d[n + HDR + klen..n + need].copy_from_slice(scratch);
+                wr32(d, link, (n + 1) as u32);
+                self.bump += need;
+                return Ok(true);
+            }
+            link = o + 8;
+            cur = rd32(d, link) as usize;
+        }
+        let need = HDR + key.len() + inc.len();
+        if self.bump + need > self.payload {
+            return Ok(false);
+        }
+        let n = self.bump;
+        wr64(d, n, hash);
+        wr32(d, n + 8, rd32(d, slot * 4));
+        wr32(d, n + 12, key.len() as u32);
+        wr32(d, n + 16, inc.len() as u32);
+        wr32(d, n + 20, inc.len() as u32);
+        d[n + HDR..n + HDR + key.len()].copy_from_slice(key);
+        d[n + HDR + key.len()..n + need].copy_from_slice(inc);
+        wr32(d, slot * 4, (n + 1) as u32);
+        self.bump += need;
+        self.groups += 1;
+        Ok(true)
+    }
+
+    /// Calls `f(hash, key, state)` for every group, one at a time with the page unlatched
+    /// in between (the entry is copied into `buf`).
+    fn for_each(&self, f: &mut EntryFn<'_>) -> Result<bool> {
+        let mut buf = Vec::new();
+        for slot in 0..self.nslots {
+            let mut cur = {
+                let g = self.page.shared()?;
+                rd32(g.data(), slot * 4) as usize
+            };
+            while cur != 0 {
+                let (hash, klen) = {
+                    let g = self.page.shared()?;
+                    let d = g.data();
+                    let o = cur - 1;
+                    let (klen, slen) = (rd32(d, o + 12) as usize, rd32(d, o + 16) as usize);
+                    buf.clear();
+                    buf.extend_from_slice(d.get(o + HDR..o + HDR + klen + slen).ok_or_else(|| corrupt("group entry past its page"))?);
+                    cur = rd32(d, o + 8) as usize;
+                    (rd64(d, o), klen)
+                };
+                if !f(hash, &buf[..klen], &buf[klen..])? {
+                    return Ok(false);
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    fn clear(&mut self) -> Result<()> {
+        let mut g = self.page.exclusive()?;
+        g.data_mut().ok_or_else(not_temp)?[..self.nslots * 4].fill(0);
+        self.bump = self.nslots * 4;
+        self.groups = 0;
+        Ok(())
+    }
+}
+
+/// A table payload with room for one entry of `bytes` (key and state) besides its slots
+/// (a sixteenth of the payload, see [`AggTable::new`]).
+fn room_for(bytes: usize) -> usize {
+    (HDR + bytes + 64) * 17 / 16 + 64
+}
+
+/// Bits of the hash per level of partitioning.
+const BITS: u32 = 4;
+
+/// Statistics of an aggregation (for tests and `EXPLAIN`-like reports).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AggStats {
+    /// Times a full table was flushed to partitions.
+    pub flushes: u64,
+    /// Deepest level of partitioning reached.
+    pub depth: u32,
+}
+
+/// One level of hash aggregation (see the module documentation).
+pub struct HashAgg<'a> {
+    bm: &'a BufferManager,
+    kinds: Vec<AggKind>,
+    consumed: u32,
+    table: Option<AggTable<'a>>,
+    parts: Vec<RowRun<'a>>,
+    scratch: Vec<u8>,
+    pub stats: AggStats,
+}
+
+impl<'a> HashAgg<'a> {
+    /// An aggregation of `kinds` (none: `DISTINCT`).
+    pub fn new(bm: &'a BufferManager, kinds: Vec<AggKind>) -> HashAgg<'a> {
+        Self::at(bm, kinds, 0)
+    }
+
+    fn at(bm: &'a BufferManager, kinds: Vec<AggKind>, consumed: u32) -> HashAgg<'a> {
+        HashAgg { bm, kinds, consumed, table: None, parts: Vec::new(), scratch: Vec::new(), stats: AggStats::default() }
+    }
+
+    /// Adds the partial aggregate `states` (encoded, see [`encode_states`]) to the group of
+    /// `key` (whose hash is `hash`).
+    pub fn push(&mut self, key: &[u8], hash: u64, states: &[u8]) -> Result<()> {
+        loop {
+            if self.table.is_none() {
+                self.table = Some(AggTable::new(self.bm, work_payload(self.bm).max(room_for(key.len() + states.len())))?);
+            }
+            let t = self.table.as_mut().ok_or_else(|| corrupt("no table"))?;
+            if t.upsert(key, hash, states, &self.kinds, &mut self.scratch)? {
+                return Ok(());
+            }
+            if t.is_empty() {
+                // One group larger than the page: a larger page.
+                self.table = None;
+                // (its state may grow: twice the room, if the pool has it)
+                let want = room_for(2 * (key.len() + states.len()));
+                let one = room_for(key.len() + states.len());
+                self.table = Some(match AggTable::new(self.bm, want) {
+                    Ok(t) => t,
+                    Err(_) => AggTable::new(self.bm, one)?,
+                });
+                continue;
+            }
+            self.flush()?;
+        }
+    }
+
+    /// Moves every group of the table into the partitions and empties it.
+    fn flush(&mut self) -> Result<()> {
+        if self.consumed + BITS > 64 {
+            return Err(Error::Inconsistent("hash aggregation: more groups with one 64-bit hash than a table holds".into()));
+        }
+        if self.parts.is_empty() {
+            let payload = part_payload(self.bm, 1 << BITS);
+            self.parts = (0..1 << BITS).map(|_| RowRun::new(self.bm, payload)).collect();
+        }
+        self.stats.flushes += 1;
+        super::counters::AGG_FLUSHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let Some(t) = self.table.as_mut() else { return Ok(()) };
+        let (parts, consumed) = (&mut self.parts, self.consumed);
+        t.for_each(&mut |hash, key, st| {
+            let p = (shifted(hash, consumed) >> (64 - BITS)) as usize;
+            parts[p].append(&[&hash.to_le_bytes(), &(key.len() as u32).to_le_bytes(), key, st])?;
+            Ok(true)
+        })?;
+        t.clear()
+    }
+
+    /// Hands every group to `f` (key bytes, its aggregates); `f` returns `false` to stop.
+    /// Returns `false` if stopped.
+    pub fn finish(self, f: &mut GroupFn<'_>) -> Result<bool> {
+        self.finish_with_stats(f).map(|(go, _)| go)
+    }
+
+    /// [`finish`](Self::finish), also returning how much it spilled.
+    pub fn finish_with_stats(mut self, f: &mut GroupFn<'_>) -> Result<(bool, AggStats)> {
+        let go = self.finish_inner(f)?;
+        Ok((go, self.stats))
+    }
+
+    fn finish_inner(&mut self, f: &mut GroupFn<'_>) -> Result<bool> {
+        let kinds = std::mem::take(&mut self.kinds);
+        if self.parts.is_empty() {
+            return match self.table.take() {
+                None => Ok(true),
+                Some(t) => t.for_each(&mut |_, key, st| f(key, decode_states(&kinds, st)?)),
+            };
+        }
+        self.kinds = kinds;
+        self.flush()?;
+        self.table = None;
+        let parts = std::mem::take(&mut self.parts);
+        for run in parts {
+            let mut sub = HashAgg::at(self.bm, self.kinds.clone(), self.consumed + BITS);
+            run.drain(&mut |rec| {
+                if rec.len() < 12 {
+                    return Err(corrupt("short partition record"));
+                }
+                let hash = rd64(rec, 0);
+                let klen = rd32(rec, 8) as usize;
+                let key = rec.get(12..12 + klen).ok_or_else(|| corrupt("partition record key"))?;
+                sub.push(key, hash, &rec[12 + klen..])
+            })?;
+            let go = sub.finish_inner(f)?;
+            self.stats.flushes += sub.stats.flushes;
+            self.stats.depth = self.stats.depth.max(sub.stats.depth + 1);
+            if !go {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sql::rows::{decode_row, hash_bytes};
+    use crate::Config;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn groups_spill_and_match_a_map() {
+        let dir = tempfile::tempdir().unwrap();
+        let bm = BufferManager::create(Config::new(dir.path().join("db")).min_page(4096).pool_size(256 << 10)).unwrap();
+        let kinds = vec![
+            AggKind { kind: Kind::Count, pos: None, label: "c".into() },
+            AggKind { kind: Kind::SumI, pos: None, label: "s".into() },
+            AggKind { kind: Kind::Max, pos: None, label: "m".into() },
+        ];
+        let mut agg = HashAgg::new(&bm, kinds.clone());
+        let mut want: BTreeMap<String, (i64, i64, String)> = BTreeMap::new();
+        let mut r = crate::util::SplitMix64(3);
+        let (mut kb, mut sb) = (Vec::new(), Vec::new());
+        for i in 0..40_000i64 {
+            let k = format!("k{}{}", r.below(30_000), "x".repeat(r.below(30) as usize));
+            let m = "m".repeat(r.below(20) as usize);
+            kb.clear();
+            encode_value(&Value::Str(k.clone()), &mut kb);
+            sb.clear();
+            encode_states(&[St::one(Kind::Count, Value::I64(1)), St::one(Kind::SumI, Value::I64(i)), St::one(Kind::Max, Value::Str(m.clone()))], &mut sb);
+            agg.push(&kb, hash_bytes(&kb), &sb).unwrap();
+            let e = want.entry(k).or_insert((0, 0, String::new()));
+            e.0 += 1;
+            e.1 += i;
+            e.2 = e.2.clone().max(m);
+        }
+        assert!(agg.stats.flushes > 0);
+        let mut got = BTreeMap::new();
+        let (_, stats) = agg
+            .finish_with_stats(&mut |k, st| {
+                let k = match decode_row(k).unwrap().remove(0) {
+                    Value::Str(s) => s,
+                    _ => panic!(),
+                };
+                let v: Vec<Value> = st.into_iter().map(St::finish).collect();
+                let (Value::I64(c), Value::I64(s), Value::Str(m)) = (&v[0], &v[1], &v[2]) else { panic!("{v:?}") };
+                assert!(got.insert(k, (*c, *s, m.clone())).is_none(), "a group came out twice");
+                Ok(true)
+            })
+            .unwrap();
+        assert!(stats.depth >= 2, "partitions of partitions: {stats:?}");
+        assert_eq!(got, want);
+        assert_eq!(crate::testutil::temp_pages(&bm), 0);
+    }
+}

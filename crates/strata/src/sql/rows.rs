@@ -1,0 +1,444 @@
+//! Rows as bytes, and runs of them in temporary pages: the state of the SQL operators that
+//! may outgrow memory (hash aggregation, sort, hash join) lives in these, inside the pool.
+//!
+//! * [`encode_value`] / [`decode_row`]: a value is a tag byte and its payload; a row is its
+//!   values one after the other. Floats are canonical (`-0.0` is `0.0`, one NaN), so that
+//!   two keys are equal in SQL (`GROUP BY`, `DISTINCT`, join keys) exactly when their bytes
+//!   are.
+//! * [`encode_sort_key`]: an order-preserving encoding (memcmp order is the SQL order,
+//!   `DESC` and the place of NULLs included).
+//! * [`RowRun`]: variable-size records appended to temporary pages; no page stays latched
+//!   between calls, so any number of runs coexist in a small pool (unlatched pages are
+//!   evicted to the scratch file and read back when needed). A record larger than the run's
+//!   pages gets a page of its own of the size it needs.
+
+use crate::access::table::Value;
+use crate::buffer::BufferManager;
+use crate::error::{Error, Result};
+use crate::ops::spill::hash64;
+use crate::storage::{PageId, PAGE_HEADER_SIZE};
+
+const T_NULL: u8 = 0;
+const T_I64: u8 = 1;
+const T_F64: u8 = 2;
+const T_DATE: u8 = 3;
+const T_FALSE: u8 = 4;
+const T_TRUE: u8 = 5;
+const T_STR: u8 = 6;
+const T_BYTES: u8 = 7;
+
+pub(crate) fn corrupt(what: &str) -> Error {
+    Error::Inconsistent(format!("SQL operator state: {what}"))
+}
+
+fn canon(f: f64) -> f64 {
+    if f == 0.0 {
+        0.0
+    } else if f.is_nan() {
+        f64::NAN
+    } else {
+        f
+    }
+}
+
+/// Appends `v`'s encoding to `out`.
+pub fn encode_value(v: &Value, out: &mut Vec<u8>) {
+    match v {
+        Value::Null => out.push(T_NULL),
+        Value::I64(i) => {
+            out.push(T_I64);
+            out.extend_from_slice(&i.to_le_bytes());
+        }
+        Value::F64(f) => {
+            out.push(T_F64);
+            out.extend_from_slice(&canon(*f).to_bits().to_le_bytes());
+        }
+        Value::Date(d) => {
+            out.push(T_DATE);
+            out.extend_from_slice(&d.to_le_bytes());
+        }
+        Value::Bool(b) => out.push(if *b { T_TRUE } else { T_FALSE }),
+        Value::Str(s) => {
+            out.push(T_STR);
+            out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+            out.extend_from_slice(s.as_bytes());
+        }
+        Value::Bytes(b) => {
+            out.push(T_BYTES);
+            out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+            out.extend_from_slice(b);
+        }
+    }
+}
+
+/// Appends the encoding of every value of `row`.
+pub fn encode_row(row: &[Value], out: &mut Vec<u8>) {
+    for v in row {
+        encode_value(v, out);
+    }
+}
+
+fn take<'b>(b: &mut &'b [u8], n: usize) -> Result<&'b [u8]> {
+    if b.len() < n {
+        return Err(corrupt("truncated value"));
+    }
+    let (h, t) = b.split_at(n);
+    *b = t;
+    Ok(h)
+}
+
+/// Decodes one value from the front of `b`, advancing it.
+pub fn decode_value(b: &mut &[u8]) -> Result<Value> {
+    let tag = take(b, 1)?[0];
+    let arr8 = |s: &[u8]| {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(s);
+        a
+    };
+    Ok(match tag {
+        T_NULL => Value::Null,
+        T_I64 => Value::I64(i64::from_le_bytes(arr8(take(b, 8)?))),
+        T_F64 => Value::F64(f64::from_bits(u64::from_le_bytes(arr8(take(b, 8)?)))),
+        T_DATE => {
+            let s = take(b, 4)?;
+            Value::Date(i32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+        }
+        T_FALSE => Value::Bool(false),
+        T_TRUE => Value::Bool(true),
+        T_STR | T_BYTES => {
+            let s = take(b, 4)?;
+            let n = u32::from_le_bytes([s[0], s[1], s[2], s[3]]) as usize;
+            let data = take(b, n)?;
+            if tag == T_STR {
+                Value::Str(String::from_utf8(data.to_vec()).map_err(|_| corrupt("string is not UTF-8"))?)
+            } else {
+                Value::Bytes(data.to_vec())
+            }
+        }
+        _ => return Err(corrupt("unknown value tag")),
+    })
+}
+
+/// Decodes all values of `b`.
+pub fn decode_row(mut b: &[u8]) -> Result<Vec<Value>> {
+    let mut out = Vec::new();
+    while !b.is_empty() {
+        out.push(decode_value(&mut b)?);
+    }
+    Ok(out)
+}
+
+/// A 64-bit hash of `b` (word-at-a-time mixing, MurmurHash3's finaliser).
+pub fn hash_bytes(b: &[u8]) -> u64 {
+    let mut h = 0x9E37_79B9_7F4A_7C15u64 ^ (b.len() as u64).wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
+    let mut chunks = b.chunks_exact(8);
+    for c in &mut chunks {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(c);
+        h = (h ^ u64::from_le_bytes(w)).wrapping_mul(0xff51_afd7_ed55_8ccd).rotate_left(31);
+    }
+    let rest = chunks.remainder();
+    if !rest.is_empty() {
+        let mut w = [0u8; 8];
+        w[..rest.len()].copy_from_slice(rest);
+        h = (h ^ u64::from_le_bytes(w)).wrapping_mul(0xff51_afd7_ed55_8ccd).rotate_left(31);
+    }
+    hash64(h)
+}
+
+fn escape(b: &[u8], out: &mut Vec<u8>) {
+    for &x in b {
+        out.push(x);
+        if x == 0 {
+            out.push(0xFF);
+        }
+    }
+    out.extend_from_slice(&[0, 0]);
+}
+
+/// Appends an order-preserving encoding of `v`: byte-wise comparison of two encodings is
+/// SQL's order (numbers by value, strings by their bytes), reversed for `desc`, with NULL
+/// first or last as asked.
+pub fn encode_sort_key(v: &Value, desc: bool, nulls_first: bool, out: &mut Vec<u8>) {
+    let start = out.len();
+    match v {
+        Value::Null => out.push(if nulls_first != desc { 0 } else { 2 }),
+        v => {
+            out.push(1);
+            match v {
+                Value::I64(i) => out.extend_from_slice(&((*i as u64) ^ (1 << 63)).to_be_bytes()),
+                Value::F64(f) => {
+                    let b = canon(*f).to_bits();
+                    let k = if b >> 63 == 1 { !b } else { b | (1 << 63) };
+                    out.extend_from_slice(&k.to_be_bytes());
+                }
+                Value::Date(d) => out.extend_from_slice(&((*d as u32) ^ (1 << 31)).to_be_bytes()),
+                Value::Bool(b) => out.push(u8::from(*b)),
+                Value::Str(s) => escape(s.as_bytes(), out),
+                Value::Bytes(b) => escape(b, out),
+                Value::Null => {}
+            }
+        }
+    }
+    if desc {
+        for x in &mut out[start..] {
+            *x = !*x;
+        }
+    }
+}
+
+pub(crate) fn rd32(d: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes([d[o], d[o + 1], d[o + 2], d[o + 3]])
+}
+
+pub(crate) fn wr32(d: &mut [u8], o: usize, v: u32) {
+    d[o..o + 4].copy_from_slice(&v.to_le_bytes());
+}
+
+pub(crate) fn rd64(d: &[u8], o: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&d[o..o + 8]);
+    u64::from_le_bytes(a)
+}
+
+pub(crate) fn wr64(d: &mut [u8], o: usize, v: u64) {
+    d[o..o + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+/// Largest power of two `<= x` (1 for 0).
+pub(crate) fn pow2_floor(x: u64) -> u64 {
+    if x <= 1 {
+        1
+    } else {
+        1 << (63 - x.leading_zeros())
+    }
+}
+
+/// Payload bytes of the pages of runs: a 64th of the pool, between the smallest page and
+/// 64 KiB.
+pub(crate) fn run_payload(bm: &BufferManager) -> usize {
+    let min = bm.classes().min_page();
+    (pow2_floor(bm.pool_size() / 64).clamp(min, (64 << 10).max(min)) as usize) - PAGE_HEADER_SIZE
+}
+
+/// Payload bytes of the pages of `fanout` runs appended to at the same time (partitions):
+/// their tail pages together take at most a quarter of the pool (when the smallest page
+/// allows), so that appending rarely meets an evicted tail.
+pub(crate) fn part_payload(bm: &BufferManager, fanout: usize) -> usize {
+    let min = bm.classes().min_page();
+    (pow2_floor(bm.pool_size() / 4 / fanout.max(1) as u64).clamp(min, (64 << 10).max(min)) as usize) - PAGE_HEADER_SIZE
+}
+
+/// Payload bytes of one operator's working page (hash table, sort buffer, join build): an
+/// eighth of the pool, at least the smallest page.
+pub(crate) fn work_payload(bm: &BufferManager) -> usize {
+    let min = bm.classes().min_page();
+    (pow2_floor(bm.pool_size() / 8).max(min) as usize) - PAGE_HEADER_SIZE
+}
+
+pub(crate) fn not_temp() -> Error {
+    corrupt("operator state page is not a temporary page")
+}
+
+/// Variable-size records (each `u32` length + bytes) in temporary pages; freed on drop.
+pub struct RowRun<'a> {
+    bm: &'a BufferManager,
+    payload: usize,
+    pages: Vec<(PageId, u32)>,
+    len: u64,
+    bytes: u64,
+}
+
+/// A position in a [`RowRun`] (see [`RowRun::next`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Cursor {
+    page: usize,
+    off: usize,
+}
+
+impl<'a> RowRun<'a> {
+    /// An empty run whose pages have `payload` bytes (records larger get their own page).
+    pub fn new(bm: &'a BufferManager, payload: usize) -> RowRun<'a> {
+        RowRun { bm, payload, pages: Vec::new(), len: 0, bytes: 0 }
+    }
+
+    /// Records appended.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Bytes of the records (with their length words).
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Appends the record made of `parts` one after the other.
+    pub fn append(&mut self, parts: &[&[u8]]) -> Result<()> {
+        let n: usize = parts.iter().map(|p| p.len()).sum();
+        let need = n + 4;
+        let put = |d: &mut [u8], at: usize| {
+            wr32(d, at, n as u32);
+            let mut o = at + 4;
+            for p in parts {
+                d[o..o + p.len()].copy_from_slice(p);
+                o += p.len();
+            }
+        };
+        if let Some(last) = self.pages.last_mut() {
+            let cap = self.bm.payload_size(last.0.class());
+            if last.1 as usize + need <= cap {
+                let mut g = self.bm.fix_exclusive(last.0)?;
+                put(g.data_mut().ok_or_else(not_temp)?, last.1 as usize);
+                last.1 += need as u32;
+                self.len += 1;
+                self.bytes += need as u64;
+                return Ok(());
+            }
+        }
+        let mut g = self.bm.alloc_temp(need.max(self.payload))?;
+        put(g.data_mut().ok_or_else(not_temp)?, 0);
+        self.pages.push((g.pid(), need as u32));
+        self.len += 1;
+        self.bytes += need as u64;
+        Ok(())
+    }
+
+    /// Copies the record at `cur` into `out` and advances; `false` at the end.
+    pub fn next(&self, cur: &mut Cursor, out: &mut Vec<u8>) -> Result<bool> {
+        loop {
+            let Some(&(pid, used)) = self.pages.get(cur.page) else { return Ok(false) };
+            if cur.off >= used as usize {
+                cur.page += 1;
+                cur.off = 0;
+                continue;
+            }
+            let g = self.bm.fix_shared(pid)?;
+            let d = g.data();
+            let n = rd32(d, cur.off) as usize;
+            let rec = d.get(cur.off + 4..cur.off + 4 + n).ok_or_else(|| corrupt("record runs past its page"))?;
+            out.clear();
+            out.extend_from_slice(rec);
+            cur.off += 4 + n;
+            return Ok(true);
+        }
+    }
+
+    /// Calls `f` with every record, freeing each page once read. A page's records are
+    /// copied out first (`buf`, at most a page), so no page is latched while `f` runs.
+    pub fn drain(mut self, f: &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<()> {
+        let mut buf = Vec::new();
+        let pages = std::mem::take(&mut self.pages);
+        let mut rest = pages.into_iter();
+        while let Some((pid, used)) = rest.next() {
+            {
+                let g = self.bm.fix_shared(pid)?;
+                buf.clear();
+                buf.extend_from_slice(&g.data()[..used as usize]);
+            }
+            self.bm.free(pid)?;
+            let mut o = 0;
+            while o < buf.len() {
+                let n = rd32(&buf, o) as usize;
+                let rec = buf.get(o + 4..o + 4 + n).ok_or_else(|| corrupt("record runs past its page"));
+                let rec = match rec {
+                    Ok(r) => r,
+                    Err(e) => {
+                        self.pages = rest.collect();
+                        return Err(e);
+                    }
+                };
+                if let Err(e) = f(rec) {
+                    self.pages = rest.collect();
+                    return Err(e);
+                }
+                o += 4 + n;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for RowRun<'_> {
+    fn drop(&mut self) {
+        for &(pid, _) in &self.pages {
+            let _ = self.bm.free(pid);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Config;
+
+    #[test]
+    fn values_round_trip_and_sort_keys_order() {
+        let vals = [
+            Value::Null,
+            Value::I64(-5),
+            Value::F64(-0.0),
+            Value::Date(-3),
+            Value::Bool(true),
+            Value::Str("".into()),
+            Value::Str("ab\0c".into()),
+            Value::Bytes(vec![0, 1]),
+        ];
+        let mut b = Vec::new();
+        encode_row(&vals, &mut b);
+        let back = decode_row(&b).unwrap();
+        assert_eq!(back.len(), vals.len());
+        assert_eq!(back[2], Value::F64(0.0));
+        assert_eq!(back[6], vals[6]);
+        let key = |v: &Value, desc: bool| {
+            let mut o = Vec::new();
+            encode_sort_key(v, desc, desc, &mut o);
+            o
+        };
+        let ints = [Value::I64(i64::MIN), Value::I64(-1), Value::I64(0), Value::I64(7), Value::I64(i64::MAX), Value::Null];
+        for w in ints.windows(2) {
+            assert!(key(&w[0], false) < key(&w[1], false));
+            assert!(key(&w[0], true) > key(&w[1], true) || matches!(w[1], Value::Null));
+        }
+        assert!(key(&Value::Null, true) < key(&Value::I64(i64::MAX), true));
+        let fl = [f64::NEG_INFINITY, -2.5, -0.0, 0.0, 1e-300, 3.0, f64::INFINITY, f64::NAN];
+        for w in fl.windows(2) {
+            assert!(key(&Value::F64(w[0]), false) <= key(&Value::F64(w[1]), false), "{w:?}");
+        }
+        let strs = ["", "\0", "a", "a\0", "ab", "b"];
+        for w in strs.windows(2) {
+            assert!(key(&Value::Str(w[0].into()), false) < key(&Value::Str(w[1].into()), false), "{w:?}");
+        }
+    }
+
+    #[test]
+    fn runs_spill_and_come_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let bm = BufferManager::create(Config::new(dir.path().join("db")).min_page(4096).pool_size(256 << 10)).unwrap();
+        let mut run = RowRun::new(&bm, run_payload(&bm));
+        let rec = |i: u64| -> Vec<u8> { (0..(i * 37 % 9000) as usize).map(|j| (i as usize + j) as u8).collect() };
+        for i in 0..300u64 {
+            run.append(&[&i.to_le_bytes(), &rec(i)]).unwrap();
+        }
+        assert!(bm.stats().evictions > 0);
+        let (mut cur, mut out, mut i) = (Cursor::default(), Vec::new(), 0u64);
+        while run.next(&mut cur, &mut out).unwrap() {
+            assert_eq!(rd64(&out, 0), i);
+            assert_eq!(&out[8..], &rec(i)[..]);
+            i += 1;
+        }
+        assert_eq!(i, 300);
+        let mut n = 0;
+        run.drain(&mut |r| {
+            assert_eq!(rd64(r, 0), n);
+            n += 1;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(crate::testutil::temp_pages(&bm), 0);
+    }
+}

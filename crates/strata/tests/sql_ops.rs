@@ -1,0 +1,711 @@
+//! SQL operators whose state lives in temporary pages (GROUP BY, DISTINCT, ORDER BY, joins,
+//! subqueries) against references computed here with plain Rust over the same generated
+//! rows: NULLs, an empty table, duplicate and skewed keys, strings of length 0, ≤ 12,
+//! 13..100 and several KiB. Through a 1 MiB pool with 4 KiB pages, so that the operators
+//! spill on every run, and once through a larger pool.
+#![allow(clippy::type_complexity)]
+
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use strata::access::table::{Schema, Value};
+use strata::util::SplitMix64;
+use strata::{Config, Database, Error};
+
+const POOL: u64 = 1 << 20;
+
+#[derive(Clone, Debug)]
+struct R {
+    id: i64,
+    k: Option<i64>,
+    g: Option<String>,
+    x: Option<i64>,
+    y: Option<f64>,
+    d: Option<i32>,
+}
+
+impl R {
+    fn values(&self) -> Vec<Value> {
+        vec![
+            Value::I64(self.id),
+            self.k.map_or(Value::Null, Value::I64),
+            self.g.clone().map_or(Value::Null, Value::Str),
+            self.x.map_or(Value::Null, Value::I64),
+            self.y.map_or(Value::Null, Value::F64),
+            self.d.map_or(Value::Null, Value::Date),
+        ]
+    }
+}
+
+/// A pool of strings of every length class; rows draw from it with a skew, so that keys
+/// repeat (and a few repeat very often).
+fn string_pool(r: &mut SplitMix64, n: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| {
+            let len = match i % 10 {
+                0 => 0,
+                1..=4 => 1 + r.below(12) as usize,
+                5..=7 => 13 + r.below(88) as usize,
+                _ => 1000 + r.below(4000) as usize,
+            };
+            let mut s: String = (0..len).map(|_| char::from(b'a' + r.below(4) as u8)).collect();
+            if len > 0 {
+                s.push_str(&i.to_string()); // distinct
+            }
+            s
+        })
+        .collect()
+}
+
+fn skewed(r: &mut SplitMix64, n: u64) -> u64 {
+    // Half the draws among the first few values.
+    if r.below(2) == 0 {
+        r.below(n.min(4))
+    } else {
+        r.below(n)
+    }
+}
+
+fn random_rows(seed: u64, n: usize, keys: u64, strings: usize) -> Vec<R> {
+    let mut r = SplitMix64(seed);
+    let pool = string_pool(&mut r, strings);
+    (0..n)
+        .map(|i| {
+            let null = |r: &mut SplitMix64| r.below(9) == 0;
+            R {
+                id: i as i64,
+                k: (!null(&mut r)).then(|| skewed(&mut r, keys) as i64 - 3),
+                g: (!null(&mut r)).then(|| pool[skewed(&mut r, pool.len() as u64) as usize].clone()),
+                x: (!null(&mut r)).then(|| r.below(2001) as i64 - 1000),
+                y: (!null(&mut r)).then(|| (r.below(4001) as f64 - 2000.0) / 4.0),
+                d: (!null(&mut r)).then(|| r.below(3000) as i32),
+            }
+        })
+        .collect()
+}
+
+fn open(dir: &Path, pool: u64, tables: &[(&str, &[R])]) -> Database {
+    let db = Database::create(Config::new(dir).pool_size(pool).min_page(4096)).unwrap();
+    for (name, rows) in tables {
+        let t = db.create_table(name, Schema::parse("id:i64,k:i64,g:str,x:i64,y:f64,d:date").unwrap()).unwrap();
+        for chunk in rows.chunks(200) {
+            let mut tx = db.begin();
+            t.append(&mut tx, &chunk.iter().map(R::values).collect::<Vec<_>>()).unwrap();
+            tx.commit().unwrap();
+        }
+    }
+    db
+}
+
+fn run(db: &Database, sql: &str) -> Result<Vec<Vec<Value>>, Error> {
+    let q = strata::sql::prepare(&db.catalog(), sql)?;
+    let mut out = Vec::new();
+    q.execute(db.buffer(), &mut |row| {
+        out.push(row.to_vec());
+        Ok(true)
+    })?;
+    Ok(out)
+}
+
+fn q(db: &Database, sql: &str) -> Vec<Vec<Value>> {
+    run(db, sql).unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+fn same(x: &Value, y: &Value) -> bool {
+    match (x, y) {
+        (Value::F64(a), Value::F64(b)) => a == b || (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0),
+        _ => x == y,
+    }
+}
+
+fn show(r: &[Value]) -> String {
+    let s = format!("{r:?}");
+    if s.len() > 300 {
+        format!("{}...", &s[..300])
+    } else {
+        s
+    }
+}
+
+fn assert_rows(sql: &str, got: &[Vec<Value>], want: &[Vec<Value>]) {
+    assert_eq!(got.len(), want.len(), "{sql}: {} rows, expected {}", got.len(), want.len());
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(g.len() == w.len() && g.iter().zip(w).all(|(a, b)| same(a, b)), "{sql}: row {i}: got {}, expected {}", show(g), show(w));
+    }
+}
+
+/// A total order on values for sorting result sets (NULL first; floats by their bits'
+/// order for the non-NaN values used here).
+fn vcmp(a: &Value, b: &Value) -> Ordering {
+    let rank = |v: &Value| match v {
+        Value::Null => 0,
+        Value::I64(_) => 1,
+        Value::F64(_) => 2,
+        Value::Date(_) => 3,
+        Value::Bool(_) => 4,
+        Value::Str(_) => 5,
+        Value::Bytes(_) => 6,
+    };
+    match (a, b) {
+        (Value::I64(x), Value::I64(y)) => x.cmp(y),
+        (Value::F64(x), Value::F64(y)) => x.total_cmp(y),
+        (Value::Date(x), Value::Date(y)) => x.cmp(y),
+        (Value::Bool(x), Value::Bool(y)) => x.cmp(y),
+        (Value::Str(x), Value::Str(y)) => x.cmp(y),
+        _ => rank(a).cmp(&rank(b)),
+    }
+}
+
+/// Sorts rows by their first `n` columns (a key that is unique in the result).
+fn sorted(mut rows: Vec<Vec<Value>>, n: usize) -> Vec<Vec<Value>> {
+    rows.sort_by(|a, b| a[..n].iter().zip(&b[..n]).map(|(x, y)| vcmp(x, y)).find(|o| o.is_ne()).unwrap_or(Ordering::Equal));
+    rows
+}
+
+fn assert_set(sql: &str, got: Vec<Vec<Value>>, want: Vec<Vec<Value>>, n: usize) {
+    assert_rows(sql, &sorted(got, n), &sorted(want, n));
+}
+
+fn i(v: Option<i64>) -> Value {
+    v.map_or(Value::Null, Value::I64)
+}
+fn st(v: Option<&String>) -> Value {
+    v.map_or(Value::Null, |s| Value::Str(s.clone()))
+}
+
+/// Aggregates of a group, as the reference computes them.
+#[derive(Default, Clone)]
+struct Agg {
+    n: i64,
+    xs: Vec<i64>,
+    ys: Vec<f64>,
+    gs: Vec<String>,
+    ds: Vec<i32>,
+    ks: Vec<i64>,
+}
+
+impl Agg {
+    fn add(&mut self, r: &R) {
+        self.n += 1;
+        self.xs.extend(r.x);
+        self.ys.extend(r.y);
+        self.gs.extend(r.g.clone());
+        self.ds.extend(r.d);
+        self.ks.extend(r.k);
+    }
+    fn sum_x(&self) -> Value {
+        if self.xs.is_empty() {
+            Value::Null
+        } else {
+            Value::I64(self.xs.iter().sum())
+        }
+    }
+    fn avg_x(&self) -> Value {
+        if self.xs.is_empty() {
+            Value::Null
+        } else {
+            Value::F64(self.xs.iter().sum::<i64>() as f64 / self.xs.len() as f64)
+        }
+    }
+    fn sum_y(&self) -> Value {
+        if self.ys.is_empty() {
+            Value::Null
+        } else {
+            Value::F64(self.ys.iter().sum())
+        }
+    }
+    fn min_g(&self) -> Value {
+        st(self.gs.iter().min())
+    }
+    fn max_g(&self) -> Value {
+        st(self.gs.iter().max())
+    }
+    fn min_d(&self) -> Value {
+        self.ds.iter().min().map_or(Value::Null, |d| Value::Date(*d))
+    }
+    fn max_d(&self) -> Value {
+        self.ds.iter().max().map_or(Value::Null, |d| Value::Date(*d))
+    }
+    fn distinct_k(&self) -> Value {
+        Value::I64(self.ks.iter().collect::<BTreeSet<_>>().len() as i64)
+    }
+    fn distinct_g(&self) -> Value {
+        Value::I64(self.gs.iter().collect::<BTreeSet<_>>().len() as i64)
+    }
+    fn sum_distinct_x(&self) -> Value {
+        if self.xs.is_empty() {
+            Value::Null
+        } else {
+            Value::I64(self.xs.iter().collect::<BTreeSet<_>>().into_iter().sum())
+        }
+    }
+}
+
+/// Groups `rows` by `key` (a Debug-able value key) in the reference.
+fn groups<K: Ord + Clone>(rows: &[R], key: impl Fn(&R) -> K) -> BTreeMap<K, Agg> {
+    let mut m: BTreeMap<K, Agg> = BTreeMap::new();
+    for r in rows {
+        m.entry(key(r)).or_default().add(r);
+    }
+    m
+}
+
+fn setup(pool: u64, n: usize) -> (tempfile::TempDir, Database, Vec<R>) {
+    let dir = tempfile::tempdir().unwrap();
+    let rows = random_rows(11, n, 40, 400);
+    let db = open(&dir.path().join("db"), pool, &[("t", &rows), ("empty", &[])]);
+    (dir, db, rows)
+}
+
+fn check_group_by(db: &Database, rows: &[R]) {
+    // One integer key with NULLs and skew; every aggregate.
+    let sql = "SELECT k, count(*), count(x), sum(x), avg(x), min(g), max(g), sum(y), min(d), max(d), count(DISTINCT g), sum(DISTINCT x) FROM t GROUP BY k";
+    let want: Vec<Vec<Value>> = groups(rows, |r| r.k)
+        .into_iter()
+        .map(|(k, a)| {
+            vec![
+                i(k),
+                Value::I64(a.n),
+                Value::I64(a.xs.len() as i64),
+                a.sum_x(),
+                a.avg_x(),
+                a.min_g(),
+                a.max_g(),
+                a.sum_y(),
+                a.min_d(),
+                a.max_d(),
+                a.distinct_g(),
+                a.sum_distinct_x(),
+            ]
+        })
+        .collect();
+    assert_set(sql, q(db, sql), want, 1);
+
+    // Strings of every length as the key (multi-KiB ones included), DISTINCT counts.
+    let sql = "SELECT g, count(*), count(DISTINCT k), max(x), min(y) FROM t GROUP BY g";
+    let want: Vec<Vec<Value>> = groups(rows, |r| r.g.clone())
+        .into_iter()
+        .map(|(g, a)| {
+            vec![
+                st(g.as_ref()),
+                Value::I64(a.n),
+                a.distinct_k(),
+                i(a.xs.iter().max().copied()),
+                a.ys.iter().copied().reduce(f64::min).map_or(Value::Null, Value::F64),
+            ]
+        })
+        .collect();
+    assert_set(sql, q(db, sql), want, 1);
+
+    // Several keys, expressions as keys, an expression over keys and aggregates, HAVING.
+    let sql = "SELECT k % 3, g IS NULL, count(*), (k % 3) * 10 + count(*) FROM t GROUP BY k % 3, g IS NULL HAVING count(*) > 2";
+    let want: Vec<Vec<Value>> = groups(rows, |r| (r.k.map(|k| k % 3), r.g.is_none()))
+        .into_iter()
+        .filter(|(_, a)| a.n > 2)
+        .map(|((k, gnull), a)| vec![i(k), Value::Bool(gnull), Value::I64(a.n), i(k.map(|k| k * 10 + a.n))])
+        .collect();
+    assert_set(sql, q(db, sql), want, 2);
+
+    // Many small groups (more than one table page holds): the table is flushed to
+    // partitions and aggregated partition by partition.
+    let sql = "SELECT id % 7000 AS m, g, count(*), sum(x) FROM t GROUP BY m, g";
+    let want: Vec<Vec<Value>> =
+        groups(rows, |r| (r.id % 7000, r.g.clone())).into_iter().map(|((m, g), a)| vec![Value::I64(m), st(g.as_ref()), Value::I64(a.n), a.sum_x()]).collect();
+    assert_set(sql, q(db, sql), want, 2);
+
+    // GROUP BY position, a key not selected.
+    let sql = "SELECT x / 100, count(*) FROM t GROUP BY 1";
+    let want: Vec<Vec<Value>> = groups(rows, |r| r.x.map(|x| x / 100)).into_iter().map(|(x, a)| vec![i(x), Value::I64(a.n)]).collect();
+    assert_set(sql, q(db, sql), want, 1);
+    let sql = "SELECT count(*) FROM t GROUP BY d";
+    let mut want: Vec<Vec<Value>> = groups(rows, |r| r.d).into_values().map(|a| vec![Value::I64(a.n)]).collect();
+    let mut got = q(db, sql);
+    want.sort_by(|a, b| vcmp(&a[0], &b[0]));
+    got.sort_by(|a, b| vcmp(&a[0], &b[0]));
+    assert_rows(sql, &got, &want);
+
+    // DISTINCT aggregates without GROUP BY; over the empty table.
+    let all = groups(rows, |_| ()).remove(&()).unwrap_or_default();
+    let sql = "SELECT count(DISTINCT g), count(DISTINCT k), count(*), sum(DISTINCT x) FROM t";
+    assert_rows(sql, &q(db, sql), &[vec![all.distinct_g(), all.distinct_k(), Value::I64(all.n), all.sum_distinct_x()]]);
+    let sql = "SELECT count(DISTINCT g), sum(DISTINCT x) FROM empty";
+    assert_rows(sql, &q(db, sql), &[vec![Value::I64(0), Value::Null]]);
+    assert_rows("empty group by", &q(db, "SELECT k, count(*) FROM empty GROUP BY k"), &[]);
+    let sql = "SELECT k, count(*) FROM t WHERE false GROUP BY k";
+    assert_rows(sql, &q(db, sql), &[]);
+
+    // SELECT DISTINCT.
+    let sql = "SELECT DISTINCT k, g FROM t";
+    let want: Vec<Vec<Value>> = groups(rows, |r| (r.k, r.g.clone())).into_keys().map(|(k, g)| vec![i(k), st(g.as_ref())]).collect();
+    assert_set(sql, q(db, sql), want, 2);
+    let sql = "SELECT DISTINCT g FROM t";
+    let want: Vec<Vec<Value>> = groups(rows, |r| r.g.clone()).into_keys().map(|g| vec![st(g.as_ref())]).collect();
+    assert_set(sql, q(db, sql), want, 1);
+    assert_rows("distinct empty", &q(db, "SELECT DISTINCT g FROM empty"), &[]);
+}
+
+#[test]
+fn group_by_and_distinct_match_the_reference_through_a_tiny_pool() {
+    let (_dir, db, rows) = setup(POOL, 12_000);
+    let before = (db.buffer().stats().evictions, strata::sql::spill_counters());
+    check_group_by(&db, &rows);
+    assert!(db.buffer().stats().evictions > before.0);
+    assert!(strata::sql::spill_counters().agg_flushes > before.1.agg_flushes, "more groups than a table page holds");
+    let st = db.buffer().stats();
+    assert!(st.peak_resident_bytes <= POOL, "peak {} > pool", st.peak_resident_bytes);
+}
+
+#[test]
+fn group_by_and_order_by_with_a_larger_pool() {
+    let (_dir, db, rows) = setup(64 << 20, 6_000);
+    check_group_by(&db, &rows);
+    check_order_by(&db, &rows);
+}
+
+/// `a` before `b` in SQL's order for one key: NULLS LAST ascending, FIRST descending.
+fn ord_key<T: PartialOrd>(a: &Option<T>, b: &Option<T>, desc: bool) -> Ordering {
+    let o = match (a, b) {
+        (None, None) => Ordering::Equal,
+        (None, Some(_)) => Ordering::Greater,
+        (Some(_), None) => Ordering::Less,
+        (Some(x), Some(y)) => x.partial_cmp(y).unwrap_or(Ordering::Equal),
+    };
+    if desc {
+        o.reverse()
+    } else {
+        o
+    }
+}
+
+fn check_order_by(db: &Database, rows: &[R]) {
+    let cases: Vec<(&str, Box<dyn Fn(&R, &R) -> Ordering>, Box<dyn Fn(&R) -> Vec<Value>>)> = vec![
+        (
+            "SELECT id, k, g FROM t ORDER BY k DESC, g, id",
+            Box::new(|a, b| ord_key(&a.k, &b.k, true).then(ord_key(&a.g, &b.g, false)).then(a.id.cmp(&b.id))),
+            Box::new(|r| vec![Value::I64(r.id), i(r.k), st(r.g.as_ref())]),
+        ),
+        (
+            "SELECT id, y FROM t ORDER BY y NULLS FIRST, id DESC",
+            Box::new(|a, b| {
+                let o = match (a.y, b.y) {
+                    (None, None) => Ordering::Equal,
+                    (None, _) => Ordering::Less,
+                    (_, None) => Ordering::Greater,
+                    (Some(x), Some(y)) => x.partial_cmp(&y).unwrap(),
+                };
+                o.then(b.id.cmp(&a.id))
+            }),
+            Box::new(|r| vec![Value::I64(r.id), r.y.map_or(Value::Null, Value::F64)]),
+        ),
+        (
+            "SELECT id FROM t ORDER BY x * 2 DESC, g DESC, id",
+            Box::new(|a, b| ord_key(&a.x, &b.x, true).then(ord_key(&a.g, &b.g, true)).then(a.id.cmp(&b.id))),
+            Box::new(|r| vec![Value::I64(r.id)]),
+        ),
+        (
+            "SELECT g AS name, d, id FROM t ORDER BY name DESC, 2, 3 DESC",
+            Box::new(|a, b| ord_key(&a.g, &b.g, true).then(ord_key(&a.d, &b.d, false)).then(b.id.cmp(&a.id))),
+            Box::new(|r| vec![st(r.g.as_ref()), r.d.map_or(Value::Null, Value::Date), Value::I64(r.id)]),
+        ),
+    ];
+    for (sql, cmp, proj) in &cases {
+        let mut want: Vec<&R> = rows.iter().collect();
+        want.sort_by(|a, b| cmp(a, b));
+        let want: Vec<Vec<Value>> = want.into_iter().map(proj).collect();
+        assert_rows(sql, &q(db, sql), &want);
+        // LIMIT: top-k in memory when small, the external sort when not.
+        for (limit, offset) in [(10usize, 0usize), (5, 3), (0, 0), (1500, 20)] {
+            let sql2 = format!("{sql} LIMIT {limit} OFFSET {offset}");
+            let end = (offset + limit).min(want.len());
+            assert_rows(&sql2, &q(db, &sql2), &want[offset.min(end)..end]);
+        }
+        let sql3 = sql.replace("FROM t", "FROM empty");
+        assert_rows(&sql3, &q(db, &sql3), &[]);
+    }
+    // Aggregates ordered by an aggregate; DISTINCT ordered.
+    let sql = "SELECT k, count(*) AS c FROM t GROUP BY k ORDER BY c DESC, k NULLS FIRST";
+    let mut want: Vec<(Option<i64>, i64)> = groups(rows, |r| r.k).into_iter().map(|(k, a)| (k, a.n)).collect();
+    want.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    assert_rows(sql, &q(db, sql), &want.iter().map(|(k, c)| vec![i(*k), Value::I64(*c)]).collect::<Vec<_>>());
+    let sql = "SELECT k, sum(x) FROM t GROUP BY k ORDER BY sum(x) DESC NULLS LAST, k LIMIT 3";
+    let mut want: Vec<(Option<i64>, Option<i64>)> =
+        groups(rows, |r| r.k).into_iter().map(|(k, a)| (k, (!a.xs.is_empty()).then(|| a.xs.iter().sum()))).collect();
+    want.sort_by(|a, b| ord_key(&a.1, &b.1, false).reverse().then(ord_key(&a.0, &b.0, false)));
+    // DESC NULLS LAST: NULL sums go last.
+    want.sort_by(|a, b| match (a.1, b.1) {
+        (None, None) => ord_key(&a.0, &b.0, false),
+        (None, _) => Ordering::Greater,
+        (_, None) => Ordering::Less,
+        (Some(x), Some(y)) => y.cmp(&x).then(ord_key(&a.0, &b.0, false)),
+    });
+    assert_rows(sql, &q(db, sql), &want[..3.min(want.len())].iter().map(|(k, s)| vec![i(*k), i(*s)]).collect::<Vec<_>>());
+    let sql = "SELECT DISTINCT g FROM t ORDER BY g DESC";
+    let mut want: Vec<Option<String>> = groups(rows, |r| r.g.clone()).into_keys().collect();
+    want.sort_by(|a, b| ord_key(a, b, true));
+    assert_rows(sql, &q(db, sql), &want.iter().map(|g| vec![st(g.as_ref())]).collect::<Vec<_>>());
+}
+
+#[test]
+fn order_by_matches_the_reference_through_a_tiny_pool() {
+    let (_dir, db, rows) = setup(POOL, 8_000);
+    let before = strata::sql::spill_counters();
+    check_order_by(&db, &rows);
+    assert!(strata::sql::spill_counters().sort_runs > before.sort_runs + 16, "several merge passes");
+    let st = db.buffer().stats();
+    assert!(st.peak_resident_bytes <= POOL, "peak {} > pool", st.peak_resident_bytes);
+}
+
+#[test]
+fn explain_shows_the_operators() {
+    let (_dir, db, _) = setup(POOL, 10);
+    let lines: Vec<String> = q(&db, "EXPLAIN SELECT DISTINCT k, count(*) FROM t GROUP BY k ORDER BY 2 DESC LIMIT 3")
+        .into_iter()
+        .map(|r| if let Value::Str(s) = &r[0] { s.clone() } else { panic!() })
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            "Limit 3",
+            "  Sort (top 3 in memory) #2 DESC",
+            "    HashDistinct (temp pages, spills by partition) keys k, count(*)",
+            "      Project k, count(*)",
+            "        HashAggregate (temp pages, spills by partition) keys k aggs count(*)",
+            "          Scan t",
+        ]
+    );
+}
+
+fn join_setup(pool: u64) -> (tempfile::TempDir, Database, Vec<R>, Vec<R>, Vec<R>) {
+    let dir = tempfile::tempdir().unwrap();
+    let t = random_rows(21, 3000, 40, 300);
+    let u = random_rows(22, 800, 40, 300);
+    let w = random_rows(23, 200, 10, 50);
+    let db = open(&dir.path().join("db"), pool, &[("t", &t), ("u", &u), ("w", &w), ("empty", &[])]);
+    (dir, db, t, u, w)
+}
+
+fn id(r: &R) -> Value {
+    Value::I64(r.id)
+}
+
+fn eq<T: PartialEq>(a: &Option<T>, b: &Option<T>) -> bool {
+    matches!((a, b), (Some(x), Some(y)) if x == y)
+}
+
+fn check_joins(db: &Database, t: &[R], u: &[R], w: &[R]) {
+    let pairs =
+        |f: &dyn Fn(&R, &R) -> bool| -> Vec<Vec<Value>> { t.iter().flat_map(|a| u.iter().filter(move |b| f(a, b)).map(move |b| vec![id(a), id(b)])).collect() };
+    // Comma join with the key in WHERE (skewed integer keys, NULLs).
+    let sql = "SELECT t.id, u.id FROM t, u WHERE t.k = u.k";
+    assert_set(sql, q(db, sql), pairs(&|a, b| eq(&a.k, &b.k)), 2);
+    // JOIN ... ON on strings of every length, with a non-equality too; aliases.
+    let sql = "SELECT a.id, b.id FROM t AS a JOIN u b ON a.g = b.g AND a.x > b.x";
+    assert_set(sql, q(db, sql), pairs(&|a, b| eq(&a.g, &b.g) && a.x.zip(b.x).is_some_and(|(x, y)| x > y)), 2);
+    // An i64 key against an f64 key.
+    let sql = "SELECT t.id, u.id FROM t JOIN u ON t.x = u.y WHERE t.x BETWEEN -50 AND 50";
+    assert_set(sql, q(db, sql), pairs(&|a, b| a.x.is_some_and(|x| (-50..=50).contains(&x) && b.y == Some(x as f64))), 2);
+    // LEFT JOIN: a condition on the right alone, and one over both sides.
+    let left = |f: &dyn Fn(&R, &R) -> bool| -> Vec<Vec<Value>> {
+        let mut out = Vec::new();
+        for a in t {
+            let m: Vec<&R> = u.iter().filter(|b| f(a, b)).collect();
+            if m.is_empty() {
+                out.push(vec![id(a), Value::Null, Value::Null]);
+            }
+            out.extend(m.into_iter().map(|b| vec![id(a), id(b), st(b.g.as_ref())]));
+        }
+        out
+    };
+    let sql = "SELECT t.id, u.id, u.g FROM t LEFT JOIN u ON t.k = u.k AND u.x > 600";
+    assert_set(sql, q(db, sql), left(&|a, b| eq(&a.k, &b.k) && b.x.is_some_and(|x| x > 600)), 2);
+    let sql = "SELECT t.id, u.id, u.g FROM t LEFT OUTER JOIN u ON t.k = u.k AND t.x < u.x - 1500";
+    assert_set(sql, q(db, sql), left(&|a, b| eq(&a.k, &b.k) && a.x.zip(b.x).is_some_and(|(x, y)| x < y - 1500)), 2);
+    // WHERE over the padded side filters after the join.
+    let sql = "SELECT t.id, u.id, u.g FROM t LEFT JOIN u ON t.id = u.id WHERE u.id IS NULL OR u.x > 0";
+    let want: Vec<Vec<Value>> = left(&|a, b| a.id == b.id)
+        .into_iter()
+        .filter(|r| {
+            matches!(r[1], Value::Null)
+                || u[match r[1] {
+                    Value::I64(i) => i as usize,
+                    _ => 0,
+                }]
+                .x
+                .is_some_and(|x| x > 0)
+        })
+        .collect();
+    assert_set(sql, q(db, sql), want, 2);
+    // One key for all rows (a build side far larger than a table, in one partition: taken
+    // in chunks, a bitmap remembering which probe rows matched).
+    let sql = "SELECT t.id, count(u.id), max(u.g) FROM t LEFT JOIN u ON t.k * 0 = u.k * 0 AND t.x < u.x WHERE t.id < 300 GROUP BY t.id";
+    let want: Vec<Vec<Value>> = t[..300]
+        .iter()
+        .map(|a| {
+            let m: Vec<&R> = u.iter().filter(|b| a.k.is_some() && b.k.is_some() && a.x.zip(b.x).is_some_and(|(x, y)| x < y)).collect();
+            vec![id(a), Value::I64(m.len() as i64), st(m.iter().filter_map(|b| b.g.as_ref()).max())]
+        })
+        .collect();
+    assert_set(sql, q(db, sql), want, 1);
+    // 12 keys over a build side of several times the pool: partitions that hold several
+    // keys and do not fit are partitioned again.
+    let sql = "SELECT count(*), sum(b.x), max(b.g) FROM t AS a JOIN t AS b ON a.id % 12 = b.id % 12 WHERE a.id < 1000";
+    let (mut n, mut sum, mut mx) = (0i64, 0i64, None::<&String>);
+    for a in &t[..1000] {
+        for b in t.iter().filter(|b| b.id % 12 == a.id % 12) {
+            n += 1;
+            sum += b.x.unwrap_or(0);
+            mx = mx.max(b.g.as_ref());
+        }
+    }
+    assert_rows(sql, &q(db, sql), &[vec![Value::I64(n), Value::I64(sum), st(mx)]]);
+    // Three tables, a pushed-down filter, the join order from the equalities.
+    let sql = "SELECT t.id, u.id, w.id FROM t, w, u WHERE w.x > 0 AND u.id = w.id AND t.k = u.k";
+    let want: Vec<Vec<Value>> = t
+        .iter()
+        .flat_map(|a| {
+            u.iter()
+                .filter(move |b| eq(&a.k, &b.k))
+                .flat_map(move |b| w.iter().filter(move |c| c.id == b.id && c.x.is_some_and(|x| x > 0)).map(move |c| vec![id(a), id(b), id(c)]))
+        })
+        .collect();
+    assert_set(sql, q(db, sql), want, 3);
+    // A TPC-H Q3 shape: three tables, filters, several group keys, ORDER BY an aggregate
+    // DESC, LIMIT.
+    let sql = "SELECT t.k, w.d, sum(u.x * 2) AS rev, count(*) FROM t, u, w WHERE t.id = u.id AND u.k = w.k AND t.g IS NOT NULL AND w.x > 0 \
+               GROUP BY t.k, w.d ORDER BY rev DESC NULLS LAST, t.k, 2 LIMIT 10";
+    let mut g: BTreeMap<(Option<i64>, Option<i32>), (Option<i64>, i64)> = BTreeMap::new();
+    for b in u.iter().filter(|b| (b.id as usize) < t.len()) {
+        let a = &t[b.id as usize];
+        if a.g.is_none() {
+            continue;
+        }
+        for c in w.iter().filter(|c| eq(&b.k, &c.k) && c.x.is_some_and(|x| x > 0)) {
+            let e = g.entry((a.k, c.d)).or_insert((None, 0));
+            if let Some(x) = b.x {
+                e.0 = Some(e.0.unwrap_or(0) + x * 2);
+            }
+            e.1 += 1;
+        }
+    }
+    let mut want: Vec<((Option<i64>, Option<i32>), (Option<i64>, i64))> = g.into_iter().collect();
+    // DESC NULLS LAST, then the keys ascending (NULLS LAST).
+    want.sort_by(|x, y| {
+        let rev = match (x.1 .0, y.1 .0) {
+            (None, None) => Ordering::Equal,
+            (None, _) => Ordering::Greater,
+            (_, None) => Ordering::Less,
+            (Some(p), Some(q)) => q.cmp(&p),
+        };
+        rev.then(ord_key(&x.0 .0, &y.0 .0, false)).then(ord_key(&x.0 .1, &y.0 .1, false))
+    });
+    let want: Vec<Vec<Value>> = want.into_iter().take(10).map(|((k, d), (r, n))| vec![i(k), d.map_or(Value::Null, Value::Date), i(r), Value::I64(n)]).collect();
+    assert!(want.len() == 10);
+    assert_rows(sql, &q(db, sql), &want);
+    // A derived table (an aggregate) joined to a table.
+    let sql = "SELECT s.k, s.c, u.id FROM (SELECT k, count(*) AS c FROM t WHERE k IS NOT NULL GROUP BY k) AS s JOIN u ON s.k = u.k";
+    let counts = groups(t, |r| r.k);
+    let want: Vec<Vec<Value>> = u.iter().filter_map(|b| b.k.and_then(|k| counts.get(&Some(k)).map(|a| vec![Value::I64(k), Value::I64(a.n), id(b)]))).collect();
+    assert_set(sql, q(db, sql), want, 3);
+    // Empty sides; a cross join.
+    assert_rows("join empty", &q(db, "SELECT * FROM t JOIN empty ON t.k = empty.k"), &[]);
+    let sql = "SELECT t.id, empty.id FROM t LEFT JOIN empty ON t.k = empty.k";
+    assert_set(sql, q(db, sql), t.iter().map(|a| vec![id(a), Value::Null]).collect(), 1);
+    assert_rows("cross", &q(db, "SELECT count(*) FROM w, w AS w2"), &[vec![Value::I64((w.len() * w.len()) as i64)]]);
+    let sql = "SELECT w.id, w2.id FROM w CROSS JOIN w AS w2 WHERE w.id < 5 AND w2.id < 3";
+    let want: Vec<Vec<Value>> = (0..5).flat_map(|a| (0..3).map(move |b| vec![Value::I64(a), Value::I64(b)])).collect();
+    assert_set(sql, q(db, sql), want, 2);
+    // Joins under GROUP BY and ORDER BY.
+    let sql = "SELECT u.k, count(*), sum(t.x) FROM t JOIN u ON t.id = u.id GROUP BY u.k ORDER BY u.k";
+    let mut want: Vec<Vec<Value>> =
+        groups(&u.iter().filter(|b| (b.id as usize) < t.len()).map(|b| R { x: t[b.id as usize].x, ..b.clone() }).collect::<Vec<_>>(), |r| r.k)
+            .into_iter()
+            .map(|(k, a)| vec![i(k), Value::I64(a.n), a.sum_x()])
+            .collect();
+    want.sort_by(|a, b| match (&a[0], &b[0]) {
+        (Value::Null, Value::Null) => Ordering::Equal,
+        (Value::Null, _) => Ordering::Greater,
+        (_, Value::Null) => Ordering::Less,
+        (x, y) => vcmp(x, y),
+    });
+    assert_rows(sql, &q(db, sql), &want);
+
+    // Subqueries: IN, NOT IN (with and without NULLs in the list), EXISTS.
+    let ks = |f: &dyn Fn(&R) -> bool| -> Vec<Option<i64>> { u.iter().filter(|b| f(b)).map(|b| b.k).collect() };
+    let ids_where = |f: &dyn Fn(&R) -> bool| -> Vec<Vec<Value>> { t.iter().filter(|a| f(a)).map(|a| vec![id(a)]).collect() };
+    let inl = ks(&|b| b.x.is_some_and(|x| x > 500));
+    let sql = "SELECT id FROM t WHERE k IN (SELECT k FROM u WHERE x > 500)";
+    assert_set(sql, q(db, sql), ids_where(&|a| a.k.is_some_and(|k| inl.contains(&Some(k)))), 1);
+    let with_null = ks(&|b| b.x.is_some_and(|x| x > 900));
+    assert!(with_null.contains(&None), "the test wants a NULL in the list");
+    let sql = "SELECT id FROM t WHERE k NOT IN (SELECT k FROM u WHERE x > 900)";
+    assert_set(sql, q(db, sql), Vec::new(), 1);
+    let no_null = ks(&|b| b.k.is_some() && b.x.is_some_and(|x| x > 0));
+    let sql = "SELECT id FROM t WHERE k NOT IN (SELECT k FROM u WHERE k IS NOT NULL AND x > 0) AND id < 2000";
+    assert_set(sql, q(db, sql), ids_where(&|a| a.id < 2000 && a.k.is_some_and(|k| !no_null.contains(&Some(k)))), 1);
+    let sql = "SELECT id FROM t WHERE NOT (k IN (SELECT k FROM u WHERE k IS NOT NULL AND x > 0)) AND id < 2000";
+    assert_set(sql, q(db, sql), ids_where(&|a| a.id < 2000 && a.k.is_some_and(|k| !no_null.contains(&Some(k)))), 1);
+    let sql = "SELECT id FROM t WHERE (k IN (SELECT k FROM u WHERE x > 500))";
+    assert_set(sql, q(db, sql), ids_where(&|a| a.k.is_some_and(|k| inl.contains(&Some(k)))), 1);
+    let sql = "SELECT id FROM t WHERE k NOT IN (SELECT k FROM u WHERE false)";
+    assert_set(sql, q(db, sql), ids_where(&|_| true), 1);
+    let sql = "SELECT id FROM t WHERE x IN (SELECT y FROM u) AND EXISTS (SELECT 1 FROM w WHERE x > 0)";
+    assert_set(sql, q(db, sql), ids_where(&|a| a.x.is_some_and(|x| u.iter().any(|b| b.y == Some(x as f64)))), 1);
+    assert_rows("not exists", &q(db, "SELECT id FROM t WHERE NOT EXISTS (SELECT 1 FROM u) "), &[]);
+    assert_rows("exists empty", &q(db, "SELECT count(*) FROM t WHERE EXISTS (SELECT * FROM empty)"), &[vec![Value::I64(0)]]);
+}
+
+#[test]
+fn joins_and_subqueries_match_the_reference_through_a_tiny_pool() {
+    let (_dir, db, t, u, w) = join_setup(POOL);
+    let before = strata::sql::spill_counters();
+    check_joins(&db, &t, &u, &w);
+    let after = strata::sql::spill_counters();
+    assert!(after.grace_joins > before.grace_joins, "the build sides are larger than an eighth of the pool");
+    assert!(after.chunked_partitions > before.chunked_partitions, "skewed keys make partitions larger than a table");
+    assert!(after.join_repartitions > before.join_repartitions, "a partition of several keys larger than a table");
+    let st = db.buffer().stats();
+    assert!(st.peak_resident_bytes <= POOL, "peak {} > pool", st.peak_resident_bytes);
+}
+
+#[test]
+fn joins_with_a_larger_pool() {
+    let (_dir, db, t, u, w) = join_setup(64 << 20);
+    check_joins(&db, &t, &u, &w);
+}
+
+#[test]
+fn joins_build_on_the_smaller_side() {
+    let (_dir, db, ..) = join_setup(POOL);
+    let plan = |sql: &str| q(&db, &format!("EXPLAIN {sql}")).into_iter().map(|r| format!("{:?}", r[0])).collect::<Vec<_>>().join("\n");
+    for sql in ["SELECT t.id FROM t JOIN u ON t.k = u.k", "SELECT t.id FROM u JOIN t ON t.k = u.k", "SELECT t.id FROM t, u WHERE t.k = u.k"] {
+        let p = plan(sql);
+        let side = if sql.contains("FROM u") { "left" } else { "right" };
+        assert!(p.contains(&format!("build: {side}, ~800 rows vs ~3000")), "{sql}: {p}");
+    }
+    // A LEFT JOIN builds on its right side whatever the sizes.
+    assert!(plan("SELECT t.id FROM u LEFT JOIN t ON t.k = u.k").contains("HashJoin left on u.k = t.k (build: right;"));
+}
+
+#[test]
+fn join_errors_name_the_problem() {
+    let (_dir, db, ..) = join_setup(POOL);
+    let cases = [
+        ("SELECT id FROM t, u", "column name \"id\" is ambiguous"),
+        ("SELECT t.nope FROM t, u", "no column named \"nope\" in table \"t\""),
+        ("SELECT z.id FROM t, u", "no table named \"z\" in this query"),
+        ("SELECT * FROM t LEFT JOIN u", "LEFT JOIN needs ON"),
+        ("SELECT * FROM t JOIN u USING (id)", "JOIN ... USING is not supported yet"),
+        ("SELECT id FROM t WHERE k IN (SELECT k, x FROM u)", "the subquery of IN must return one column, not 2"),
+        ("SELECT id FROM t WHERE k IN (SELECT g FROM u)", "cannot compare i64 and str"),
+        ("SELECT * FROM t JOIN u ON t.k = u.g", "cannot compare i64 and str"),
+        ("SELECT id FROM t WHERE k = 1 OR k IN (SELECT k FROM u)", "a subquery is not supported yet"),
+    ];
+    for (sql, want) in cases {
+        let e = match run(&db, sql) {
+            Ok(r) => panic!("{sql}: expected an error, got {} rows", r.len()),
+            Err(e) => e.to_string(),
+        };
+        assert!(e.contains(want), "{sql:?}: {e:?} does not contain {want:?}");
+    }
+}
