@@ -520,7 +520,7 @@ fn stress(run: Run) {
     // io_uring where the kernel allows it (`STRATA_IO=posix`: pread/pwrite).
     let inner = if run.posix { Arc::new(FileBackend::default()) } else { strata::buffer::default_backend() };
     let backend: Arc<dyn StorageBackend> = Arc::new(NoSync(inner));
-    let config = || Config::new(&db).min_page(MIN_PAGE).pool_size(POOL).backend(backend.clone()).frame_recycling(run.recycle);
+    let config = || Config::new(&db).min_page(MIN_PAGE).pool_size(POOL).backend(backend.clone()).frame_recycling(if run.recycle { Some(0) } else { None });
     let shared = Arc::new(BufferManager::create(config()).unwrap());
     let bm = &*shared;
     let pages = Pages::create(bm);

@@ -33,8 +33,8 @@ use crate::harness::{engine_value, measure, measure_store, run_value, RunCfg, St
 use crate::workload::{prefault, probe, Distribution, Rng, Sampler};
 use crate::{EResult, Page, PageStore};
 
-/// `strata-recycle` is strata with frame recycling on (`Config::frame_recycling`, off by
-/// default).
+/// `strata-recycle` is strata with frame recycling for every page size
+/// (`Config::frame_recycling(Some(0))`; by default only pages of 256 KiB and more).
 pub(super) const ENGINES: [&str; 5] = ["strata", "strata-recycle", "hashpool", "mmap", "raw"];
 
 pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {

@@ -50,11 +50,12 @@ impl StrataStore {
         StrataStore::open_config(ds, Config::new(&ds.db_dir).pool_size(pool_bytes), streams)
     }
 
-    /// [`StrataStore::open_with`] with frame recycling turned on (the `strata-recycle`
-    /// engine: loads take the frames of evicted pages through `UFFDIO_MOVE` where the kernel
-    /// has it; `frame_recycling` in its figures says whether it did).
+    /// [`StrataStore::open_with`] with frame recycling for every page size (the
+    /// `strata-recycle` engine: loads take the frames of evicted pages through `UFFDIO_MOVE`
+    /// where the kernel has it; `frame_recycling` in its figures says whether it did).
+    /// Plain `strata` recycles only pages of `DEFAULT_RECYCLE_MIN_PAGE` and more.
     pub fn open_with_recycling(ds: &DataSet, pool_bytes: u64) -> EResult<StrataStore> {
-        StrataStore::open_config(ds, Config::new(&ds.db_dir).pool_size(pool_bytes).frame_recycling(true), true)
+        StrataStore::open_config(ds, Config::new(&ds.db_dir).pool_size(pool_bytes).frame_recycling(Some(0)), true)
     }
 
     fn open_config(ds: &DataSet, config: Config, streams: bool) -> EResult<StrataStore> {

@@ -28,7 +28,14 @@ impl BufferManager {
         }
         let path = if temp { temp_file(&self.dir, class) } else { class_file(&self.dir, class) };
         let file = self.backend.open(&path, OpenMode::Direct, true).map_err(|e| Error::io("open", &path, e))?;
-        let sp = Space::new(class, temp, self.classes.page_shift(class), file, bitmap.unwrap_or_default(), self.recycler.uffd().cloned());
+        let sp = Space::new(
+            class,
+            temp,
+            self.classes.page_shift(class),
+            file,
+            bitmap.unwrap_or_default(),
+            self.recycler.uffd_for(self.classes.page_shift(class)).cloned(),
+        );
         Ok(slot.get_or_init(|| sp))
     }
 

@@ -23,6 +23,9 @@ pub fn default_backend() -> Arc<dyn StorageBackend> {
     return Arc::new(crate::storage::FileBackend::default());
 }
 
+/// Smallest page size whose frames are recycled by default ([`Config::frame_recycling`]).
+pub const DEFAULT_RECYCLE_MIN_PAGE: u64 = 256 << 10;
+
 /// How to open or create a database's buffer manager.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -37,7 +40,8 @@ pub struct Config {
     pub(crate) remote: Option<Arc<dyn super::tier::RemoteTier>>,
     pub(crate) cleaner: Option<super::cleaner::CleanerOptions>,
     pub(crate) sequential_readahead: bool,
-    pub(crate) frame_recycling: bool,
+    /// Smallest page size whose frames are recycled; `None`: recycling off.
+    pub(crate) frame_recycling: Option<u64>,
 }
 
 impl Config {
@@ -55,19 +59,27 @@ impl Config {
             remote: None,
             cleaner: None,
             sequential_readahead: true,
-            frame_recycling: matches!(std::env::var("STRATA_FRAME_RECYCLING").as_deref(), Ok("1" | "on" | "true")),
+            frame_recycling: match std::env::var("STRATA_FRAME_RECYCLING").as_deref() {
+                Ok("0" | "off" | "false") => None,
+                Ok("1" | "on" | "true" | "all") => Some(0),
+                _ => Some(DEFAULT_RECYCLE_MIN_PAGE),
+            },
         }
     }
 
-    /// Whether loads take the physical memory of evicted pages instead of fresh zeroed
-    /// memory ([`crate::buffer`]'s `recycle` module: `UFFDIO_MOVE`, Linux 6.8+; where the
-    /// kernel lacks it, this is off whatever is asked). Default off, unless the environment
-    /// variable `STRATA_FRAME_RECYCLING` is `1`, `on` or `true`: measured on the 2-core
-    /// development VM, moving frames cost more than the page faults and batched
-    /// `process_madvise` it replaces (bench/README, "Frame recycling"). Which mechanism is
-    /// used shows in [`crate::buffer::Stats::frame_recycling`].
-    pub fn frame_recycling(mut self, on: bool) -> Config {
-        self.frame_recycling = on;
+    /// Whether loads of pages of at least `min_page` bytes take the physical memory of
+    /// evicted pages of their size instead of fresh zeroed memory ([`crate::buffer`]'s
+    /// `recycle` module: `UFFDIO_MOVE`, Linux 6.8+; where the kernel lacks it, recycling is
+    /// off whatever is asked); `None` turns it off. Default: pages of 256 KiB and more
+    /// ([`DEFAULT_RECYCLE_MIN_PAGE`]), where it was measured to pay at every thread count
+    /// (a 1 MiB miss costs 183 instead of 428 us of CPU at one thread, 288 instead of 468 at
+    /// eight); for small pages each move's TLB flush costs more than the page faults it
+    /// saves once several threads run (bench/README, "Frame recycling"). The environment
+    /// variable `STRATA_FRAME_RECYCLING` changes the default: `0`/`off` (off), `1`/`all`
+    /// (every size). Which mechanism is used shows in
+    /// [`crate::buffer::Stats::frame_recycling`].
+    pub fn frame_recycling(mut self, min_page: Option<u64>) -> Config {
+        self.frame_recycling = min_page;
         self
     }
 

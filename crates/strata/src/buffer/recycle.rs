@@ -177,6 +177,8 @@ pub(crate) enum Taken {
 /// The stashes of every size class and the userfaultfd that moves frames.
 pub(crate) struct Recycler {
     uffd: Option<Arc<Uffd>>,
+    /// Pages smaller than this are not recycled.
+    min_page: u64,
     why_off: String,
     stashes: Box<[OnceLock<Option<Stash>>]>,
     /// Bytes each class's stash may hold.
@@ -192,8 +194,8 @@ pub(crate) struct Recycler {
 impl Recycler {
     /// A recycler for `classes` size classes and a pool of `pool` bytes; `enabled: false`
     /// (or a kernel without the mechanism) gives one that never recycles.
-    pub(crate) fn new(enabled: bool, classes: usize, pool: u64) -> Recycler {
-        let (uffd, why_off) = if !enabled {
+    pub(crate) fn new(min_page: Option<u64>, classes: usize, pool: u64) -> Recycler {
+        let (uffd, why_off) = if min_page.is_none() {
             (None, "off (configured)".to_string())
         } else {
             match Uffd::open() {
@@ -203,6 +205,7 @@ impl Recycler {
         };
         Recycler {
             uffd,
+            min_page: min_page.unwrap_or(u64::MAX),
             why_off,
             stashes: (0..classes).map(|_| OnceLock::new()).collect(),
             stash_bytes: (pool / 16).max(1),
@@ -213,15 +216,20 @@ impl Recycler {
         }
     }
 
-    /// The userfaultfd frame reservations register with (`None`: recycling is off).
-    pub(crate) fn uffd(&self) -> Option<&Arc<Uffd>> {
-        self.uffd.as_ref()
+    /// The userfaultfd that the frame reservation of a space of `1 << page_shift`-byte
+    /// pages registers with (`None`: that size is not recycled).
+    pub(crate) fn uffd_for(&self, page_shift: u32) -> Option<&Arc<Uffd>> {
+        self.uffd.as_ref().filter(|_| 1u64 << page_shift >= self.min_page)
     }
 
-    /// How frames are recycled: `"uffd-move"`, or `"off (why)"`.
+    /// How frames are recycled: `"uffd-move (pages of at least N KiB)"`, or `"off (why)"`.
     pub(crate) fn mechanism(&self) -> String {
         if self.uffd.is_some() {
-            "uffd-move".into()
+            if self.min_page <= 4096 {
+                "uffd-move".into()
+            } else {
+                format!("uffd-move (pages of at least {})", crate::util::Bytes(self.min_page))
+            }
         } else {
             self.why_off.clone()
         }
@@ -235,7 +243,7 @@ impl Recycler {
     /// The stash of `class` (pages of `1 << page_shift` bytes), made on first use; `None`
     /// when recycling is off or its reservation could not be made.
     fn stash(&self, class: u8, page_shift: u32) -> Option<&Stash> {
-        let uffd = self.uffd.as_ref()?;
+        let uffd = self.uffd_for(page_shift)?;
         self.stashes[class as usize]
             .get_or_init(|| {
                 let page_size = 1usize << page_shift;

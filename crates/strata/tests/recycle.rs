@@ -1,0 +1,52 @@
+//! Frame recycling with the default configuration: loads of large pages (256 KiB and up)
+//! take the frames of evicted pages of their size, small pages never do, and either way
+//! every page reads back what was written and the budget's accounting holds (stashed
+//! frames count as used memory).
+
+use strata::{BufferManager, Config, PageId, PAGE_HEADER_SIZE};
+
+/// Writes `n` pages with payloads of `bytes`, then reads them back in a scrambled order
+/// twice (the pool holds a fraction of them, so every pass evicts and reloads); returns the
+/// manager's statistics.
+fn churn(bytes: usize, n: u64, pool: u64) -> strata::buffer::Stats {
+    let dir = tempfile::tempdir().unwrap();
+    let bm = BufferManager::create(Config::new(dir.path()).min_page(4096).pool_size(pool)).unwrap();
+    let pids: Vec<PageId> = (0..n)
+        .map(|i| {
+            let mut g = bm.alloc(bytes).unwrap();
+            let len = g.len();
+            g.write_u64(0, i);
+            g.write_u64(len - 8, !i);
+            g.pid()
+        })
+        .collect();
+    for pass in 0..2u64 {
+        for k in 0..n {
+            let i = (k * 7 + pass) % n;
+            let g = bm.fix_shared(pids[i as usize]).unwrap();
+            let d = g.data();
+            let word = |at: usize| u64::from_le_bytes(d[at..at + 8].try_into().unwrap());
+            assert_eq!(word(0), i, "page {i}");
+            assert_eq!(word(d.len() - 8), !i, "page {i} tail");
+        }
+        bm.check_invariants().unwrap();
+    }
+    let st = bm.stats();
+    assert!(st.used_bytes <= pool && st.peak_resident_bytes <= pool);
+    bm.close().unwrap();
+    st
+}
+
+#[test]
+fn large_pages_recycle_frames_by_default_and_small_ones_do_not() {
+    let large = churn((256 << 10) - PAGE_HEADER_SIZE, 24, 2 << 20);
+    assert!(large.evictions > 24, "{large:?}");
+    if large.frame_recycling.starts_with("uffd-move") {
+        assert!(large.frames_recycled > 0, "no 256 KiB load took an evicted frame: {large:?}");
+    } else {
+        eprintln!("frame recycling unavailable here: {}", large.frame_recycling);
+    }
+    let small = churn(4000, 600, 512 << 10);
+    assert!(small.evictions > 600, "{small:?}");
+    assert_eq!(small.frames_recycled, 0, "4 KiB pages are not recycled by default: {small:?}");
+}
