@@ -227,6 +227,12 @@ pub fn decode(bytes: &[u8], lsn: u64) -> Result<Record, Invalid> {
         KIND_UPDATE => {
             let (pid, offset, n) = (pid_in(0)?, u32_in(8)?, u32_in(12)? as usize);
             exact(16 + 2 * n)?;
+            // A writer logs an all-zero before-image as "update over zeros": this record
+            // would re-encode (and be stepped over by the log readers, which advance by the
+            // encoded length) as a shorter one than it is.
+            if all_zero(&b[16..16 + n]) {
+                return Err(Invalid::Damaged("update with an all-zero before-image not written as an update over zeros"));
+            }
             Body::Update { pid, offset, before: Cow::Owned(b[16..16 + n].to_vec()), after: Cow::Owned(b[16 + n..].to_vec()) }
         }
         KIND_UPDATE_ZEROS => {
@@ -308,6 +314,19 @@ mod tests {
     }
 
     /// An update over zeros is written without its before-image.
+    #[test]
+    fn a_full_update_over_zeros_is_refused() {
+        // Kind "update" with a zero before-image: never written, and its encoded length
+        // (that of an update over zeros) would not be its length (found by fuzzing).
+        let pid = PageId::new(0, false, 5);
+        let mut out = Vec::new();
+        encode(&mut out, 64, 1, 0, &Body::Update { pid, offset: 0, before: Cow::Owned(vec![1; 4]), after: Cow::Owned(vec![2; 4]) });
+        out[HEADER_LEN + 16..HEADER_LEN + 20].fill(0);
+        let crc = crc32c::crc32c(&out[4..]);
+        out[..4].copy_from_slice(&crc.to_le_bytes());
+        assert!(matches!(decode(&out, 64), Err(Invalid::Damaged(_))));
+    }
+
     #[test]
     fn updates_over_zeros_log_the_after_image_only() {
         let pid = PageId::new(0, false, 5);
