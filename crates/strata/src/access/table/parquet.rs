@@ -231,6 +231,9 @@ mod thrift {
 
     const MAX_DEPTH: u32 = 64;
 
+    /// Reads (or skips) one field: `(field id, depth, reader, compact type)`.
+    type FieldFn<'f> = dyn FnMut(i64, u32, &mut Reader<'_>, u8) -> Result<(), Bad> + 'f;
+
     impl Reader<'_> {
         fn byte(&mut self) -> Result<u8, Bad> {
             let v = *self.b.get(self.at).ok_or(Bad::Malformed)?;
@@ -318,7 +321,7 @@ mod thrift {
         }
         /// Walks a struct's fields, calling `f(id, depth, reader, type)` for each, which
         /// must read (or skip) the field's value.
-        fn fields(&mut self, depth: u32, f: &mut dyn FnMut(i64, u32, &mut Reader<'_>, u8) -> Result<(), Bad>) -> Result<(), Bad> {
+        fn fields(&mut self, depth: u32, f: &mut FieldFn<'_>) -> Result<(), Bad> {
             if depth > MAX_DEPTH {
                 return Err(Bad::Malformed);
             }
