@@ -193,6 +193,10 @@ fn run_one(t: &'static Target, input: &[u8], what: &str, tally: &mut Tally) {
     IN_RUN.with(|f| f.set(false));
     let took = t0.elapsed();
     tally.execs += 1;
+    if took > Duration::from_secs(1) {
+        // A diagnostic only (a loaded machine can be slow): never a failure.
+        eprintln!("fuzz {}: slow execution ({:.1} s, {what}), hex: {}", t.name, took.as_secs_f64(), hex(input));
+    }
     if took > tally.slowest {
         tally.slowest = took;
         tally.slowest_input = input.to_vec();
