@@ -353,3 +353,16 @@ fn write_seeds() {
         eprintln!("{}: {kept} seeds", t.name);
     }
 }
+
+/// The whole-database target damages every kind of file: the sample database has them all.
+#[test]
+fn the_sample_database_has_every_kind_of_file() {
+    let names: Vec<&str> = targets::sample().files.iter().map(|(n, _)| n.as_str()).collect();
+    for want in ["strata.meta", "catalog.json", "alloc.table", "doublewrite.pages", "wal/checkpoint"] {
+        assert!(names.contains(&want), "{want} missing from {names:?}");
+    }
+    assert!(names.iter().any(|n| n.starts_with("wal/") && n.ends_with(".log")), "no log segment in {names:?}");
+    assert!(names.iter().any(|n| n.starts_with("class-") && n.ends_with(".pages")), "no page file in {names:?}");
+    let sizes: Vec<(&str, usize)> = targets::sample().files.iter().map(|(n, b)| (n.as_str(), b.len())).collect();
+    eprintln!("sample database files: {sizes:?}");
+}

@@ -1724,6 +1724,37 @@ pub fn sql(data: &[u8]) -> Verdict {
 
 // ---------------------------------------------------------------- whole database
 
+/// A double-write batch of 1 to 3 of the sample's pages of class 0 (see [`database`]).
+fn doublewrite_batch(u: &mut Unstructured<'_>) -> AResult<Vec<u8>> {
+    let pages = sample_file("class-00.pages");
+    let n = u.int_in_range(1..=3usize)?;
+    let hlen = (16 + 24 * n).next_multiple_of(4096);
+    let mut h = vec![0u8; hlen];
+    h[0..4].copy_from_slice(b"SDW1");
+    h[8..12].copy_from_slice(&(n as u32).to_le_bytes());
+    h[12..16].copy_from_slice(&(hlen as u32).to_le_bytes());
+    let mut images = Vec::new();
+    for i in 0..n {
+        let k = u.choose_index(pages.len() / 4096)?;
+        let mut img = pages[k * 4096..(k + 1) * 4096].to_vec();
+        let hdr = page::Header::parse(&img);
+        let pid = PageId::from_raw(hdr.page_id);
+        if u.arbitrary()? {
+            damage_in_place(u, &mut img[32..], 256)?;
+            page::seal(&mut img, pid, hdr.lsn + u.int_in_range(0..=1_000_000u64)?);
+        }
+        let at = 16 + 24 * i;
+        h[at..at + 8].copy_from_slice(&pid.raw().to_le_bytes());
+        h[at + 8..at + 16].copy_from_slice(&((hlen + 4096 * i) as u64).to_le_bytes());
+        h[at + 16..at + 24].copy_from_slice(&4096u64.to_le_bytes());
+        images.extend_from_slice(&img);
+    }
+    let c = crc(&h[8..]);
+    h[4..8].copy_from_slice(&c.to_le_bytes());
+    h.extend_from_slice(&images);
+    Ok(h)
+}
+
 /// The sample database with one file replaced by a structure-aware mutation of it (the
 /// file's own mutator for the meta file, catalog and allocation table; corruptions with
 /// resealed checksums elsewhere), opened (recovery included), checked and read.
@@ -1735,6 +1766,10 @@ pub fn database(data: &[u8]) -> Verdict {
             "strata.meta" => meta_bytes(u)?,
             "catalog.json" => catalog_bytes(u, base)?,
             "alloc.table" => alloc_table_bytes(u)?.0,
+            // The sample's area is empty (its last checkpoint cleared it): a batch of its own
+            // pages instead, some with a higher LSN and changed (resealed) contents, which
+            // recovery copies home before it reads them.
+            "doublewrite.pages" if base.is_empty() && u.ratio(3, 4)? => doublewrite_batch(u)?,
             _ => {
                 let mut b = base.clone();
                 if name.ends_with(".pages") && !b.is_empty() && u.ratio(1, 2)? {
