@@ -226,13 +226,10 @@ pub fn decode(bytes: &[u8], lsn: u64) -> Result<Record, Invalid> {
     let body = match kind {
         KIND_UPDATE => {
             let (pid, offset, n) = (pid_in(0)?, u32_in(8)?, u32_in(12)? as usize);
+            // An all-zero before-image is written as an update over zeros since that kind
+            // exists; builds before it wrote it in full, so such a record re-encodes shorter
+            // than it is: the log readers step by the length field, not the re-encoding.
             exact(16 + 2 * n)?;
-            // A writer logs an all-zero before-image as "update over zeros": this record
-            // would re-encode (and be stepped over by the log readers, which advance by the
-            // encoded length) as a shorter one than it is.
-            if all_zero(&b[16..16 + n]) {
-                return Err(Invalid::Damaged("update with an all-zero before-image not written as an update over zeros"));
-            }
             Body::Update { pid, offset, before: Cow::Owned(b[16..16 + n].to_vec()), after: Cow::Owned(b[16 + n..].to_vec()) }
         }
         KIND_UPDATE_ZEROS => {
@@ -315,16 +312,20 @@ mod tests {
 
     /// An update over zeros is written without its before-image.
     #[test]
-    fn a_full_update_over_zeros_is_refused() {
-        // Kind "update" with a zero before-image: never written, and its encoded length
-        // (that of an update over zeros) would not be its length (found by fuzzing).
+    fn a_full_update_over_zeros_decodes_with_its_own_length() {
+        // Kind "update" with a zero before-image, as builds before kind 10 wrote it: it
+        // decodes, and its length is its length field, not that of its re-encoding (which
+        // is an update over zeros, shorter; found by fuzzing).
         let pid = PageId::new(0, false, 5);
         let mut out = Vec::new();
         encode(&mut out, 64, 1, 0, &Body::Update { pid, offset: 0, before: Cow::Owned(vec![1; 4]), after: Cow::Owned(vec![2; 4]) });
         out[HEADER_LEN + 16..HEADER_LEN + 20].fill(0);
         let crc = crc32c::crc32c(&out[4..]);
         out[..4].copy_from_slice(&crc.to_le_bytes());
-        assert!(matches!(decode(&out, 64), Err(Invalid::Damaged(_))));
+        let rec = decode(&out, 64).unwrap();
+        assert_eq!(rec.body, Body::Update { pid, offset: 0, before: Cow::Owned(vec![0; 4]), after: Cow::Owned(vec![2; 4]) });
+        assert_eq!(claimed_len(&out), Some(out.len()));
+        assert!(HEADER_LEN + rec.body.encoded_len() < out.len());
     }
 
     #[test]
