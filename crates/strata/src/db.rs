@@ -349,6 +349,15 @@ impl Database {
         let mut report = CheckReport::default();
         let allocated = self.bm.allocated_pages();
         let largest = allocated.iter().map(|p| self.bm.classes().page_size(p.class())).max().unwrap_or(4096);
+        // The buffer is sized by the allocation table's largest class: a page that could not
+        // be read into this pool is refused before a buffer that size is allocated.
+        if largest > self.bm.pool_size() {
+            let pid = allocated.iter().find(|p| self.bm.classes().page_size(p.class()) == largest).expect("the largest page");
+            return Err(Error::Inconsistent(format!(
+                "page {pid} is allocated and {largest} bytes, larger than the whole buffer pool ({} bytes): cannot check it with this pool",
+                self.bm.pool_size()
+            )));
+        }
         let mut buf = AlignedBuf::zeroed(largest as usize);
         for &pid in &allocated {
             self.bm.verify_on_disk(pid, &mut buf)?;

@@ -94,6 +94,29 @@ impl Column {
         Column { format, count: 0, pages: Vec::new() }
     }
 
+    /// Checks the page list against itself (no page is read): valid size classes, no page
+    /// claiming more values than it holds, and the counts adding up to `count`. The counts
+    /// come from the catalog, and the operators slice pages by them: each checks this first,
+    /// so that a damaged entry is an error, not a panic.
+    pub fn check_shape(&self, bm: &BufferManager) -> Result<()> {
+        let mut total = 0u64;
+        for p in &self.pages {
+            let pid = p.page_id();
+            if pid.class() as usize >= bm.classes().count() {
+                return Err(Error::Inconsistent(format!("column page {pid} has an invalid size class")));
+            }
+            let capacity = bm.payload_size(pid.class()) / self.format.width();
+            if p.count as usize > capacity {
+                return Err(Error::Inconsistent(format!("column claims {} values in page {pid}, which holds {capacity}", p.count)));
+            }
+            total += p.count as u64;
+        }
+        if total != self.count {
+            return Err(Error::Inconsistent(format!("column claims {} values, its pages hold {total}", self.count)));
+        }
+        Ok(())
+    }
+
     /// Payload bytes per page chosen for an import of `bytes` bytes under `pool`.
     pub fn page_payload_for(bm: &BufferManager, bytes: u64) -> usize {
         let min = bm.classes().min_page();

@@ -100,10 +100,11 @@ impl Graph {
         Ok(None)
     }
 
-    /// Checks the structure: array lengths, full pages, offsets non-decreasing from 0 to
-    /// `edges`, neighbours inside the index space, `exists`/`ids` consistent with
-    /// `vertices`. Reads every page of the graph.
-    pub fn verify(&self, bm: &BufferManager, name: &str) -> Result<()> {
+    /// The checks of [`verify`](Self::verify) that read no page: the neighbour format and
+    /// every array's length against the counts (`vertices`, `edges`, `index_space`, which
+    /// come from the catalog). Whatever sizes memory by these counts (a traversal's visited
+    /// bitmap) checks this first, so a damaged catalog gives an error, not a huge allocation.
+    pub fn check_shape(&self, bm: &BufferManager, name: &str) -> Result<()> {
         let bad = |what: String| Error::Inconsistent(format!("graph {name:?}: {what}"));
         let nw = self.neighbour_width();
         if self.neighbour_format == ValueFormat::I64le || (nw == 4 && self.index_space > 1 << 32) {
@@ -121,6 +122,16 @@ impl Graph {
         ] {
             check_array_shape(bm, pages, width, len).map_err(|e| bad(format!("{array}: {e}")))?;
         }
+        Ok(())
+    }
+
+    /// Checks the structure: array lengths, full pages, offsets non-decreasing from 0 to
+    /// `edges`, neighbours inside the index space, `exists`/`ids` consistent with
+    /// `vertices`. Reads every page of the graph.
+    pub fn verify(&self, bm: &BufferManager, name: &str) -> Result<()> {
+        self.check_shape(bm, name)?;
+        let bad = |what: String| Error::Inconsistent(format!("graph {name:?}: {what}"));
+        let nw = self.neighbour_width();
         // Offsets: from 0, non-decreasing, up to `edges`.
         let mut prev = 0u64;
         let mut first = true;
@@ -247,7 +258,11 @@ impl<'a, 'g> ArrayCursor<'a, 'g> {
             self.cur = Some((p, self.bm.fix_shared(page.page_id())?));
         }
         let (_, g) = self.cur.as_ref().expect("current page");
-        Ok(&g.data()[..self.pages[p].count as usize * self.width])
+        // The count comes from the catalog: a damaged one must not slice past the page.
+        let count = self.pages[p].count;
+        g.data()
+            .get(..count as usize * self.width)
+            .ok_or_else(|| Error::Inconsistent(format!("page {} claims {count} values, more than it holds", self.pages[p].page_id())))
     }
 
     /// Value `i`.

@@ -41,6 +41,9 @@ pub struct BfsResult {
 
 /// Runs a BFS from the vertex with id `source` following edges `u -> v`.
 pub fn bfs(bm: &BufferManager, graph: &Graph, source: u64, threads: usize) -> Result<BfsResult> {
+    // The visited bitmap is sized by the index space: check it against the arrays first
+    // (a damaged catalog entry must be an error, not a huge allocation).
+    graph.check_shape(bm, "traversed")?;
     let s =
         graph.index_of(bm, source)?.ok_or_else(|| Error::InvalidInput(format!("source vertex {source} does not exist in the graph (no edge mentions it)")))?;
     match graph.neighbour_format {

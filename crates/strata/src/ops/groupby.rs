@@ -598,6 +598,7 @@ where
     S: GroupSink,
     M: Fn() -> S + Sync,
 {
+    column.check_shape(bm)?;
     let col_page = largest_page(bm, column.pages.iter().map(|p| p.page_id()));
     let plan = Plan::new(bm, col_page, threads);
     let agg = Agg { bm, column, layout: Layout::new(aggs, column.format), key, plan, counters: Counters::default() };

@@ -415,6 +415,8 @@ pub fn join_count(bm: &BufferManager, a: &Column, b: &Column, threads: usize) ->
 
 /// [`join_count`], also reporting how it ran.
 pub fn join_count_with_stats(bm: &BufferManager, a: &Column, b: &Column, threads: usize) -> Result<(JoinResult, JoinStats)> {
+    a.check_shape(bm)?;
+    b.check_shape(bm)?;
     let (build, probe) = if a.count <= b.count { (a, b) } else { (b, a) };
     let col_page = largest_page(bm, a.pages.iter().chain(&b.pages).map(|p| p.page_id()));
     let plan = Plan::new(bm, col_page, threads);

@@ -77,7 +77,9 @@ fn fold_page(format: ValueFormat, bytes: &[u8], n: usize, gt: i128) -> ScanResul
 fn morsel_pages(bm: &BufferManager, column: &Column, threads: usize) -> usize {
     let Some(first) = column.pages.first() else { return 1 };
     let page = bm.classes().page_size(first.page_id().class());
-    let window = (bm.pool_size() / (4 * threads as u64)).clamp(page, 1 << 20);
+    // Not `clamp(page, 1 MiB)`: a column's pages are at most 1 MiB when imported, but a
+    // damaged catalog can name a larger class (and clamp panics when min > max).
+    let window = (bm.pool_size() / (4 * threads as u64)).min(1 << 20).max(page);
     (window / page).max(1) as usize
 }
 
@@ -87,6 +89,7 @@ fn morsel_pages(bm: &BufferManager, column: &Column, threads: usize) -> usize {
 /// ([`BufferManager::read_ahead`]): its I/O thread loads the pages ahead of the workers with
 /// large coalesced reads, several in flight, while they fold the current ones.
 pub fn scan_gt(bm: &BufferManager, column: &Column, gt: i128, threads: usize) -> Result<ScanResult> {
+    column.check_shape(bm)?;
     let threads = threads.max(1);
     let morsel = morsel_pages(bm, column, threads);
     let pids: Vec<PageId> = column.pages.iter().map(|p| p.page_id()).collect();

@@ -184,6 +184,7 @@ fn short(taken: u64, n: u64) -> Error {
 /// Sorts `column` (ascending; i64 columns as signed) with `threads` threads into runs of
 /// temporary pages and returns the merge of them, read in order through [`SortStream`].
 pub fn sort_column_stream<'a>(bm: &'a BufferManager, column: &Column, top: usize, threads: usize) -> Result<SortStream<'a>> {
+    column.check_shape(bm)?;
     let plan = Plan::new(bm);
     // The merge keeps one page per run and the output page (of the tail run) latched.
     let fan_in = plan.fan_in(plan.budget);

@@ -606,6 +606,12 @@ impl BTree {
                     return Ok(());
                 }
                 let Some(next_from) = fence.take() else { return Ok(()) };
+                // A leaf's fence (read and validated) lies above every key it can hold, so
+                // above `from`: one at or below it means separator keys out of order, and
+                // following it would hand out the same leaves again, forever.
+                if next_from <= from {
+                    return Err(BTree::corrupt(bm, leaf.pid(), "separator keys out of order (a scan would not advance)"));
+                }
                 from = next_from;
                 // The next leaf through the parent, if it is a slot's child (for `upper`, the
                 // fence of the next leaf lies above: descend again).

@@ -179,8 +179,194 @@ fn guarded<T>(path: &Path, call: impl FnOnce() -> ::parquet::errors::Result<T>) 
 }
 
 fn open(path: &Path) -> Result<SerializedFileReader<File>> {
-    let file = File::open(path).map_err(|e| Error::io("open", path, e))?;
+    let mut file = File::open(path).map_err(|e| Error::io("open", path, e))?;
+    check_footer(path, &mut file)?;
     guarded(path, || SerializedFileReader::new(file))
+}
+
+/// Checks the counts in the file's footer (its Thrift metadata) against the bytes that hold
+/// them before the `parquet` crate decodes it: the crate sizes vectors by them (a schema
+/// element's `num_children`, for one, went into `Vec::with_capacity`: a damaged footer of a
+/// 2 KiB file made it allocate 1 GiB, and up to 16 GiB is possible). Refused: a list, set or
+/// map claiming more elements than bytes remain, or a schema element claiming more children
+/// than elements follow it. Anything else odd is left to the crate, which reports it.
+fn check_footer(path: &Path, file: &mut File) -> Result<()> {
+    use std::io::{Read, Seek, SeekFrom};
+    let io = |e| Error::io("read", path, e);
+    let len = file.seek(SeekFrom::End(0)).map_err(io)?;
+    if len < 12 {
+        return Ok(());
+    }
+    let mut tail = [0u8; 8];
+    file.seek(SeekFrom::End(-8)).map_err(io)?;
+    file.read_exact(&mut tail).map_err(io)?;
+    let meta_len = u32::from_le_bytes(tail[..4].try_into().unwrap()) as u64;
+    if &tail[4..] != b"PAR1" || meta_len > len - 12 {
+        return Ok(());
+    }
+    let mut meta = vec![0u8; meta_len as usize];
+    file.seek(SeekFrom::End(-8 - meta_len as i64)).map_err(io)?;
+    file.read_exact(&mut meta).map_err(io)?;
+    file.seek(SeekFrom::Start(0)).map_err(io)?;
+    match thrift::check_file_metadata(&meta) {
+        Err(thrift::Bad::Count(what)) => Err(Error::InvalidInput(format!("{}: cannot read it as Parquet: damaged footer ({what})", path.display()))),
+        // Malformed in another way: the crate's own error says how.
+        Err(thrift::Bad::Malformed) | Ok(()) => Ok(()),
+    }
+}
+
+/// Just enough of Thrift's compact protocol to walk a Parquet footer and check its counts.
+mod thrift {
+    pub enum Bad {
+        /// A count larger than the bytes (or elements) that could hold it.
+        Count(String),
+        /// Not walkable (left to the `parquet` crate to report).
+        Malformed,
+    }
+
+    struct Reader<'a> {
+        b: &'a [u8],
+        at: usize,
+    }
+
+    const MAX_DEPTH: u32 = 64;
+
+    /// Reads (or skips) one field: `(field id, depth, reader, compact type)`.
+    type FieldFn<'f> = dyn FnMut(i64, u32, &mut Reader<'_>, u8) -> Result<(), Bad> + 'f;
+
+    impl Reader<'_> {
+        fn byte(&mut self) -> Result<u8, Bad> {
+            let v = *self.b.get(self.at).ok_or(Bad::Malformed)?;
+            self.at += 1;
+            Ok(v)
+        }
+        fn varint(&mut self) -> Result<u64, Bad> {
+            let mut v = 0u64;
+            for shift in (0..64).step_by(7) {
+                let b = self.byte()?;
+                v |= u64::from(b & 0x7f) << shift;
+                if b & 0x80 == 0 {
+                    return Ok(v);
+                }
+            }
+            Err(Bad::Malformed)
+        }
+        fn zigzag(&mut self) -> Result<i64, Bad> {
+            let v = self.varint()?;
+            Ok((v >> 1) as i64 ^ -((v & 1) as i64))
+        }
+        fn skip(&mut self, n: u64) -> Result<(), Bad> {
+            let end = (self.at as u64).checked_add(n).filter(|&e| e <= self.b.len() as u64).ok_or(Bad::Malformed)?;
+            self.at = end as usize;
+            Ok(())
+        }
+        fn remaining(&self) -> u64 {
+            (self.b.len() - self.at) as u64
+        }
+        /// A container's element count, refused if the remaining bytes cannot hold it
+        /// (every element takes at least one byte).
+        fn count(&mut self, n: u64, what: &str) -> Result<u64, Bad> {
+            if n > self.remaining() {
+                return Err(Bad::Count(format!("a {what} of {n} elements in {} bytes", self.remaining())));
+            }
+            Ok(n)
+        }
+        /// Skips a value of compact type `ty`.
+        fn value(&mut self, ty: u8, depth: u32) -> Result<(), Bad> {
+            if depth > MAX_DEPTH {
+                return Err(Bad::Malformed);
+            }
+            match ty {
+                1 | 2 => Ok(()), // a boolean field: the value is in the type
+                3 => self.skip(1),
+                4..=6 => self.varint().map(drop),
+                7 => self.skip(8),
+                8 => {
+                    let n = self.varint()?;
+                    self.skip(n)
+                }
+                9 | 10 => {
+                    let (n, elem) = self.list_header()?;
+                    for _ in 0..n {
+                        // Booleans in a list take a byte each.
+                        if elem == 1 || elem == 2 {
+                            self.skip(1)?;
+                        } else {
+                            self.value(elem, depth + 1)?;
+                        }
+                    }
+                    Ok(())
+                }
+                11 => {
+                    let n = self.varint()?;
+                    let n = self.count(n.saturating_mul(2), "map")? / 2;
+                    if n == 0 {
+                        return Ok(());
+                    }
+                    let kv = self.byte()?;
+                    for _ in 0..n {
+                        self.value(kv >> 4, depth + 1)?;
+                        self.value(kv & 15, depth + 1)?;
+                    }
+                    Ok(())
+                }
+                12 => self.fields(depth + 1, &mut |_, depth, r, ty| r.value(ty, depth + 1)),
+                _ => Err(Bad::Malformed),
+            }
+        }
+        fn list_header(&mut self) -> Result<(u64, u8), Bad> {
+            let h = self.byte()?;
+            let n = if h >> 4 == 15 { self.varint()? } else { u64::from(h >> 4) };
+            Ok((self.count(n, "list")?, h & 15))
+        }
+        /// Walks a struct's fields, calling `f(id, depth, reader, type)` for each, which
+        /// must read (or skip) the field's value.
+        fn fields(&mut self, depth: u32, f: &mut FieldFn<'_>) -> Result<(), Bad> {
+            if depth > MAX_DEPTH {
+                return Err(Bad::Malformed);
+            }
+            let mut id = 0i64;
+            loop {
+                let h = self.byte()?;
+                let ty = h & 15;
+                if ty == 0 {
+                    return Ok(());
+                }
+                id = if h >> 4 == 0 { self.zigzag()? } else { id + i64::from(h >> 4) };
+                f(id, depth, self, ty)?;
+            }
+        }
+    }
+
+    /// Walks `FileMetaData`: every container count against the bytes, and the schema
+    /// (field 2, a list of `SchemaElement`) for `num_children` (field 5) against the
+    /// elements that follow each element.
+    pub fn check_file_metadata(b: &[u8]) -> Result<(), Bad> {
+        let mut r = Reader { b, at: 0 };
+        r.fields(0, &mut |id, depth, r, ty| {
+            if id != 2 || ty != 9 {
+                return r.value(ty, depth + 1);
+            }
+            let (n, elem) = r.list_header()?;
+            if elem != 12 {
+                return Err(Bad::Malformed);
+            }
+            for i in 0..n {
+                let left = n - i - 1;
+                r.fields(depth + 1, &mut |id, depth, r, ty| {
+                    if id == 5 && ty == 5 {
+                        let children = r.zigzag()?;
+                        if children < 0 || children as u64 > left {
+                            return Err(Bad::Count(format!("a schema element with {children} children, {left} elements after it")));
+                        }
+                        return Ok(());
+                    }
+                    r.value(ty, depth + 1)
+                })?;
+            }
+            Ok(())
+        })
+    }
 }
 
 /// The table schema of the Parquet file at `path` (see the module doc for the type mapping).

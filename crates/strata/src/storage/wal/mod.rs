@@ -476,6 +476,13 @@ impl Reader<'_> {
 
     /// The record at `lsn`, which must be durable.
     pub fn record_at(&mut self, lsn: u64) -> Result<Record> {
+        self.record_and_len(lsn).map(|(rec, _)| rec)
+    }
+
+    /// The record at `lsn` and its length in the log (its length field, which a record
+    /// written before updates over zeros had their own kind can exceed the length of its
+    /// re-encoding).
+    fn record_and_len(&mut self, lsn: u64) -> Result<(Record, usize)> {
         if lsn >= self.wal.flushed() {
             return Err(Error::InvalidInput(format!("log position {lsn} is not durable yet")));
         }
@@ -483,8 +490,9 @@ impl Reader<'_> {
         // Read through the segment first so the cache can be borrowed.
         self.segment_of(lsn)?;
         let (_, base, bytes) = self.cache.as_ref().unwrap();
-        record::decode(bytes.get((lsn - base) as usize..).unwrap_or(&[]), lsn)
-            .map_err(|why| Error::corruption(dir, None, format!("log record at {lsn} unreadable: {why:?}")))
+        let at = bytes.get((lsn - base) as usize..).unwrap_or(&[]);
+        let rec = record::decode(at, lsn).map_err(|why| Error::corruption(dir, None, format!("log record at {lsn} unreadable: {why:?}")))?;
+        Ok((rec, record::claimed_len(at).expect("a decoded record has a length")))
     }
 }
 
@@ -496,9 +504,9 @@ impl Iterator for Reader<'_> {
         if self.pos >= end {
             return None;
         }
-        Some(match self.record_at(self.pos) {
-            Ok(rec) => {
-                self.pos += record_len(&rec) as u64;
+        Some(match self.record_and_len(self.pos) {
+            Ok((rec, len)) => {
+                self.pos += len as u64;
                 Ok(rec)
             }
             Err(e) => {
@@ -507,10 +515,6 @@ impl Iterator for Reader<'_> {
             }
         })
     }
-}
-
-fn record_len(rec: &Record) -> usize {
-    record::HEADER_LEN + rec.body.encoded_len()
 }
 
 /// The bytes of segment `seg` from log position `from` (>= `seg`) to its end.
@@ -550,7 +554,8 @@ fn find_end(backend: &dyn StorageBackend, dir: &Path, segments: &BTreeSet<u64>, 
                 break;
             }
             match record::decode(&bytes[off..], pos) {
-                Ok(rec) => pos += record_len(&rec) as u64,
+                // Stepped by the record's own length field (see `Reader::record_and_len`).
+                Ok(_) => pos += record::claimed_len(&bytes[off..]).expect("a decoded record has a length") as u64,
                 Err(_) => return check_torn(backend, dir, &segs[i + 1..], pos, base, &bytes),
             }
         }

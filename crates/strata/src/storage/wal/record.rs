@@ -226,6 +226,9 @@ pub fn decode(bytes: &[u8], lsn: u64) -> Result<Record, Invalid> {
     let body = match kind {
         KIND_UPDATE => {
             let (pid, offset, n) = (pid_in(0)?, u32_in(8)?, u32_in(12)? as usize);
+            // An all-zero before-image is written as an update over zeros since that kind
+            // exists; builds before it wrote it in full, so such a record re-encodes shorter
+            // than it is: the log readers step by the length field, not the re-encoding.
             exact(16 + 2 * n)?;
             Body::Update { pid, offset, before: Cow::Owned(b[16..16 + n].to_vec()), after: Cow::Owned(b[16 + n..].to_vec()) }
         }
@@ -308,6 +311,23 @@ mod tests {
     }
 
     /// An update over zeros is written without its before-image.
+    #[test]
+    fn a_full_update_over_zeros_decodes_with_its_own_length() {
+        // Kind "update" with a zero before-image, as builds before kind 10 wrote it: it
+        // decodes, and its length is its length field, not that of its re-encoding (which
+        // is an update over zeros, shorter; found by fuzzing).
+        let pid = PageId::new(0, false, 5);
+        let mut out = Vec::new();
+        encode(&mut out, 64, 1, 0, &Body::Update { pid, offset: 0, before: Cow::Owned(vec![1; 4]), after: Cow::Owned(vec![2; 4]) });
+        out[HEADER_LEN + 16..HEADER_LEN + 20].fill(0);
+        let crc = crc32c::crc32c(&out[4..]);
+        out[..4].copy_from_slice(&crc.to_le_bytes());
+        let rec = decode(&out, 64).unwrap();
+        assert_eq!(rec.body, Body::Update { pid, offset: 0, before: Cow::Owned(vec![0; 4]), after: Cow::Owned(vec![2; 4]) });
+        assert_eq!(claimed_len(&out), Some(out.len()));
+        assert!(HEADER_LEN + rec.body.encoded_len() < out.len());
+    }
+
     #[test]
     fn updates_over_zeros_log_the_after_image_only() {
         let pid = PageId::new(0, false, 5);

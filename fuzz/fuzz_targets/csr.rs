@@ -1,0 +1,5 @@
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(init: strata_fuzz::init(), |data: &[u8]| {
+    strata_fuzz::run(strata_fuzz::targets::csr, data);
+});
