@@ -349,12 +349,15 @@ impl Database {
         let mut report = CheckReport::default();
         let allocated = self.bm.allocated_pages();
         let largest = allocated.iter().map(|p| self.bm.classes().page_size(p.class())).max().unwrap_or(4096);
-        // The buffer is sized by the allocation table's largest class: a page that could not
-        // be read into this pool is refused before a buffer that size is allocated.
-        if largest > self.bm.pool_size() {
+        // The buffer is sized by the allocation table's largest class. A page is written to
+        // its class's data file before the table that marks it allocated is stored, so a
+        // page larger than both the pool and every data file can only come from a damaged
+        // table: refuse it before allocating a buffer that size.
+        let largest_file = self.bm.allocation().iter().map(|c| c.file_pages * c.page_size).max().unwrap_or(0);
+        if largest > self.bm.pool_size().max(largest_file) {
             let pid = allocated.iter().find(|p| self.bm.classes().page_size(p.class()) == largest).expect("the largest page");
             return Err(Error::Inconsistent(format!(
-                "page {pid} is allocated and {largest} bytes, larger than the whole buffer pool ({} bytes): cannot check it with this pool",
+                "page {pid} is allocated and {largest} bytes, larger than the buffer pool ({} bytes) and than every data file: the allocation table is damaged",
                 self.bm.pool_size()
             )));
         }
