@@ -13,6 +13,7 @@ mod soak_cmd;
 mod sql_cmd;
 mod table_cmd;
 mod torture_cmd;
+mod tpch;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -77,6 +78,21 @@ enum Command {
     /// Import a CSV file into TABLE (created if absent; appended to if present, with the
     /// same columns). Every row is checked before any is written.
     ImportCsv(table_cmd::ImportCsvArgs),
+    /// Import the eight TPC-H tables from CSVDIR/TABLE.csv (as `gen tpch` writes them), each
+    /// with its fixed schema (keys and sizes i64, decimals f64, dates date, text str), into
+    /// DIR (created if absent).
+    ImportTpch {
+        dir: PathBuf,
+        /// The directory with region.csv, nation.csv, ..., lineitem.csv.
+        #[arg(long)]
+        from: PathBuf,
+        /// Buffer pool size.
+        #[arg(long, default_value = "64MiB", value_parser = parse_size)]
+        pool: u64,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Import a Parquet file into TABLE (created if absent; appended to if present).
     ImportParquet(table_cmd::ImportParquetArgs),
     /// Export TABLE as CSV (header, `,`, RFC 4180 quoting, NULL as an empty field).
@@ -202,6 +218,7 @@ fn main() -> ExitCode {
         }
         Command::ImportEdges { dir, graph, from, pool, json } => graph_cmd::import_edges(&dir, &graph, &from, pool, json),
         Command::ImportCsv(a) => table_cmd::import_csv(a),
+        Command::ImportTpch { dir, from, pool, json } => tpch::import_cmd(&dir, &from, pool, json),
         Command::ImportParquet(a) => table_cmd::import_parquet(a),
         Command::Export(a) => table_cmd::export(a),
         Command::Check { dir, pool, json } => cmd::check(&dir, pool, json),

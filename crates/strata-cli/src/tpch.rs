@@ -1,0 +1,120 @@
+//! TPC-H: `strata gen tpch` (the eight tables as CSV, by the `tpchgen` crate),
+//! `strata import-tpch` (each table with its fixed schema) and the queries that the tests,
+//! the demo and `strata sql --file` share (crates/strata/tests/tpch/).
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::Path;
+use std::time::Instant;
+
+use strata::access::table::csv::{read_rows, CsvOptions};
+use strata::access::table::Schema;
+use strata::{Config, Database, Error};
+use tpchgen::csv::{CustomerCsv, LineItemCsv, NationCsv, OrderCsv, PartCsv, PartSuppCsv, RegionCsv, SupplierCsv};
+use tpchgen::generators::{
+    CustomerGenerator, LineItemGenerator, NationGenerator, OrderGenerator, PartGenerator, PartSuppGenerator, RegionGenerator, SupplierGenerator,
+};
+
+/// One line per table: the name, a space, the schema ("name:type,...", decimals as f64).
+pub const SCHEMAS: &str = include_str!("../../strata/tests/tpch/schema.txt");
+
+/// The queries (name, text), with the specification's validation parameters.
+pub const QUERIES: [(&str, &str); 8] = [
+    ("q1", include_str!("../../strata/tests/tpch/q1.sql")),
+    ("q3", include_str!("../../strata/tests/tpch/q3.sql")),
+    ("q5", include_str!("../../strata/tests/tpch/q5.sql")),
+    ("q6", include_str!("../../strata/tests/tpch/q6.sql")),
+    ("q10", include_str!("../../strata/tests/tpch/q10.sql")),
+    ("q12", include_str!("../../strata/tests/tpch/q12.sql")),
+    ("q14", include_str!("../../strata/tests/tpch/q14.sql")),
+    ("q19", include_str!("../../strata/tests/tpch/q19.sql")),
+];
+
+/// The tables with their schemas, in the order of [`SCHEMAS`].
+pub fn schemas() -> Result<Vec<(&'static str, Schema)>, Error> {
+    SCHEMAS
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let (name, spec) = l.split_once(' ').ok_or_else(|| Error::InvalidInput(format!("bad TPC-H schema line {l:?}")))?;
+            Ok((name, Schema::parse(spec.trim())?))
+        })
+        .collect()
+}
+
+fn write_table<T>(out: &Path, name: &str, header: &str, rows: impl Iterator<Item = T>, line: impl Fn(T) -> String) -> Result<u64, Error> {
+    let path = out.join(format!("{name}.csv"));
+    let file = File::create(&path).map_err(|e| Error::io("create", &path, e))?;
+    let mut w = BufWriter::with_capacity(1 << 20, file);
+    let mut n = 0u64;
+    let mut put = |s: &str| w.write_all(s.as_bytes()).and_then(|_| w.write_all(b"\n")).map_err(|e| Error::io("write", &path, e));
+    put(header)?;
+    for r in rows {
+        put(&line(r))?;
+        n += 1;
+    }
+    w.flush().map_err(|e| Error::io("write", &path, e))?;
+    Ok(n)
+}
+
+/// Writes DIR/{region,nation,...,lineitem}.csv at scale factor `sf` (header row; dates
+/// YYYY-MM-DD; decimals as plain numbers). Returns (table, rows) per table.
+pub fn generate(sf: f64, out: &Path) -> Result<Vec<(&'static str, u64)>, Error> {
+    if !(sf > 0.0 && sf <= 1000.0) {
+        return Err(Error::InvalidInput(format!("--sf must be in (0, 1000], not {sf}")));
+    }
+    std::fs::create_dir_all(out).map_err(|e| Error::io("create directory", out, e))?;
+    Ok(vec![
+        ("region", write_table(out, "region", RegionCsv::header(), RegionGenerator::new(sf, 1, 1).iter(), |r| RegionCsv::new(r).to_string())?),
+        ("nation", write_table(out, "nation", NationCsv::header(), NationGenerator::new(sf, 1, 1).iter(), |r| NationCsv::new(r).to_string())?),
+        ("supplier", write_table(out, "supplier", SupplierCsv::header(), SupplierGenerator::new(sf, 1, 1).iter(), |r| SupplierCsv::new(r).to_string())?),
+        ("customer", write_table(out, "customer", CustomerCsv::header(), CustomerGenerator::new(sf, 1, 1).iter(), |r| CustomerCsv::new(r).to_string())?),
+        ("part", write_table(out, "part", PartCsv::header(), PartGenerator::new(sf, 1, 1).iter(), |r| PartCsv::new(r).to_string())?),
+        ("partsupp", write_table(out, "partsupp", PartSuppCsv::header(), PartSuppGenerator::new(sf, 1, 1).iter(), |r| PartSuppCsv::new(r).to_string())?),
+        ("orders", write_table(out, "orders", OrderCsv::header(), OrderGenerator::new(sf, 1, 1).iter(), |r| OrderCsv::new(r).to_string())?),
+        ("lineitem", write_table(out, "lineitem", LineItemCsv::header(), LineItemGenerator::new(sf, 1, 1).iter(), |r| LineItemCsv::new(r).to_string())?),
+    ])
+}
+
+/// Loads CSVDIR/TABLE.csv for the eight tables into the database at `dir` (created if
+/// absent), each with its fixed schema. Returns (table, rows, seconds) per table.
+pub fn import(dir: &Path, csv_dir: &Path, pool: u64) -> Result<Vec<(&'static str, u64, f64)>, Error> {
+    let db = match Database::open(crate::cmd::config(dir, pool, true)) {
+        Ok(db) => db,
+        Err(Error::NotADatabase { .. }) => {
+            std::fs::create_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
+            Database::create(Config::new(dir).pool_size(pool))?
+        }
+        Err(e) => return Err(e),
+    };
+    let opts = CsvOptions { delimiter: b',', header: true };
+    let mut out = Vec::new();
+    for (name, schema) in schemas()? {
+        let path = csv_dir.join(format!("{name}.csv"));
+        if db.catalog().tables.contains_key(name) {
+            return Err(Error::InvalidInput(format!("table {name:?} exists already; import-tpch loads into a database without the TPC-H tables")));
+        }
+        let t = Instant::now();
+        let rows = db.load_table(name, &schema, &mut |sink| read_rows(&path, &opts, &schema, &mut |_| {}, sink), &mut |_| {})?;
+        out.push((name, rows, t.elapsed().as_secs_f64()));
+    }
+    db.close()?;
+    Ok(out)
+}
+
+/// `strata import-tpch`.
+pub fn import_cmd(dir: &Path, csv_dir: &Path, pool: u64, json: bool) -> Result<(), Error> {
+    let t = Instant::now();
+    let tables = import(dir, csv_dir, pool)?;
+    let seconds = t.elapsed().as_secs_f64();
+    if json {
+        let list: Vec<_> = tables.iter().map(|(name, rows, s)| serde_json::json!({"table": name, "rows": rows, "seconds": s})).collect();
+        crate::cmd::print_json(&serde_json::json!({"op": "import-tpch", "tables": list, "seconds": seconds, "pool_bytes": pool, "peak_rss_bytes": strata::util::peak_rss_bytes()}))
+    } else {
+        for (name, rows, s) in &tables {
+            println!("imported {rows} rows into {name} in {s:.2} s");
+        }
+        println!("imported the TPC-H tables in {seconds:.2} s");
+        Ok(())
+    }
+}
