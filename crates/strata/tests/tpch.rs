@@ -252,9 +252,10 @@ fn q6(d: &Db) -> Vec<Vec<Value>> {
     let l = &d.lineitem;
     let (ship, disc, qty, price) = (l.c("l_shipdate"), l.c("l_discount"), l.c("l_quantity"), l.c("l_extendedprice"));
     let mut sum = 0.0;
+    // BETWEEN 0.06 - 0.01 AND 0.06 + 0.01 in decimal arithmetic, as the spec means it.
     for r in &l.rows {
         let di = f(r, disc);
-        if r[ship].as_str() >= "1994-01-01" && r[ship].as_str() < "1995-01-01" && (0.06 - 0.01..=0.06 + 0.01).contains(&di) && f(r, qty) < 24.0 {
+        if r[ship].as_str() >= "1994-01-01" && r[ship].as_str() < "1995-01-01" && (0.05..=0.07).contains(&di) && f(r, qty) < 24.0 {
             sum += f(r, price) * di;
         }
     }
