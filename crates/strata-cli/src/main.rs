@@ -173,12 +173,19 @@ enum Command {
         /// Where to build it (a previous demo database there is replaced).
         #[arg(long, default_value = "demo-db")]
         dir: PathBuf,
-        /// Pool size for the queries.
-        #[arg(long, default_value = "8MiB", value_parser = parse_size)]
-        pool: u64,
+        /// Pool size for the queries (default 8 MiB; 16 MiB with --tpch).
+        #[arg(long, value_parser = parse_size)]
+        pool: Option<u64>,
         /// Number of values to generate.
         #[arg(long, default_value_t = 8_000_000)]
         count: u64,
+        /// Instead: generate TPC-H at scale factor --sf, import it through the pool and run
+        /// TPC-H Q1, Q3, Q5, Q6, Q10, Q12, Q14 and Q19 in SQL.
+        #[arg(long)]
+        tpch: bool,
+        /// The TPC-H scale factor of --tpch.
+        #[arg(long, default_value_t = 0.1, requires = "tpch")]
+        sf: f64,
     },
     /// Crash-consistency torture: concurrent bank transfers to kill at any moment, and the
     /// check of what survived.
@@ -232,7 +239,8 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench_cmd::bench(args),
         Command::BenchChild { name, spec } => bench_cmd::bench_child(&name, &spec),
         Command::Gen { what } => gen::run(what),
-        Command::Demo { dir, pool, count } => cmd::demo(&dir, pool, count),
+        Command::Demo { dir, pool, count, tpch: false, .. } => cmd::demo(&dir, pool.unwrap_or(8 << 20), count),
+        Command::Demo { dir, pool, tpch: true, sf, .. } => tpch::demo(&dir, pool.unwrap_or(16 << 20), sf),
         Command::Torture { what } => torture_cmd::run(what),
     };
     match r {

@@ -118,3 +118,47 @@ pub fn import_cmd(dir: &Path, csv_dir: &Path, pool: u64, json: bool) -> Result<(
         Ok(())
     }
 }
+
+/// `strata demo --tpch`: generates TPC-H at `sf` into DIR/csv, imports it into DIR/db
+/// through a pool of `pool` bytes and runs the queries, printing results and timings.
+pub fn demo(dir: &Path, pool: u64, sf: f64) -> Result<(), Error> {
+    crate::cmd::fresh_demo_dir(dir)?;
+    let (csv, db_dir) = (dir.join("csv"), dir.join("db"));
+    println!("strata demo --tpch: TPC-H at scale factor {sf}, pool {}", strata::util::Bytes(pool));
+    let t = Instant::now();
+    let tables = generate(sf, &csv)?;
+    let rows: u64 = tables.iter().map(|(_, n)| n).sum();
+    println!("generated {rows} rows of 8 tables as CSV in {:.2} s", t.elapsed().as_secs_f64());
+    let t = Instant::now();
+    import(&db_dir, &csv, pool)?;
+    let db = Database::open(crate::cmd::config(&db_dir, pool, true))?;
+    let data: u64 = db.buffer().stats().classes.iter().map(|c| c.file_bytes).sum();
+    println!(
+        "imported in {:.2} s: database {} on disk, {:.1}x the pool\n",
+        t.elapsed().as_secs_f64(),
+        strata::util::Bytes(data),
+        data as f64 / pool as f64
+    );
+    let mut times = Vec::new();
+    for (name, sql) in QUERIES {
+        println!("-- TPC-H {}", name.to_uppercase());
+        let t = Instant::now();
+        let q = strata::sql::prepare(&db.catalog(), sql)?;
+        crate::sql_cmd::print_result(&db, &q, pool, t)?;
+        times.push((name, t.elapsed().as_secs_f64()));
+        println!();
+    }
+    let st = db.buffer().stats();
+    let line: Vec<String> = times.iter().map(|(n, s)| format!("{n} {s:.3} s")).collect();
+    println!("times: {}", line.join(", "));
+    let rss = strata::util::peak_rss_bytes().map(|b| strata::util::Bytes(b).to_string()).unwrap_or_else(|| "unknown".into());
+    println!(
+        "buffer manager: peak resident {} of a {} pool, peak RSS {rss}, read {}, written {} (spills)",
+        strata::util::Bytes(st.peak_resident_bytes),
+        strata::util::Bytes(st.pool_bytes),
+        strata::util::Bytes(st.bytes_read),
+        strata::util::Bytes(st.bytes_written)
+    );
+    println!("the queries are in crates/strata/tests/tpch/; run one with `strata sql {} --pool SIZE --file Q.sql`", db_dir.display());
+    db.close()
+}
