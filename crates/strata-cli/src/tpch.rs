@@ -109,7 +109,9 @@ pub fn import_cmd(dir: &Path, csv_dir: &Path, pool: u64, json: bool) -> Result<(
     let seconds = t.elapsed().as_secs_f64();
     if json {
         let list: Vec<_> = tables.iter().map(|(name, rows, s)| serde_json::json!({"table": name, "rows": rows, "seconds": s})).collect();
-        crate::cmd::print_json(&serde_json::json!({"op": "import-tpch", "tables": list, "seconds": seconds, "pool_bytes": pool, "peak_rss_bytes": strata::util::peak_rss_bytes()}))
+        crate::cmd::print_json(
+            &serde_json::json!({"op": "import-tpch", "tables": list, "seconds": seconds, "pool_bytes": pool, "peak_rss_bytes": strata::util::peak_rss_bytes()}),
+        )
     } else {
         for (name, rows, s) in &tables {
             println!("imported {rows} rows into {name} in {s:.2} s");
@@ -133,12 +135,7 @@ pub fn demo(dir: &Path, pool: u64, sf: f64) -> Result<(), Error> {
     import(&db_dir, &csv, pool)?;
     let db = Database::open(crate::cmd::config(&db_dir, pool, true))?;
     let data: u64 = db.buffer().stats().classes.iter().map(|c| c.file_bytes).sum();
-    println!(
-        "imported in {:.2} s: database {} on disk, {:.1}x the pool\n",
-        t.elapsed().as_secs_f64(),
-        strata::util::Bytes(data),
-        data as f64 / pool as f64
-    );
+    println!("imported in {:.2} s: database {} on disk, {:.1}x the pool\n", t.elapsed().as_secs_f64(), strata::util::Bytes(data), data as f64 / pool as f64);
     let mut times = Vec::new();
     for (name, sql) in QUERIES {
         println!("-- TPC-H {}", name.to_uppercase());

@@ -347,7 +347,8 @@ fn q19(d: &Db) -> Vec<Vec<Value>> {
     let (p, l) = (&d.part, &d.lineitem);
     let parts: HashMap<i64, &Vec<String>> = p.rows.iter().map(|x| (i(x, p.c("p_partkey")), x)).collect();
     let (brand, cont, size) = (p.c("p_brand"), p.c("p_container"), p.c("p_size"));
-    let (pk, qty, mode, instr, price, disc) = (l.c("l_partkey"), l.c("l_quantity"), l.c("l_shipmode"), l.c("l_shipinstruct"), l.c("l_extendedprice"), l.c("l_discount"));
+    let (pk, qty, mode, instr, price, disc) =
+        (l.c("l_partkey"), l.c("l_quantity"), l.c("l_shipmode"), l.c("l_shipinstruct"), l.c("l_extendedprice"), l.c("l_discount"));
     let mut sum = 0.0;
     for x in &l.rows {
         let Some(pr) = parts.get(&i(x, pk)) else { continue };

@@ -1370,7 +1370,8 @@ fn or_implied(b: &Binder<'_>, e: &Expr) -> Result<Vec<Expr>> {
     let mut rels: Vec<usize> = own[0].iter().filter(|(r, _)| r.len() == 1).map(|(r, _)| r[0]).collect();
     rels.dedup();
     for r in rels {
-        let per: Vec<Option<Expr>> = own.iter().map(|v| and_exprs(v.iter().filter(|(q, _)| q.as_slice() == [r]).map(|(_, c)| Expr::Nested(Box::new((*c).clone()))).collect())).collect();
+        let per: Vec<Option<Expr>> =
+            own.iter().map(|v| and_exprs(v.iter().filter(|(q, _)| q.as_slice() == [r]).map(|(_, c)| Expr::Nested(Box::new((*c).clone()))).collect())).collect();
         if per.iter().all(|p| p.is_some()) {
             let ors = per.into_iter().flatten().map(|p| Expr::Nested(Box::new(p)));
             if let Some(any) = ors.reduce(|a, x| Expr::BinaryOp { left: Box::new(a), op: B::Or, right: Box::new(x) }) {
