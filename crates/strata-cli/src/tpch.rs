@@ -137,12 +137,25 @@ pub fn demo(dir: &Path, pool: u64, sf: f64) -> Result<(), Error> {
     let data: u64 = db.buffer().stats().classes.iter().map(|c| c.file_bytes).sum();
     println!("imported in {:.2} s: database {} on disk, {:.1}x the pool\n", t.elapsed().as_secs_f64(), strata::util::Bytes(data), data as f64 / pool as f64);
     let mut times = Vec::new();
+    let mut wrong = Vec::new();
     for (name, sql) in QUERIES {
         println!("-- TPC-H {}", name.to_uppercase());
         let t = Instant::now();
         let q = strata::sql::prepare(&db.catalog(), sql)?;
-        crate::sql_cmd::print_result(&db, &q, pool, t)?;
+        let mut rows = Vec::new();
+        crate::sql_cmd::print_result(&db, &q, pool, t, Some(&mut rows))?;
         times.push((name, t.elapsed().as_secs_f64()));
+        if sf == 1.0 {
+            let n: i32 = name[1..].parse().map_err(|_| Error::InvalidInput(format!("query name {name}")))?;
+            let answer = tpchgen::q_and_a::answers_sf1::answer(n).ok_or_else(|| Error::InvalidInput(format!("no SF 1 answer for {name}")))?;
+            match differs(&rows, answer) {
+                None => println!("{} matches the TPC-H answer at SF 1", name.to_uppercase()),
+                Some(d) => {
+                    println!("{} DIFFERS from the TPC-H answer at SF 1: {d}", name.to_uppercase());
+                    wrong.push(name);
+                }
+            }
+        }
         println!();
     }
     let st = db.buffer().stats();
@@ -157,5 +170,51 @@ pub fn demo(dir: &Path, pool: u64, sf: f64) -> Result<(), Error> {
         strata::util::Bytes(st.bytes_written)
     );
     println!("the queries are in crates/strata/tests/tpch/; run one with `strata sql {} --pool SIZE --file Q.sql`", db_dir.display());
-    db.close()
+    db.close()?;
+    if wrong.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::InvalidInput(format!("answers differ from the TPC-H SF 1 answers: {}", wrong.join(", "))))
+    }
+}
+
+/// Where `rows` (values as text) differ from a TPC-H answer in the TBL form of
+/// `tpchgen::q_and_a` (a header line, then `|`-separated cells, padded, numbers rounded to
+/// two decimals): None if they agree, numbers within the rounding.
+pub fn differs(rows: &[Vec<String>], answer: &str) -> Option<String> {
+    let want: Vec<Vec<&str>> = answer.lines().filter(|l| !l.trim().is_empty()).skip(1).map(|l| l.split('|').map(str::trim).collect()).collect();
+    if rows.len() != want.len() {
+        return Some(format!("{} rows, the answer has {}", rows.len(), want.len()));
+    }
+    for (i, (g, w)) in rows.iter().zip(&want).enumerate() {
+        if g.len() != w.len() {
+            return Some(format!("row {}: {} columns, the answer has {}", i + 1, g.len(), w.len()));
+        }
+        for (a, b) in g.iter().zip(w) {
+            let same = match (a.trim().parse::<f64>(), b.parse::<f64>()) {
+                (Ok(x), Ok(y)) => (x - y).abs() <= 0.005 + 1e-12 * y.abs(),
+                _ => a.trim() == *b,
+            };
+            if !same {
+                return Some(format!("row {}: {a:?} where the answer has {b:?}", i + 1));
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::differs;
+
+    #[test]
+    fn answers_compare_within_their_rounding() {
+        let answer = "\nn_name   |revenue\nINDONESIA  |55502041.17\nVIETNAM |55295087.00\n";
+        let rows = |a: &str, b: &str| vec![vec!["INDONESIA".to_owned(), a.to_owned()], vec!["VIETNAM".to_owned(), b.to_owned()]];
+        assert_eq!(differs(&rows("55502041.169700064", "55295086.99669998"), answer), None);
+        assert!(differs(&rows("55502041.18", "55295087"), answer).unwrap().contains("row 1"));
+        assert!(differs(&rows("55502041.17", "55295087")[..1], answer).unwrap().contains("1 rows"));
+        let other = vec![vec!["INDIA".to_owned(), "55502041.17".to_owned()], vec!["VIETNAM".to_owned(), "55295087".to_owned()]];
+        assert!(differs(&other, answer).is_some());
+    }
 }
