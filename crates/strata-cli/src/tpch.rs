@@ -57,11 +57,15 @@ fn write_table<T>(out: &Path, name: &str, header: &str, rows: impl Iterator<Item
     Ok(n)
 }
 
+/// The smallest scale factor (one supplier).
+pub const MIN_SF: f64 = 0.0001;
+
 /// Writes DIR/{region,nation,...,lineitem}.csv at scale factor `sf` (header row; dates
 /// YYYY-MM-DD; decimals as plain numbers). Returns (table, rows) per table.
 pub fn generate(sf: f64, out: &Path) -> Result<Vec<(&'static str, u64)>, Error> {
-    if !(sf > 0.0 && sf <= 1000.0) {
-        return Err(Error::InvalidInput(format!("--sf must be in (0, 1000], not {sf}")));
+    // Below 0.0001 there is no supplier, and tpchgen divides by the supplier count.
+    if !(MIN_SF..=1000.0).contains(&sf) {
+        return Err(Error::InvalidInput(format!("--sf must be from {MIN_SF} to 1000, not {sf}")));
     }
     std::fs::create_dir_all(out).map_err(|e| Error::io("create directory", out, e))?;
     Ok(vec![
@@ -79,6 +83,13 @@ pub fn generate(sf: f64, out: &Path) -> Result<Vec<(&'static str, u64)>, Error> 
 /// Loads CSVDIR/TABLE.csv for the eight tables into the database at `dir` (created if
 /// absent), each with its fixed schema. Returns (table, rows, seconds) per table.
 pub fn import(dir: &Path, csv_dir: &Path, pool: u64) -> Result<Vec<(&'static str, u64, f64)>, Error> {
+    let schemas = schemas()?;
+    for (name, _) in &schemas {
+        let path = csv_dir.join(format!("{name}.csv"));
+        if !path.is_file() {
+            return Err(Error::InvalidInput(format!("{} is missing (write the tables with `strata gen tpch --out {}`)", path.display(), csv_dir.display())));
+        }
+    }
     let db = match Database::open(crate::cmd::config(dir, pool, true)) {
         Ok(db) => db,
         Err(Error::NotADatabase { .. }) => {
@@ -89,7 +100,7 @@ pub fn import(dir: &Path, csv_dir: &Path, pool: u64) -> Result<Vec<(&'static str
     };
     let opts = CsvOptions { delimiter: b',', header: true };
     let mut out = Vec::new();
-    for (name, schema) in schemas()? {
+    for (name, schema) in schemas {
         let path = csv_dir.join(format!("{name}.csv"));
         if db.catalog().tables.contains_key(name) {
             return Err(Error::InvalidInput(format!("table {name:?} exists already; import-tpch loads into a database without the TPC-H tables")));

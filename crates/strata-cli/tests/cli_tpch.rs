@@ -20,6 +20,12 @@ fn gen_import_and_query_tpch() {
         [("region", 5), ("nation", 25), ("supplier", 100), ("customer", 1500), ("part", 2000), ("partsupp", 8000), ("orders", 15000), ("lineitem", 60175)]
             .map(|(t, n)| (t.to_owned(), n))
     );
+    // Bad scale factors and a directory without the tables are errors, not panics.
+    for sf in ["0", "0.00001", "-1", "nan", "1e9"] {
+        assert!(fails(&["gen", "tpch", &format!("--sf={sf}"), "--out", p(&tmp.path().join("bad"))]).contains("--sf must be"), "{sf}");
+    }
+    assert!(fails(&["import-tpch", p(&tmp.path().join("db2")), "--from", p(tmp.path())]).contains("region.csv is missing"));
+    assert!(!tmp.path().join("db2").exists());
     // Importing again is refused (the tables exist), not appended.
     assert!(fails(&["import-tpch", p(&db), "--from", p(&csv)]).contains("exists already"));
     let q1 = concat!(env!("CARGO_MANIFEST_DIR"), "/../strata/tests/tpch/q1.sql");
