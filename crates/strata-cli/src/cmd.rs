@@ -448,7 +448,8 @@ pub fn query(config: Config, threads: usize, json: bool, remote: &crate::remote_
     db.close()
 }
 
-pub fn demo(dir: &Path, pool: u64, count: u64) -> Result<(), Error> {
+/// Replaces the demo directory `dir` (only one that a demo made) with an empty one.
+pub fn fresh_demo_dir(dir: &Path) -> Result<(), Error> {
     if dir.exists() {
         if !dir.join("STRATA-DEMO").exists() {
             return Err(Error::AlreadyExists { path: dir.to_owned() });
@@ -456,7 +457,11 @@ pub fn demo(dir: &Path, pool: u64, count: u64) -> Result<(), Error> {
         std::fs::remove_dir_all(dir).map_err(|e| Error::io("remove", dir, e))?;
     }
     std::fs::create_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
-    std::fs::write(dir.join("STRATA-DEMO"), b"built by `strata demo`; replaced by the next demo run\n").map_err(|e| Error::io("write", dir, e))?;
+    std::fs::write(dir.join("STRATA-DEMO"), b"built by `strata demo`; replaced by the next demo run\n").map_err(|e| Error::io("write", dir, e))
+}
+
+pub fn demo(dir: &Path, pool: u64, count: u64) -> Result<(), Error> {
+    fresh_demo_dir(dir)?;
     // Generated inputs live beside the database, which is db/.
     let db_dir = dir.join("db");
     let half = (count / 2).max(1);

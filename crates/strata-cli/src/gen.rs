@@ -47,6 +47,16 @@ pub enum GenCmd {
         #[arg(long)]
         out: PathBuf,
     },
+    /// The eight TPC-H tables as OUT/TABLE.csv (header row, dates YYYY-MM-DD, decimals as
+    /// plain numbers), by the `tpchgen` crate (the same rows as dbgen).
+    Tpch {
+        /// Scale factor (1 = about 6 million lineitems, 1 GB of CSV).
+        #[arg(long)]
+        sf: f64,
+        /// Directory to write the files into (created if absent).
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 /// SplitMix64 (the library's): small, fast, and good enough for benchmark data; `below` is
@@ -60,6 +70,12 @@ pub fn run(cmd: GenCmd) -> Result<(), Error> {
         GenCmd::Csv { size, seed, out } => {
             let rows = csv(size, seed, &out)?;
             eprintln!("wrote {rows} rows to {}", out.display());
+            Ok(())
+        }
+        GenCmd::Tpch { sf, out } => {
+            for (table, rows) in crate::tpch::generate(sf, &out)? {
+                eprintln!("wrote {rows} rows to {}", out.join(format!("{table}.csv")).display());
+            }
             Ok(())
         }
     }

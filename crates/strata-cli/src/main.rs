@@ -13,6 +13,7 @@ mod soak_cmd;
 mod sql_cmd;
 mod table_cmd;
 mod torture_cmd;
+mod tpch;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -77,6 +78,21 @@ enum Command {
     /// Import a CSV file into TABLE (created if absent; appended to if present, with the
     /// same columns). Every row is checked before any is written.
     ImportCsv(table_cmd::ImportCsvArgs),
+    /// Import the eight TPC-H tables from CSVDIR/TABLE.csv (as `gen tpch` writes them), each
+    /// with its fixed schema (keys and sizes i64, decimals f64, dates date, text str), into
+    /// DIR (created if absent).
+    ImportTpch {
+        dir: PathBuf,
+        /// The directory with region.csv, nation.csv, ..., lineitem.csv.
+        #[arg(long)]
+        from: PathBuf,
+        /// Buffer pool size.
+        #[arg(long, default_value = "64MiB", value_parser = parse_size)]
+        pool: u64,
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Import a Parquet file into TABLE (created if absent; appended to if present).
     ImportParquet(table_cmd::ImportParquetArgs),
     /// Export TABLE as CSV (header, `,`, RFC 4180 quoting, NULL as an empty field).
@@ -157,12 +173,19 @@ enum Command {
         /// Where to build it (a previous demo database there is replaced).
         #[arg(long, default_value = "demo-db")]
         dir: PathBuf,
-        /// Pool size for the queries.
-        #[arg(long, default_value = "8MiB", value_parser = parse_size)]
-        pool: u64,
+        /// Pool size for the queries (default 8 MiB; 16 MiB with --tpch).
+        #[arg(long, value_parser = parse_size)]
+        pool: Option<u64>,
         /// Number of values to generate.
         #[arg(long, default_value_t = 8_000_000)]
         count: u64,
+        /// Instead: generate TPC-H at scale factor --sf, import it through the pool and run
+        /// TPC-H Q1, Q3, Q5, Q6, Q10, Q12, Q14 and Q19 in SQL.
+        #[arg(long)]
+        tpch: bool,
+        /// The TPC-H scale factor of --tpch.
+        #[arg(long, default_value_t = 0.1, requires = "tpch")]
+        sf: f64,
     },
     /// Crash-consistency torture: concurrent bank transfers to kill at any moment, and the
     /// check of what survived.
@@ -202,6 +225,7 @@ fn main() -> ExitCode {
         }
         Command::ImportEdges { dir, graph, from, pool, json } => graph_cmd::import_edges(&dir, &graph, &from, pool, json),
         Command::ImportCsv(a) => table_cmd::import_csv(a),
+        Command::ImportTpch { dir, from, pool, json } => tpch::import_cmd(&dir, &from, pool, json),
         Command::ImportParquet(a) => table_cmd::import_parquet(a),
         Command::Export(a) => table_cmd::export(a),
         Command::Check { dir, pool, json } => cmd::check(&dir, pool, json),
@@ -215,7 +239,8 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench_cmd::bench(args),
         Command::BenchChild { name, spec } => bench_cmd::bench_child(&name, &spec),
         Command::Gen { what } => gen::run(what),
-        Command::Demo { dir, pool, count } => cmd::demo(&dir, pool, count),
+        Command::Demo { dir, pool, count, tpch: false, .. } => cmd::demo(&dir, pool.unwrap_or(8 << 20), count),
+        Command::Demo { dir, pool, tpch: true, sf, .. } => tpch::demo(&dir, pool.unwrap_or(16 << 20), sf),
         Command::Torture { what } => torture_cmd::run(what),
     };
     match r {

@@ -67,6 +67,31 @@ fn cell(v: &Value) -> String {
     }
 }
 
+/// Runs `q` and prints its rows as `strata sql` does (a text table, then the row count and
+/// the seconds since `started`).
+/// With `keep`, also the rows' values as text (NULL as "NULL") into it.
+pub(crate) fn print_result(
+    db: &Database,
+    q: &strata::sql::Prepared,
+    pool: u64,
+    started: Instant,
+    mut keep: Option<&mut Vec<Vec<String>>>,
+) -> Result<(), Error> {
+    let stdout = io::stdout();
+    let mut out = Out::new(BufWriter::new(stdout.lock()), &q.columns, false, false).map_err(stdout_err)?;
+    let mut rows = 0u64;
+    q.execute(db.buffer(), &mut |row| {
+        if let Some(k) = keep.as_deref_mut() {
+            k.push(row.iter().map(|v| value_to_text(v).unwrap_or_else(|| "NULL".into())).collect());
+        }
+        rows += 1;
+        out.row(row).map_err(stdout_err)?;
+        Ok(true)
+    })?;
+    let st = db.buffer().stats();
+    out.finish(rows, started.elapsed().as_secs_f64(), pool, st.peak_resident_bytes).map_err(stdout_err)
+}
+
 impl<W: Write> Out<W> {
     fn new(mut out: W, columns: &[OutColumn], json: bool, csv: bool) -> io::Result<Self> {
         if json {

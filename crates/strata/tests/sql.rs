@@ -633,3 +633,31 @@ fn random_and_mutated_queries_never_panic() {
     check(&format!("SELECT a FROM t WHERE {}", vec!["a > 1"; 3000].join(" AND ")));
     assert!(tried > 6000);
 }
+
+#[test]
+fn an_or_over_two_relations_gives_its_common_join_key_and_per_relation_filters() {
+    let (_dir, db, rows) = setup(300);
+    let sql = "SELECT x.id, y.id FROM t AS x, t AS y WHERE (x.id = y.id AND x.a > 0 AND y.b > 0) OR (x.id = y.id AND x.a < -50 AND y.f)";
+    let plan: Vec<String> = q(&db, &format!("EXPLAIN {sql}")).iter().map(|r| if let Value::Str(s) = &r[0] { s.clone() } else { panic!() }).collect();
+    let text = plan.join("\n");
+    assert!(text.contains("HashJoin inner on x.id = y.id"), "{text}");
+    assert!(text.contains("Scan t filter ((x.a > 0) OR (x.a < (-50)))"), "{text}");
+    assert!(text.contains("Scan t filter ((y.b > 0) OR y.f)"), "{text}");
+    let got = q(&db, &format!("{sql} ORDER BY 1"));
+    let want: Vec<Vec<Value>> = rows
+        .iter()
+        .filter(|r| {
+            let (a, b, f) = (r.a, r.b, r.f);
+            (a.is_some_and(|a| a > 0) && b.is_some_and(|b| b > 0.0)) || (a.is_some_and(|a| a < -50) && f == Some(true))
+        })
+        .map(|r| vec![Value::I64(r.id), Value::I64(r.id)])
+        .collect();
+    assert_rows(sql, &got, &want);
+}
+
+#[test]
+fn decimal_literal_arithmetic_is_exact() {
+    let (_dir, db, _) = setup(1);
+    let got = q(&db, "SELECT 0.06 + 0.01 = 0.07, 0.06 - 0.01 = 0.05, 0.1 * 3 = 0.3, 1 + 0.5, -0.25 - 0.5, 0.05 - 0.06 FROM t");
+    assert_rows("decimals", &got, &[vec![Value::Bool(true), Value::Bool(true), Value::Bool(true), Value::F64(1.5), Value::F64(-0.75), Value::F64(-0.01)]]);
+}

@@ -492,6 +492,9 @@ impl Binder<'_> {
                 return Ok((BExpr::DateAddInterval { date: Box::new(x), n, unit, pos }, Some(ColumnType::Date)));
             }
         }
+        if let Some(folded) = decimal_fold(left, op, right) {
+            return literal(&SqlValue::Number(folded, false), pos);
+        }
         match op {
             B::And | B::Or => {
                 let name = if matches!(op, B::And) { "AND" } else { "OR" };
@@ -683,6 +686,55 @@ fn short(s: &str) -> String {
         Some((i, _)) => format!("{}...", &s[..i]),
         None => s.to_owned(),
     }
+}
+
+/// A decimal number literal as (digits, digits after the point), or None.
+fn decimal_of(e: &Expr) -> Option<(i128, u32)> {
+    let mut e = e;
+    while let Expr::Nested(x) = e {
+        e = x;
+    }
+    let s = match e {
+        Expr::Value(v) => match &v.value {
+            SqlValue::Number(s, _) => s.as_str(),
+            _ => return None,
+        },
+        Expr::UnaryOp { op: UnaryOperator::Minus, expr } => return decimal_of(expr).and_then(|(m, k)| Some((m.checked_neg()?, k))),
+        _ => return None,
+    };
+    let (int, frac) = s.split_once('.').unwrap_or((s, ""));
+    if int.len() + frac.len() > 30 || !int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit()) || int.len() + frac.len() == 0 {
+        return None;
+    }
+    Some((format!("{int}{frac}").parse().ok()?, frac.len() as u32))
+}
+
+/// `a + b`, `a - b` or `a * b` of two number literals with a decimal point, computed
+/// exactly and given as the literal text of the result: so that `0.06 + 0.01` is the `f64`
+/// nearest 0.07, as a column's 0.07 is (TPC-H Q6's `BETWEEN 0.06 - 0.01 AND 0.06 + 0.01`),
+/// not the sum of two rounded `f64`s. Integer literals are left to the `i64` arithmetic.
+fn decimal_fold(left: &Expr, op: &B, right: &Expr) -> Option<String> {
+    if !matches!(op, B::Plus | B::Minus | B::Multiply) {
+        return None;
+    }
+    let ((a, ka), (b, kb)) = (decimal_of(left)?, decimal_of(right)?);
+    if ka == 0 && kb == 0 {
+        return None;
+    }
+    let (m, k) = match op {
+        B::Multiply => (a.checked_mul(b)?, ka + kb),
+        _ => {
+            let k = ka.max(kb);
+            let a = a.checked_mul(10i128.checked_pow(k - ka)?)?;
+            let b = b.checked_mul(10i128.checked_pow(k - kb)?)?;
+            (if matches!(op, B::Plus) { a.checked_add(b)? } else { a.checked_sub(b)? }, k)
+        }
+    };
+    let digits = m.unsigned_abs().to_string();
+    let k = k as usize;
+    let digits = if digits.len() <= k { format!("{}{digits}", "0".repeat(k + 1 - digits.len())) } else { digits };
+    let (int, frac) = digits.split_at(digits.len() - k);
+    Some(format!("{}{int}.{frac}", if m < 0 { "-" } else { "" }))
 }
 
 fn literal(v: &SqlValue, pos: Pos) -> Result<Typed> {
@@ -1253,6 +1305,83 @@ fn sub_filter(catalog: &Catalog, b: &Binder<'_>, e: &Expr) -> Result<Option<SubF
     })
 }
 
+fn split_or<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
+    match e {
+        Expr::BinaryOp { left, op: B::Or, right } => {
+            split_or(left, out);
+            split_or(right, out);
+        }
+        Expr::Nested(x) if matches!(x.as_ref(), Expr::BinaryOp { op: B::Or, .. } | Expr::Nested(_)) => split_or(x, out),
+        _ => out.push(e),
+    }
+}
+
+fn and_exprs(mut es: Vec<Expr>) -> Option<Expr> {
+    let first = if es.is_empty() { return None } else { es.remove(0) };
+    Some(es.into_iter().fold(first, |a, x| Expr::BinaryOp { left: Box::new(a), op: B::And, right: Box::new(x) }))
+}
+
+/// Conjuncts that an `OR` of WHERE implies, so that joins and scans can use them (the `OR`
+/// itself is still applied): each conjunct common to every branch (as in TPC-H Q19, where
+/// `p_partkey = l_partkey` in each branch becomes the hash-join key instead of a cross
+/// join), and, for a relation that every branch restricts by conjuncts of its own, the
+/// `OR` over the branches of those conjuncts (pushed into that relation's scan). Only for
+/// an `OR` over several relations; branches are compared as text.
+fn or_implied(b: &Binder<'_>, e: &Expr) -> Result<Vec<Expr>> {
+    let mut inner = e;
+    while let Expr::Nested(x) = inner {
+        inner = x;
+    }
+    if !matches!(inner, Expr::BinaryOp { op: B::Or, .. }) {
+        return Ok(Vec::new());
+    }
+    if bind_conj(b, e, "WHERE")?.rels.len() < 2 {
+        return Ok(Vec::new());
+    }
+    let mut branches = Vec::new();
+    split_or(inner, &mut branches);
+    let conjuncts: Vec<Vec<&Expr>> = branches
+        .iter()
+        .map(|br| {
+            let mut v = Vec::new();
+            split_and(br, &mut v);
+            v
+        })
+        .collect();
+    let texts: Vec<Vec<String>> = conjuncts.iter().map(|cs| cs.iter().map(|c| c.to_string()).collect()).collect();
+    let common: Vec<String> = texts[0].iter().filter(|t| texts[1..].iter().all(|o| o.contains(t))).cloned().collect();
+    let mut out: Vec<Expr> = Vec::new();
+    for (c, t) in conjuncts[0].iter().zip(&texts[0]) {
+        if common.contains(t) && !out.iter().any(|o| o.to_string() == *t) {
+            out.push((*c).clone());
+        }
+    }
+    // Per relation: the branches' own conjuncts on it (those not common to all).
+    let mut own: Vec<Vec<(Vec<usize>, &Expr)>> = Vec::new();
+    for (cs, ts) in conjuncts.iter().zip(&texts) {
+        let mut v = Vec::new();
+        for (c, t) in cs.iter().zip(ts) {
+            if !common.contains(t) {
+                v.push((bind_conj(b, c, "WHERE")?.rels, *c));
+            }
+        }
+        own.push(v);
+    }
+    let mut rels: Vec<usize> = own[0].iter().filter(|(r, _)| r.len() == 1).map(|(r, _)| r[0]).collect();
+    rels.dedup();
+    for r in rels {
+        let per: Vec<Option<Expr>> =
+            own.iter().map(|v| and_exprs(v.iter().filter(|(q, _)| q.as_slice() == [r]).map(|(_, c)| Expr::Nested(Box::new((*c).clone()))).collect())).collect();
+        if per.iter().all(|p| p.is_some()) {
+            let ors = per.into_iter().flatten().map(|p| Expr::Nested(Box::new(p)));
+            if let Some(any) = ors.reduce(|a, x| Expr::BinaryOp { left: Box::new(a), op: B::Or, right: Box::new(x) }) {
+                out.push(Expr::Nested(Box::new(any)));
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// The plan of FROM and WHERE: relations joined by hash joins on the equalities of WHERE
 /// and ON (inner joins in an order that follows the equalities; LEFT joins as written),
 /// each conjunct applied as soon as its relations are joined (one relation's: in its scan),
@@ -1267,7 +1396,12 @@ fn plan_joins(catalog: &Catalog, b: &Binder<'_>, plans: Vec<Plan>, steps: &[Step
     for e in parts {
         match sub_filter(catalog, b, e)? {
             Some(sf) => subs.push(sf),
-            None => conjs.push(bind_conj(b, e, "WHERE")?),
+            None => {
+                for implied in or_implied(b, e)? {
+                    conjs.push(bind_conj(b, &implied, "WHERE")?);
+                }
+                conjs.push(bind_conj(b, e, "WHERE")?)
+            }
         }
     }
     let mut plan = if steps.is_empty() {

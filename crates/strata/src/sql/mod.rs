@@ -24,6 +24,10 @@
 //! ascending, first descending); `LIMIT`, `OFFSET`; `EXPLAIN`. Refused with [`Error::Sql`]
 //! naming the position: `WITH`, set operations, window functions, correlated subqueries,
 //! subqueries elsewhere than as WHERE conjuncts, `RIGHT`/`FULL` joins, `USING`/`NATURAL`.
+//! An `OR` over several relations in `WHERE` also contributes what it implies to the plan
+//! (a conjunct of every branch as a join key, per relation the `OR` of its restrictions as
+//! a scan filter), and `+ - *` of two decimal literals is computed exactly (`0.06 + 0.01`
+//! is the `f64` of 0.07): TPC-H Q19 and Q6 as the specification writes them.
 //!
 //! Execution is push-based: a scan hands each row to the operators above it. Operators
 //! whose state grows with the input keep it in temporary pages of the pool and spill by
