@@ -4,8 +4,8 @@
 //! its exclusive latch can be *taken without waiting*. Dirty victims are written
 //! (checksummed) first, then their frames are dropped with `MADV_DONTNEED` (adjacent frames
 //! in one call) or, for an eviction on behalf of a load, moved into the recycler's stash for
-//! that load to take ([`super::recycle`]), their state set to EVICTED with a new version, and their bytes returned
-//! to the budget. Evictors never wait for latches, so a thread holding latches that needs
+//! that load to take ([`super::recycle`]), their state set to EVICTED with a new version,
+//! and their bytes returned to the budget. Evictors never wait for latches, so a thread holding latches that needs
 //! memory cannot deadlock with another; if nothing is evictable the reservation waits a
 //! bounded time for unpins and then reports [`Error::OutOfMemory`].
 
@@ -40,14 +40,16 @@ impl BufferManager {
         let mut claimed = 0u64;
         let mut scanned = 0usize;
         let lap = 2 * rs.capacity();
-        // With a cleaner running, dirty pages are its work: the first lap takes only clean
-        // victims (a thread that needs memory then waits for no write and no fsync) and
-        // rings the cleaner for the dirty ones it passed; only a second lap, when clean
-        // victims ran out, writes dirty ones in the foreground.
+        // With a cleaner running, dirty pages are its work: the first quarter lap takes only
+        // clean victims (a thread that needs memory then waits for no write and no fsync)
+        // and rings the cleaner for the dirty ones it passed; after that, when clean victims
+        // ran short, dirty ones are written in the foreground. (Bounded, so that a pool full
+        // of dirty pages costs an eviction a quarter of the set's slots, not a whole lap.)
         let cleaner = self.bell.attached.load(Ordering::Relaxed);
+        let clean_only_slots = (rs.capacity() / 4).max(CLOCK_BATCH).min(rs.capacity());
         let mut passed_dirty = false;
         while claimed < need && scanned < lap {
-            let clean_only = cleaner && scanned < rs.capacity();
+            let clean_only = cleaner && scanned < clean_only_slots;
             rs.clock_batch(CLOCK_BATCH, |pid| {
                 if claimed >= need {
                     return;
@@ -98,8 +100,6 @@ impl BufferManager {
         }
         self.offer_to_remote(&victims);
         victims.sort_by_key(|&(pid, _)| pid);
-        // Adjacent frames of one space are one range; all ranges go to the kernel together
-        // (one TLB flush where it can), while the victims are still latched.
         // Victims of the class a load waits for go to the stash, frame by frame.
         let mut stashed = 0;
         let mut to_discard: Vec<(PageId, &Space)> = Vec::with_capacity(victims.len());
@@ -112,6 +112,8 @@ impl BufferManager {
                 to_discard.push((pid, sp));
             }
         }
+        // Adjacent frames of one space are one range; all ranges go to the kernel together
+        // (one TLB flush where it can), while the victims are still latched.
         let mut discard = Discard::default();
         let mut i = 0;
         while i < to_discard.len() {
