@@ -127,6 +127,11 @@ const _: () = {
     assert_send_sync::<BufferManager>();
 };
 
+// The manager is built on the stack of the thread that opens it (and moved a few times
+// before it is boxed or shared): keep it small, with large tables on the heap. (Striped
+// counters inline once made it hundreds of KiB and overflowed a test thread's stack.)
+const _: () = assert!(std::mem::size_of::<BufferManager>() <= 16 << 10);
+
 /// The LSN in the header of the page image in `frame` (bytes 16..24, little-endian). The
 /// caller holds a latch on the page (or reads optimistically and validates).
 ///

@@ -8,12 +8,14 @@ use serde::Serialize;
 
 const STRIPES: usize = 64;
 
-/// A counter summed over stripes.
-pub(crate) struct Counter([CachePadded<AtomicU64>; STRIPES]);
+/// A counter summed over stripes. The stripes live on the heap: 64 cache lines per counter,
+/// for some 30 counters, would make the manager a struct of several hundred KiB, built on
+/// the stack of whichever thread opens it.
+pub(crate) struct Counter(Box<[CachePadded<AtomicU64>]>);
 
 impl Default for Counter {
     fn default() -> Counter {
-        Counter(std::array::from_fn(|_| CachePadded::new(AtomicU64::new(0))))
+        Counter((0..STRIPES).map(|_| CachePadded::new(AtomicU64::new(0))).collect())
     }
 }
 
