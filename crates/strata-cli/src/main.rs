@@ -53,13 +53,8 @@ enum Command {
         /// Print one JSON object instead of text and progress.
         #[arg(long)]
         json: bool,
-        /// Run a background cleaner that writes dirty pages ahead of eviction (the default;
-        /// kept for compatibility).
-        #[arg(long, conflicts_with = "no_cleaner")]
-        cleaner: bool,
-        /// Do not run the background cleaner (evictions then write dirty victims themselves).
-        #[arg(long)]
-        no_cleaner: bool,
+        #[command(flatten)]
+        cleaner: CleanerArgs,
     },
     /// Load a directed graph from a SNAP text edge list (`u v` lines, `#` comments) into GRAPH.
     ImportEdges {
@@ -136,13 +131,8 @@ enum Command {
         threads: usize,
         #[arg(long)]
         json: bool,
-        /// Run a background cleaner that writes dirty pages (spilled operator state) ahead of
-        /// eviction (the default; kept for compatibility).
-        #[arg(long, conflicts_with = "no_cleaner")]
-        cleaner: bool,
-        /// Do not run the background cleaner.
-        #[arg(long)]
-        no_cleaner: bool,
+        #[command(flatten)]
+        cleaner: CleanerArgs,
         #[command(flatten)]
         remote: remote_args::RemoteArgs,
         #[command(subcommand)]
@@ -199,6 +189,19 @@ fn parse_size(s: &str) -> Result<u64, String> {
     strata::util::parse_size(s).ok_or_else(|| format!("invalid size {s:?} (examples: 4096, 64KiB, 64MiB, 1GiB)"))
 }
 
+/// The background cleaner's switches (`import`, `query`): it writes dirty pages (imported
+/// pages, spilled operator state) just ahead of the clock, so that evictions find clean
+/// victims.
+#[derive(clap::Args, Debug)]
+struct CleanerArgs {
+    /// Run the background cleaner (the default; kept for compatibility).
+    #[arg(long, conflicts_with = "no_cleaner")]
+    cleaner: bool,
+    /// Do not run the background cleaner (evictions then write dirty victims themselves).
+    #[arg(long)]
+    no_cleaner: bool,
+}
+
 fn main() -> ExitCode {
     // Keep glibc from reserving a 64 MiB arena per thread: the process should stay close to
     // its pool in both resident and virtual memory.
@@ -220,8 +223,8 @@ fn main() -> ExitCode {
     };
     let r = match cli.command {
         Command::Create { dir, min_page } => cmd::create(&dir, min_page),
-        Command::Import { dir, column, from, format, pool, json, cleaner: _, no_cleaner } => {
-            cmd::import(&column, &from, &format, cmd::config(&dir, pool, !no_cleaner), json)
+        Command::Import { dir, column, from, format, pool, json, cleaner } => {
+            cmd::import(&column, &from, &format, cmd::config(&dir, pool, !cleaner.no_cleaner), json)
         }
         Command::ImportEdges { dir, graph, from, pool, json } => graph_cmd::import_edges(&dir, &graph, &from, pool, json),
         Command::ImportCsv(a) => table_cmd::import_csv(a),
@@ -232,8 +235,8 @@ fn main() -> ExitCode {
         Command::Stats { dir, json } => cmd::stats(&dir, json),
         Command::Recover { dir, pool, json } => inspect_cmd::recover(&dir, pool, json),
         Command::Dump { what } => inspect_cmd::dump(what),
-        Command::Query { dir, pool, threads, json, cleaner: _, no_cleaner, remote, op } => {
-            cmd::query(cmd::config(&dir, pool, !no_cleaner), threads, json, &remote, op)
+        Command::Query { dir, pool, threads, json, cleaner, remote, op } => {
+            cmd::query(cmd::config(&dir, pool, !cleaner.no_cleaner), threads, json, &remote, op)
         }
         Command::Sql(a) => sql_cmd::sql(a),
         Command::Bench(args) => bench_cmd::bench(args),
