@@ -257,7 +257,14 @@ impl Binder<'_> {
         Ok(b)
     }
 
+    /// Binds `e`, folding its constant subexpressions ([`BExpr::fold_constants`]).
     fn expr(&self, e: &Expr, aggs: &mut Aggs<'_>) -> Result<Typed> {
+        let (mut b, t) = self.expr_unfolded(e, aggs)?;
+        b.fold_constants();
+        Ok((b, t))
+    }
+
+    fn expr_unfolded(&self, e: &Expr, aggs: &mut Aggs<'_>) -> Result<Typed> {
         let pos = pos_of(e);
         if let Aggs::Collect { keys, .. } = aggs {
             if !keys.is_empty() && !matches!(e, Expr::Nested(_) | Expr::Value(_)) {
