@@ -325,17 +325,21 @@ macro_rules! targets {
 
 targets!(meta, catalog, alloc_table, page_header, wal, doublewrite, btree_node, pax_leaf, edge_list, csr, column, raw_import, csv, parquet, sql, database);
 
-/// Writes seed inputs (random ones the target accepted) into the corpus of every target
-/// that has none: `cargo test --release -p strata --test fuzz_targets -- --ignored write_seeds`.
+/// Every target has seed inputs in its committed corpus (inputs it accepts, so that the
+/// bounded campaign starts from structurally valid ones). With `STRATA_FUZZ_WRITE_SEEDS=1`
+/// the test writes seeds (random inputs the target accepted) for the targets that have
+/// none instead of failing: `STRATA_FUZZ_WRITE_SEEDS=1 cargo test --release -p strata
+/// --test fuzz_targets every_target_has_seeds`.
 #[test]
-#[ignore]
-fn write_seeds() {
+fn every_target_has_seeds() {
     install_hook();
+    let write = std::env::var("STRATA_FUZZ_WRITE_SEEDS").is_ok_and(|v| v == "1");
     for t in targets::TARGETS {
         let dir = corpus_dir(t.name);
         if corpus(t.name).iter().any(|(n, _)| n.starts_with("seed-")) {
             continue;
         }
+        assert!(write, "target {} has no seed-* inputs in {}: run with STRATA_FUZZ_WRITE_SEEDS=1 to write some", t.name, dir.display());
         std::fs::create_dir_all(&dir).unwrap();
         let mut r = SplitMix64(u64::from(crc32c::crc32c(t.name.as_bytes())));
         let mut kept = 0;
