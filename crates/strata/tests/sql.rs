@@ -5,6 +5,8 @@
 //! fuzz run of random and mutated queries that must never panic.
 #![allow(clippy::type_complexity)] // the reference cases are tables of closures
 
+mod sql_common;
+use sql_common::{assert_rows, q, run};
 use std::path::Path;
 
 use strata::access::table::text::{format_date, parse_date};
@@ -78,34 +80,6 @@ fn open(dir: &Path, tables: &[(&str, &[R])]) -> Database {
         }
     }
     db
-}
-
-fn run(db: &Database, sql: &str) -> Result<Vec<Vec<Value>>, Error> {
-    let q = strata::sql::prepare(&db.catalog(), sql)?;
-    let mut out = Vec::new();
-    q.execute(db.buffer(), &mut |row| {
-        out.push(row.to_vec());
-        Ok(true)
-    })?;
-    Ok(out)
-}
-
-fn q(db: &Database, sql: &str) -> Vec<Vec<Value>> {
-    run(db, sql).unwrap_or_else(|e| panic!("{sql}: {e}"))
-}
-
-fn same(x: &Value, y: &Value) -> bool {
-    match (x, y) {
-        (Value::F64(a), Value::F64(b)) => a == b || (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0),
-        _ => x == y,
-    }
-}
-
-fn assert_rows(sql: &str, got: &[Vec<Value>], want: &[Vec<Value>]) {
-    assert_eq!(got.len(), want.len(), "{sql}: {} rows, expected {}", got.len(), want.len());
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!(g.len() == w.len() && g.iter().zip(w).all(|(a, b)| same(a, b)), "{sql}: row {i}: got {g:?}, expected {w:?}");
-    }
 }
 
 fn err_of(db: &Database, sql: &str) -> String {

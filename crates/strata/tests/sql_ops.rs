@@ -5,13 +5,15 @@
 //! spill on every run, and once through a larger pool.
 #![allow(clippy::type_complexity)]
 
+mod sql_common;
+use sql_common::{assert_rows, q, run};
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use strata::access::table::{Schema, Value};
 use strata::util::SplitMix64;
-use strata::{Config, Database, Error};
+use strata::{Config, Database};
 
 const POOL: u64 = 1 << 20;
 
@@ -96,43 +98,6 @@ fn open(dir: &Path, pool: u64, tables: &[(&str, &[R])]) -> Database {
         }
     }
     db
-}
-
-fn run(db: &Database, sql: &str) -> Result<Vec<Vec<Value>>, Error> {
-    let q = strata::sql::prepare(&db.catalog(), sql)?;
-    let mut out = Vec::new();
-    q.execute(db.buffer(), &mut |row| {
-        out.push(row.to_vec());
-        Ok(true)
-    })?;
-    Ok(out)
-}
-
-fn q(db: &Database, sql: &str) -> Vec<Vec<Value>> {
-    run(db, sql).unwrap_or_else(|e| panic!("{sql}: {e}"))
-}
-
-fn same(x: &Value, y: &Value) -> bool {
-    match (x, y) {
-        (Value::F64(a), Value::F64(b)) => a == b || (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0),
-        _ => x == y,
-    }
-}
-
-fn show(r: &[Value]) -> String {
-    let s = format!("{r:?}");
-    if s.len() > 300 {
-        format!("{}...", &s[..300])
-    } else {
-        s
-    }
-}
-
-fn assert_rows(sql: &str, got: &[Vec<Value>], want: &[Vec<Value>]) {
-    assert_eq!(got.len(), want.len(), "{sql}: {} rows, expected {}", got.len(), want.len());
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        assert!(g.len() == w.len() && g.iter().zip(w).all(|(a, b)| same(a, b)), "{sql}: row {i}: got {}, expected {}", show(g), show(w));
-    }
 }
 
 /// A total order on values for sorting result sets (NULL first; floats by their bits'

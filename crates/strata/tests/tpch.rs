@@ -4,6 +4,8 @@
 //! row-at-a-time evaluator of each query (plain Rust over the CSV text, with its own CSV
 //! reader: none of strata's SQL, import or date code decides an expected value).
 
+mod sql_common;
+use sql_common::{q as run, same};
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -99,13 +101,6 @@ fn days(s: &str) -> i32 {
     (era * 146097 + doe - 719468) as i32
 }
 
-fn same(x: &Value, y: &Value) -> bool {
-    match (x, y) {
-        (Value::F64(a), Value::F64(b)) => a == b || (a - b).abs() <= 1e-9 * a.abs().max(b.abs()),
-        _ => x == y,
-    }
-}
-
 fn check(name: &str, got: &[Vec<Value>], want: &[Vec<Value>], ordered: bool) {
     assert!(!want.is_empty(), "{name}: the reference has no rows; the test would prove nothing");
     assert_eq!(got.len(), want.len(), "{name}: {} rows, expected {}:\n{got:?}\n{want:?}", got.len(), want.len());
@@ -118,17 +113,6 @@ fn check(name: &str, got: &[Vec<Value>], want: &[Vec<Value>], ordered: bool) {
     for (k, (g, w)) in got.iter().zip(&want).enumerate() {
         assert!(g.len() == w.len() && g.iter().zip(w).all(|(a, b)| same(a, b)), "{name}: row {k}: got {g:?}, expected {w:?}");
     }
-}
-
-fn run(db: &Database, sql: &str) -> Vec<Vec<Value>> {
-    let q = strata::sql::prepare(&db.catalog(), sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
-    let mut out = Vec::new();
-    q.execute(db.buffer(), &mut |row| {
-        out.push(row.to_vec());
-        Ok(true)
-    })
-    .unwrap_or_else(|e| panic!("{sql}: {e}"));
-    out
 }
 
 /// Sorts by `cmp`, then keeps the first `limit`.
