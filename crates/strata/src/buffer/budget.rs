@@ -88,7 +88,8 @@ impl BufferManager {
     /// page's frame, its bytes already charged), else fresh bytes; an eviction it runs
     /// stashes the victims of the page's class for it (see [`super::recycle`]).
     pub(super) fn reserve_frame(&self, sp: &Space, index: u64) -> Result<()> {
-        self.reserve_within(sp.page_size(), self.pin_wait, Some((sp, index)))
+        let frame = self.recycler.uffd_for(sp.page_shift).is_some().then_some((sp, index));
+        self.reserve_within(sp.page_size(), self.pin_wait, frame)
     }
 
     fn reserve_within(&self, bytes: u64, wait: Duration, frame: Option<(&Space, u64)>) -> Result<()> {

@@ -65,7 +65,7 @@ impl Space {
     /// Whether `index` has a mapped state word and frame.
     #[inline]
     pub(crate) fn addressable(&self, index: u64) -> bool {
-        index < self.states.limit() && index < self.frames.limit() && index / 64 < self.alloc_bits.limit()
+        index < self.states.limit() && index < self.frames.limit()
     }
 
     /// The state word of page `index` (which should be addressable: an index whose bucket
@@ -91,10 +91,12 @@ impl Space {
 
     /// Whether page `index` (addressable) is allocated, without the bitmap's lock. Exact
     /// for a page whose latch the caller holds (allocation and freeing of a page change its
-    /// bit before its latch is released or taken); otherwise a recent value.
+    /// bit before its latch is released or taken); otherwise a recent value. (The mirror is
+    /// mapped for every index the manager ever made addressable on purpose; an index that
+    /// is addressable only because its state bucket is larger was never allocated.)
     #[inline]
     pub(crate) fn is_allocated(&self, index: u64) -> bool {
-        self.alloc_word(index).load(Ordering::Acquire) & (1 << (index % 64)) != 0
+        index / 64 < self.alloc_bits.limit() && self.alloc_word(index).load(Ordering::Acquire) & (1 << (index % 64)) != 0
     }
 
     /// Records page `index`'s allocation bit in the mirror; the caller holds the bitmap's

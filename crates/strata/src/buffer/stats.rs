@@ -11,11 +11,11 @@ const STRIPES: usize = 64;
 /// A counter summed over stripes. The stripes live on the heap: 64 cache lines per counter,
 /// for some 30 counters, would make the manager a struct of several hundred KiB, built on
 /// the stack of whichever thread opens it.
-pub(crate) struct Counter(Box<[CachePadded<AtomicU64>]>);
+pub(crate) struct Counter(Box<[CachePadded<AtomicU64>; STRIPES]>);
 
 impl Default for Counter {
     fn default() -> Counter {
-        Counter((0..STRIPES).map(|_| CachePadded::new(AtomicU64::new(0))).collect())
+        Counter(Box::new(std::array::from_fn(|_| CachePadded::new(AtomicU64::new(0)))))
     }
 }
 
