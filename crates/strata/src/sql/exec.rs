@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 
 use super::agg::{encode_states, AggKind, HashAgg, St};
-use super::expr::{arith, compare, err, ArOp, BExpr, Pos};
+use super::expr::{BExpr, Pos};
 use super::join::{JoinArgs, JoinKind};
 use super::rows::{corrupt, decode_row, encode_row, encode_sort_key, encode_value, hash_bytes};
 use super::sort::Sorter;
@@ -79,83 +79,6 @@ pub enum Plan {
     Limit { input: Box<Plan>, limit: Option<u64>, offset: u64 },
 }
 
-/// The running state of one aggregate.
-enum State {
-    Count(i64),
-    SumI(Option<i64>),
-    SumF(Option<f64>),
-    AvgI(i128, i64),
-    AvgF(f64, i64),
-    Min(Option<Value>),
-    Max(Option<Value>),
-}
-
-impl State {
-    fn new(a: &AggSpec) -> State {
-        match (a.func, a.arg_ty) {
-            (AggFunc::CountStar | AggFunc::Count, _) => State::Count(0),
-            (AggFunc::Sum, Some(ColumnType::F64)) => State::SumF(None),
-            (AggFunc::Sum, _) => State::SumI(None),
-            (AggFunc::Avg, Some(ColumnType::F64)) => State::AvgF(0.0, 0),
-            (AggFunc::Avg, _) => State::AvgI(0, 0),
-            (AggFunc::Min, _) => State::Min(None),
-            (AggFunc::Max, _) => State::Max(None),
-        }
-    }
-
-    fn add(&mut self, a: &AggSpec, row: &[Value]) -> Result<()> {
-        let v = match &a.arg {
-            None => {
-                if let State::Count(n) = self {
-                    *n += 1;
-                }
-                return Ok(());
-            }
-            Some(e) => e.eval(row)?,
-        };
-        if matches!(v, Value::Null) {
-            return Ok(()); // aggregates skip NULL
-        }
-        match (self, v) {
-            (State::Count(n), _) => *n += 1,
-            (State::SumI(s), Value::I64(x)) => {
-                *s = Some(match *s {
-                    None => x,
-                    Some(s) => match arith(ArOp::Add, &Value::I64(s), &Value::I64(x), a.pos) {
-                        Ok(Value::I64(r)) => r,
-                        _ => return Err(err(a.pos, format!("i64 overflow in {}", a.label))),
-                    },
-                })
-            }
-            (State::SumF(s), Value::F64(x)) => *s = Some(s.unwrap_or(0.0) + x),
-            (State::AvgI(s, n), Value::I64(x)) => {
-                *s += i128::from(x);
-                *n += 1;
-            }
-            (State::AvgF(s, n), Value::F64(x)) => {
-                *s += x;
-                *n += 1;
-            }
-            (State::Min(m), v) if m.as_ref().is_none_or(|m| compare(&v, m) == Some(std::cmp::Ordering::Less)) => *m = Some(v),
-            (State::Max(m), v) if m.as_ref().is_none_or(|m| compare(&v, m) == Some(std::cmp::Ordering::Greater)) => *m = Some(v),
-            _ => {}
-        }
-        Ok(())
-    }
-
-    fn finish(self) -> Value {
-        match self {
-            State::Count(n) => Value::I64(n),
-            State::SumI(s) => s.map_or(Value::Null, Value::I64),
-            State::SumF(s) => s.map_or(Value::Null, Value::F64),
-            State::AvgI(_, 0) | State::AvgF(_, 0) => Value::Null,
-            State::AvgI(s, n) => Value::F64(s as f64 / n as f64),
-            State::AvgF(s, n) => Value::F64(s / n as f64),
-            State::Min(m) | State::Max(m) => m.unwrap_or(Value::Null),
-        }
-    }
-}
-
 fn holds(pred: &BExpr, row: &[Value]) -> Result<bool> {
     Ok(matches!(pred.eval(row)?, Value::Bool(true)))
 }
@@ -206,14 +129,21 @@ impl Plan {
             }
             Plan::Filter { input, pred } => input.run(bm, &mut |row| if holds(pred, row)? { sink(row) } else { Ok(true) }),
             Plan::Aggregate { input, aggs } => {
-                let mut states: Vec<State> = aggs.iter().map(State::new).collect();
+                // The same partial states as the grouped aggregation, with one group.
+                let kinds: Vec<AggKind> = aggs.iter().map(|a| AggKind::of(a.func, a.arg_ty, a.pos, &a.label)).collect();
+                let mut states: Vec<St> = kinds.iter().map(|k| St::empty(k.kind)).collect();
                 input.run(bm, &mut |row| {
-                    for (s, a) in states.iter_mut().zip(aggs) {
-                        s.add(a, row)?;
+                    for ((s, a), k) in states.iter_mut().zip(aggs).zip(&kinds) {
+                        // count(*) has no argument: every row counts (any non-NULL value).
+                        let v = match &a.arg {
+                            Some(e) => e.eval(row)?,
+                            None => Value::Bool(true),
+                        };
+                        s.merge(St::one(k.kind, v), k)?;
                     }
                     Ok(true)
                 })?;
-                let row: Vec<Value> = states.into_iter().map(State::finish).collect();
+                let row: Vec<Value> = states.into_iter().map(St::finish).collect();
                 sink(&row)
             }
             Plan::HashAggregate { input, keys, aggs } => run_hash_aggregate(bm, input, keys, aggs, sink),
