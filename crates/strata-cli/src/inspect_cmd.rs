@@ -151,15 +151,17 @@ pub fn recover(dir: &Path, pool: u64, json: bool) -> Result<(), Error> {
         return print_json(&serde_json::json!({
             "op": "recover", "recovered": recovered, "log_records": r.records, "redone": r.redone,
             "rolled_back": r.losers, "pages_restored": r.pages_restored,
+            "pages_discarded": r.pages_discarded,
         }));
     }
     if recovered {
         println!(
-            "recovered {}: {} log records after the last checkpoint, {} changes redone, {} transactions rolled back, {} pages restored from the double-write area; checkpointed",
+            "recovered {}: {} log records after the last checkpoint, {} changes redone, {} transactions rolled back ({} pages they allocated freed unread), {} pages restored from the double-write area; checkpointed",
             dir.display(),
             r.records,
             r.redone,
             r.losers,
+            r.pages_discarded,
             r.pages_restored
         );
     } else {

@@ -21,6 +21,10 @@ pub struct Database {
     cleaner: Option<Cleaner>,
     bm: Arc<BufferManager>,
     catalog: Mutex<Catalog>,
+    /// The catalog as the file holds it (`None` after a failed replacement: unknown): a
+    /// checkpoint rewrites the file only when the catalog differs (reading a database
+    /// writes nothing, also on a full disk).
+    stored_catalog: Mutex<Option<Catalog>>,
     locks: LockTable,
 }
 
@@ -89,7 +93,7 @@ impl Database {
             Some(opts) => Some(Cleaner::start(bm.clone(), opts).map_err(|e| Error::io("start the cleaner thread", bm.dir(), e))?),
             None => None,
         };
-        Ok(Database { cleaner, bm, catalog: Mutex::new(catalog), locks: LockTable::default() })
+        Ok(Database { cleaner, bm, stored_catalog: Mutex::new(Some(catalog.clone())), catalog: Mutex::new(catalog), locks: LockTable::default() })
     }
 
     /// The background cleaner's figures, when one runs ([`Config::cleaner`]).
@@ -139,7 +143,7 @@ impl Database {
         let mut next = self.catalog();
         next.columns.insert(name.to_owned(), col.clone());
         self.bm.checkpoint()?;
-        next.store(self.bm.backend().as_ref(), self.bm.dir())?;
+        self.store_catalog(&next)?;
         *self.catalog.lock() = next;
         Ok(col)
     }
@@ -158,7 +162,7 @@ impl Database {
         tx.commit()?;
         let mut next = catalog.clone();
         next.trees.insert(name.to_owned(), tree);
-        next.store(self.bm.backend().as_ref(), self.bm.dir())?;
+        self.store_catalog(&next)?;
         *catalog = next;
         Ok(tree)
     }
@@ -182,7 +186,7 @@ impl Database {
         let mut next = catalog.clone();
         next.tables.insert(name.to_owned(), table.clone());
         // On error the pages stay allocated but unreferenced (reported by `check`, harmless).
-        next.store(self.bm.backend().as_ref(), self.bm.dir())?;
+        self.store_catalog(&next)?;
         *catalog = next;
         Ok(table)
     }
@@ -201,7 +205,7 @@ impl Database {
             let table = catalog.table(name)?.clone();
             let mut next = catalog.clone();
             next.tables.remove(name);
-            next.store(self.bm.backend().as_ref(), self.bm.dir())?;
+            self.store_catalog(&next)?;
             *catalog = next;
             table
         };
@@ -294,7 +298,7 @@ impl Database {
         let graph = crate::access::graph::import_edges(&self.bm, input, progress)?;
         let mut next = self.catalog();
         next.graphs.insert(name.to_owned(), graph.clone());
-        let stored = self.bm.checkpoint().and_then(|()| next.store(self.bm.backend().as_ref(), self.bm.dir()));
+        let stored = self.bm.checkpoint().and_then(|()| self.store_catalog(&next));
         if let Err(e) = stored {
             for (_, p) in graph.pages() {
                 let _ = self.bm.free(p.page_id());
@@ -311,7 +315,19 @@ impl Database {
         if self.bm.is_read_only() {
             return Ok(());
         }
-        self.catalog.lock().store(self.bm.backend().as_ref(), self.bm.dir())
+        let catalog = self.catalog.lock().clone();
+        if self.stored_catalog.lock().as_ref() == Some(&catalog) {
+            return Ok(());
+        }
+        self.store_catalog(&catalog)
+    }
+
+    /// Replaces the catalog file with `next` (atomically).
+    fn store_catalog(&self, next: &Catalog) -> Result<()> {
+        *self.stored_catalog.lock() = None;
+        next.store(self.bm.backend().as_ref(), self.bm.dir())?;
+        *self.stored_catalog.lock() = Some(next.clone());
+        Ok(())
     }
 
     /// Simulates the death of the process, for crash tests and the recovery benchmark: the

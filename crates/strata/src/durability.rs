@@ -19,7 +19,7 @@
 //! buffer layer, which owns the latches.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
@@ -46,11 +46,18 @@ pub(crate) struct Durability {
     /// before a commit triggers the next.
     last_checkpoint: AtomicU64,
     checkpoint_every: u64,
+    /// The start LSN of the checkpoint record on disk (`None` before the first).
+    stored_start: Mutex<Option<u64>>,
+    /// Whether a persistent page became dirty since the last checkpoint that stored a record
+    /// (a checkpoint that finds nothing changed writes nothing, so that closing a database
+    /// that was only read needs no free space and keeps every file's bytes and mtime).
+    changed: AtomicBool,
 }
 
 impl Durability {
-    /// Durability over `wal`, whose last checkpoint recorded `next_txid` and `nonce`.
-    pub(crate) fn new(wal: Wal, next_txid: u64, nonce: u64, checkpoint_every: u64) -> Durability {
+    /// Durability over `wal`, whose last checkpoint (if any) started at `stored_start` and
+    /// recorded `next_txid` and `nonce`.
+    pub(crate) fn new(wal: Wal, stored_start: Option<u64>, next_txid: u64, nonce: u64, checkpoint_every: u64) -> Durability {
         let end = wal.end();
         Durability {
             wal,
@@ -61,6 +68,8 @@ impl Durability {
             checkpoint_lock: Mutex::new(()),
             last_checkpoint: AtomicU64::new(end),
             checkpoint_every,
+            stored_start: Mutex::new(stored_start),
+            changed: AtomicBool::new(false),
         }
     }
 
@@ -97,6 +106,7 @@ impl Durability {
     /// from `lsn` on (`None`: from the current end of the log, for unlogged writes).
     pub(crate) fn note_dirty(&self, pid: PageId, lsn: Option<u64>) {
         let lsn = lsn.unwrap_or_else(|| self.wal.end());
+        self.changed.store(true, Ordering::Relaxed);
         self.dirty.insert_if_absent(pid, lsn);
     }
 
@@ -141,11 +151,32 @@ impl Durability {
         self.wal.end().saturating_sub(self.last_checkpoint.load(Ordering::Relaxed)) >= self.checkpoint_every
     }
 
-    /// A checkpoint begins now: returns the log position it starts from.
-    pub(crate) fn checkpoint_begins(&self) -> u64 {
+    /// A checkpoint begins now: returns the log position it starts from, and whether a
+    /// page became dirty since the last stored checkpoint (the flag is reset: a checkpoint
+    /// that fails must call [`checkpoint_failed`](Self::checkpoint_failed)).
+    pub(crate) fn checkpoint_begins(&self) -> (u64, bool) {
+        let changed = self.changed.swap(false, Ordering::Relaxed);
         let began = self.wal.end();
         self.last_checkpoint.store(began, Ordering::Relaxed);
-        began
+        (began, changed)
+    }
+
+    /// The checkpoint that began failed: the next one must store a record.
+    pub(crate) fn checkpoint_failed(&self) {
+        self.changed.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a checkpoint whose record would start at `start_lsn` may skip storing it:
+    /// no page changed since the stored record was written (`changed` from
+    /// [`checkpoint_begins`](Self::checkpoint_begins)) and that record starts at the same
+    /// position (so no log record was written since, and none may be truncated).
+    pub(crate) fn record_unchanged(&self, start_lsn: u64, changed: bool) -> bool {
+        !changed && *self.stored_start.lock() == Some(start_lsn)
+    }
+
+    /// A checkpoint record starting at `start_lsn` is on disk.
+    pub(crate) fn record_stored(&self, start_lsn: u64) {
+        *self.stored_start.lock() = Some(start_lsn);
     }
 
     /// Where recovery must start reading after a checkpoint that began at `began`: the

@@ -13,6 +13,9 @@ use crate::storage::backend::OpenMode;
 use crate::storage::layout::{class_file, temp_file};
 use crate::storage::{ClassBitmap, PageId, PAGE_HEADER_SIZE};
 
+/// The largest step by which a data file's reserved disk space grows.
+pub(crate) const MAX_RESERVE_STEP: u64 = 64 << 20;
+
 impl BufferManager {
     pub(super) fn space_or_create(&self, class: u8, temp: bool, bitmap: Option<ClassBitmap>) -> Result<&Space> {
         let slot = &self.spaces[class as usize * 2 + temp as usize];
@@ -62,6 +65,40 @@ impl BufferManager {
         sp.alloc_bits.ensure(index / 64)?;
         sp.states.ensure(index)?;
         sp.frames.ensure(index)
+    }
+
+    /// Makes sure the disk space of page `index` of `sp` is reserved in its file (the
+    /// caller holds the space's bitmap lock), reserving ahead in steps of an eighth of the
+    /// file (at least a page, at most [`MAX_RESERVE_STEP`]). A full disk is thus met when a
+    /// page is allocated (an error for the writer, whose transaction rolls back), never
+    /// when a committed page is written back: not at eviction, not at a checkpoint, and not
+    /// in recovery, which a full disk could otherwise keep from ever finishing. File systems
+    /// that cannot reserve (or copy-on-write ones, where it means little) are written
+    /// sparsely, as before.
+    pub(super) fn reserve_disk(&self, sp: &Space, index: u64) -> Result<()> {
+        let end = sp.offset(index) + sp.page_size();
+        let from = sp.disk_reserved.load(Ordering::Relaxed);
+        if end <= from {
+            return Ok(());
+        }
+        let step = (end / 8).clamp(sp.page_size(), MAX_RESERVE_STEP.max(sp.page_size()));
+        let to = (end - 1 + step).next_multiple_of(sp.page_size());
+        match sp.file.reserve(from, to - from) {
+            Ok(()) => {
+                sp.disk_reserved.store(to, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
+                sp.disk_reserved.store(u64::MAX, Ordering::Relaxed);
+                Ok(())
+            }
+            // Less than the step may still be there: the page itself is what must fit.
+            Err(_) if sp.file.reserve(from, end - from).is_ok() => {
+                sp.disk_reserved.store(end, Ordering::Relaxed);
+                Ok(())
+            }
+            Err(e) => Err(Error::io("reserve disk space in", sp.path(), e)),
+        }
     }
 
     /// For recovery and rollback: marks `pid` allocated (creating its space and making it
@@ -125,6 +162,11 @@ impl BufferManager {
             }
             if let Err(e) = self.ensure_addressable(sp, index) {
                 return fail(&mut bm, e);
+            }
+            if !temp {
+                if let Err(e) = self.reserve_disk(sp, index) {
+                    return fail(&mut bm, e);
+                }
             }
             let lsn = match log.map(|f| f(sp.pid(index))) {
                 None => 0,

@@ -47,10 +47,23 @@ impl BufferManager {
     pub(super) fn restore_double_writes(&self) -> Result<u64> {
         let stale = self.stale_double_writes()?;
         let mut touched = Vec::new();
+        let mut restored = 0;
         for saved in &stale {
             let pid = saved.pid;
             let sp = self.space_or_create(pid.class(), false, None)?;
-            sp.file.write_at(&saved.image, sp.offset(pid.index())).map_err(|e| Error::io("write page", sp.path(), e))?;
+            if let Err(e) = sp.file.write_at(&saved.image, sp.offset(pid.index())) {
+                let e = Error::io("write page", sp.path(), e);
+                // A page that the stored allocation table does not hold was allocated after
+                // the checkpoint the log starts from, so the log holds its allocation and every
+                // change since: redo rebuilds it (or undo frees it) without this image. On a
+                // full disk (where writing into a hole of the file needs space) it is left.
+                let durable = self.durable.read().get(pid.class() as usize).is_some_and(|b| b.is_allocated(pid.index()));
+                if durable || !matches!(e, Error::DiskFull { .. }) {
+                    return Err(e);
+                }
+                continue;
+            }
+            restored += 1;
             if !touched.contains(&pid.class()) {
                 touched.push(pid.class());
             }
@@ -59,7 +72,10 @@ impl BufferManager {
             let sp = self.space_or_create(class, false, None)?;
             sp.file.sync().map_err(|e| Error::io("fsync", sp.path(), e))?;
         }
-        Ok(stale.len() as u64)
+        // Every image is home now, or older than its home copy, or not needed (see above):
+        // the area's space is given back before recovery needs any.
+        self.dw.clear()?;
+        Ok(restored)
     }
 
     /// For a read-only open: fails with [`Error::RecoveryPending`] when a read-write open
@@ -119,7 +135,17 @@ impl BufferManager {
             }
             return Err(Error::ReadOnly { dir: self.dir.clone(), op: "checkpointing changed pages" });
         }
-        let began = self.durability.checkpoint_begins();
+        let (began, changed) = self.durability.checkpoint_begins();
+        let r = self.checkpoint_from(began, changed);
+        if r.is_err() {
+            self.durability.checkpoint_failed();
+        }
+        r
+    }
+
+    /// The checkpoint that began at log position `began`; `changed`: whether a page became
+    /// dirty since the last stored checkpoint record. Writes nothing when nothing changed.
+    fn checkpoint_from(&self, began: u64, changed: bool) -> Result<()> {
         // Every allocation in the table stored below must have its log record on disk.
         self.durability.wal.flush_all()?;
         let dirty = self.durability.dirty_before(began);
@@ -181,20 +207,31 @@ impl BufferManager {
                 table.classes[class] = sp.bitmap.lock().clone();
             }
         }
-        // While the table is replaced, a slot allocated in either version counts as durable.
-        {
-            let mut durable = self.durable.write();
-            durable.resize(self.classes.count(), ClassBitmap::default());
-            for (d, t) in durable.iter_mut().zip(&table.classes) {
-                d.union_with(t);
+        let table_unchanged = !self.alloc_table_unsure.load(Ordering::Relaxed) && *self.durable.read() == table.classes;
+        if !table_unchanged {
+            // While the table is replaced, a slot allocated in either version counts as durable.
+            {
+                let mut durable = self.durable.write();
+                durable.resize(self.classes.count(), ClassBitmap::default());
+                for (d, t) in durable.iter_mut().zip(&table.classes) {
+                    d.union_with(t);
+                }
             }
+            self.alloc_table_unsure.store(true, Ordering::Relaxed);
+            table.store(self.backend.as_ref(), &self.dir)?;
+            *self.durable.write() = table.classes;
+            self.alloc_table_unsure.store(false, Ordering::Relaxed);
         }
-        table.store(self.backend.as_ref(), &self.dir)?;
-        *self.durable.write() = table.classes;
         let start_lsn = self.durability.redo_start(began);
+        if table_unchanged && self.durability.record_unchanged(start_lsn, changed) {
+            // Nothing changed since the stored checkpoint: a database that was only read is
+            // closed without writing (and so without needing free space).
+            return Ok(());
+        }
         let nonce = random_u64();
         CheckpointInfo { start_lsn, next_txid: self.durability.next_txid(), nonce }.store(self.backend.as_ref(), &self.dir)?;
         self.durability.nonce.store(nonce, Ordering::Relaxed);
+        self.durability.record_stored(start_lsn);
         self.durability.wal.truncate_before(start_lsn)
     }
 }

@@ -39,7 +39,7 @@
 //! atomic mirror of the bitmap ([`Space::is_allocated`]), counters are striped.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -98,6 +98,9 @@ pub struct BufferManager {
     /// write could tear, so such writes go through the double-write area. Plain writes hold
     /// the read lock until they are issued.
     pub(super) durable: RwLock<Vec<ClassBitmap>>,
+    /// Whether a replacement of the allocation table failed since the last that succeeded:
+    /// `durable` then holds the union of both versions, not what the file holds.
+    pub(super) alloc_table_unsure: AtomicBool,
     /// The second memory tier, and the checksum of the image each page has there (the
     /// image of its current disk version; see [`super::tier`]).
     pub(super) remote: Option<std::sync::Arc<dyn super::tier::RemoteTier>>,
@@ -311,6 +314,7 @@ impl BufferManager {
             sync_failed: Mutex::new(None),
             durability: crate::durability::Durability::new(
                 wal,
+                checkpoint.map(|c| c.start_lsn),
                 checkpoint.map_or(1, |c| c.next_txid),
                 checkpoint.map_or(0, |c| c.nonce),
                 config.checkpoint_every,
@@ -318,6 +322,7 @@ impl BufferManager {
             dw,
             dw_lock: Mutex::new(()),
             durable: RwLock::new(durable),
+            alloc_table_unsure: AtomicBool::new(false),
             remote: config.remote.clone(),
             remote_versions: Default::default(),
             warm_restart: config.warm_restart,

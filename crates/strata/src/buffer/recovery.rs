@@ -16,7 +16,7 @@
 //! Pages are fixed through the ordinary buffer manager, so recovery works in a pool much
 //! smaller than the data it touches; the caller checkpoints afterwards.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::manager::BufferManager;
 use crate::error::{Error, Result};
@@ -36,12 +36,16 @@ pub struct Report {
     /// Page images of the last double-write batch copied home because their home copy was
     /// torn or older.
     pub pages_restored: u64,
+    /// Pages allocated by rolled-back transactions, freed without rebuilding their contents.
+    pub pages_discarded: u64,
 }
 
 pub(crate) fn recover(bm: &BufferManager, start: u64) -> Result<Report> {
     let mut report = Report::default();
     let mut open: BTreeMap<u64, u64> = BTreeMap::new();
     let mut committed = HashSet::new();
+    // Per page, how its allocation last changed in the log.
+    let mut fate: HashMap<PageId, Fate> = HashMap::new();
     let mut max_txid = 0;
     for rec in bm.durability.wal.reader(start) {
         let rec = rec?;
@@ -58,6 +62,28 @@ pub(crate) fn recover(bm: &BufferManager, start: u64) -> Result<Report> {
             Body::Abort => {
                 open.remove(&rec.txid);
             }
+            Body::Alloc { pid } => {
+                fate.insert(pid, Fate::AllocatedBy { owner: rec.txid, freed: false });
+                open.insert(rec.txid, rec.lsn);
+            }
+            Body::Free { pid } => {
+                // A free takes effect only if its transaction commits.
+                match fate.get_mut(&pid) {
+                    Some(Fate::AllocatedBy { owner, freed }) if *owner == rec.txid => *freed = true,
+                    _ => {
+                        fate.insert(pid, Fate::FreedBy(rec.txid));
+                    }
+                }
+                open.insert(rec.txid, rec.lsn);
+            }
+            Body::Clr { action: Compensation::Free { pid }, .. } => {
+                fate.insert(pid, Fate::Compensated { freed: true });
+                open.insert(rec.txid, rec.lsn);
+            }
+            Body::Clr { action: Compensation::Reclaim { pid }, .. } => {
+                fate.insert(pid, Fate::Compensated { freed: false });
+                open.insert(rec.txid, rec.lsn);
+            }
             _ => {
                 open.insert(rec.txid, rec.lsn);
             }
@@ -67,9 +93,31 @@ pub(crate) fn recover(bm: &BufferManager, start: u64) -> Result<Report> {
     if report.records == 0 {
         return Ok(report);
     }
+    // Pages that end up free after recovery are never rebuilt, neither by redo nor by undo
+    // (which would log before-images for nothing): rolling back a large failed import, or
+    // replaying the drop of a table, e.g. after the disk filled up, then costs neither pool
+    // memory nor page writes nor log space. Their allocation bits are still set and cleared
+    // as the records say.
+    let doomed: HashSet<PageId> = fate.into_iter().filter(|(_, f)| f.ends_free(&committed, &open)).map(|(pid, _)| pid).collect();
+    report.pages_discarded = doomed.len() as u64;
+    if false && std::env::var_os("DBG_RECOVERY").is_some() {
+        eprintln!("DBG committed={:?} losers={:?} doomed={}", committed, open, doomed.len());
+        let mut kinds = std::collections::BTreeMap::new();
+        for rec in bm.durability.wal.reader(start) {
+            let rec = rec?;
+            let k = match &rec.body {
+                Body::Update { pid, .. } => format!("upd {} doomed={}", rec.txid, doomed.contains(pid)),
+                Body::Alloc { pid } => format!("alloc {} doomed={}", rec.txid, doomed.contains(pid)),
+                Body::Free { pid } => format!("free {} doomed={}", rec.txid, doomed.contains(pid)),
+                b => format!("{:?} {}", std::mem::discriminant(b), rec.txid),
+            };
+            *kinds.entry(k).or_insert(0u64) += 1;
+        }
+        eprintln!("DBG {kinds:#?}");
+    }
     for rec in bm.durability.wal.reader(start) {
         let rec = rec?;
-        if redo(bm, &rec, &committed)? {
+        if redo(bm, &rec, &committed, &doomed)? {
             report.redone += 1;
         }
     }
@@ -88,6 +136,11 @@ pub(crate) fn recover(bm: &BufferManager, start: u64) -> Result<Report> {
             let rec = reader.record_at(next)?;
             next = match &rec.body {
                 Body::Clr { undo_next, .. } => *undo_next,
+                Body::Update { pid, .. } if doomed.contains(pid) => {
+                    // The page is freed when its allocation is undone; no compensation is
+                    // needed (undoing this again after a crash is the same no-op).
+                    rec.prev_lsn
+                }
                 Body::Update { .. } | Body::Alloc { .. } | Body::Free { .. } => {
                     prev = bm.undo(&rec, prev)?;
                     rec.prev_lsn
@@ -102,9 +155,37 @@ pub(crate) fn recover(bm: &BufferManager, start: u64) -> Result<Report> {
     Ok(report)
 }
 
+/// How a page's allocation last changed in the log (analysis).
+enum Fate {
+    /// Allocated by `owner`, which may have freed it again (`freed`); no other transaction
+    /// touched it since (the owner holds the page's lock until it ends).
+    AllocatedBy { owner: u64, freed: bool },
+    /// Freed by this transaction (not the one that allocated it last).
+    FreedBy(u64),
+    /// A compensation freed it (undo of an allocation) or took it back (undo of a free).
+    Compensated { freed: bool },
+}
+
+impl Fate {
+    /// Whether the page is free once recovery is done: its last allocation is undone (the
+    /// owner is a loser, whose later records, a free included, are undone too), or freed by
+    /// its committed owner, its free committed, or a compensation freed it.
+    fn ends_free(&self, committed: &HashSet<u64>, losers: &BTreeMap<u64, u64>) -> bool {
+        match *self {
+            Fate::AllocatedBy { owner, freed } => losers.contains_key(&owner) || (freed && committed.contains(&owner)),
+            Fate::FreedBy(txid) => committed.contains(&txid),
+            Fate::Compensated { freed } => freed,
+        }
+    }
+}
+
 /// Redoes one record; returns whether a page changed.
-fn redo(bm: &BufferManager, rec: &Record, committed: &HashSet<u64>) -> Result<bool> {
+fn redo(bm: &BufferManager, rec: &Record, committed: &HashSet<u64>, doomed: &HashSet<PageId>) -> Result<bool> {
     match &rec.body {
+        Body::Update { pid, .. } | Body::Alloc { pid } | Body::Clr { action: Compensation::Write { pid, .. }, .. } if doomed.contains(pid) => {
+            check_pid(bm, *pid, rec.lsn)?;
+            Ok(false)
+        }
         Body::Update { pid, offset, after, .. } => redo_write(bm, rec.lsn, *pid, *offset, after),
         Body::Clr { action: Compensation::Write { pid, offset, bytes }, .. } => redo_write(bm, rec.lsn, *pid, *offset, bytes),
         Body::Alloc { pid } => {

@@ -33,6 +33,10 @@ pub(crate) struct Space {
     pub charged_chunks: AtomicU64,
     /// Bytes of this space's pages that are resident.
     pub resident_bytes: AtomicU64,
+    /// Bytes of the file (from its start) whose disk space is known to be reserved, so that
+    /// writing pages there cannot fail for lack of space (`u64::MAX`: the file system cannot
+    /// reserve; see `BufferManager::reserve_disk`). Grows under the bitmap lock.
+    pub disk_reserved: AtomicU64,
 }
 
 impl Space {
@@ -49,6 +53,7 @@ impl Space {
             bitmap: Mutex::new(bitmap),
             charged_chunks: AtomicU64::new(0),
             resident_bytes: AtomicU64::new(0),
+            disk_reserved: AtomicU64::new(0),
         }
     }
 

@@ -41,9 +41,14 @@ impl BufferManager {
     /// nothing (the caller decides their states afterwards) except their dirty-table entries.
     ///
     /// The log is made durable up to the newest page LSN first (write-ahead rule). Pages whose
-    /// durable copy an in-place write could tear (logged pages, and pages allocated in the
-    /// stored allocation table) go through the double-write area: batch written and fsynced
-    /// there, then written home and fsynced, under `dw_lock`. On error nothing is cleaned.
+    /// durable copy an in-place write could tear (pages allocated in the stored allocation
+    /// table) go through the double-write area: batch written and fsynced there, then written
+    /// home and fsynced, under `dw_lock`. A page the stored table does not hold has no durable
+    /// copy to lose: it was allocated after the checkpoint the log starts from, so if its
+    /// write tears, recovery rebuilds it from its logged allocation and changes (a logged
+    /// page), or nothing refers to it (an unlogged one, whose owner makes it durable with a
+    /// checkpoint before publishing it). So new pages, most of what an import writes, are
+    /// written once, not twice. On error nothing is cleaned.
     pub(super) fn write_back(&self, pages: &[(PageId, &Space)]) -> Result<()> {
         self.refuse_if_read_only("writing pages")?;
         let mut max_lsn = 0;
@@ -58,10 +63,7 @@ impl BufferManager {
             unsafe { std::slice::from_raw_parts(sp.frame(pid.index()), sp.page_size() as usize) }
         };
         let durable = self.durable.read();
-        let guarded = |pid: PageId, sp: &Space| {
-            // SAFETY: the frame of a page of `sp`, a live space of this manager.
-            !sp.temp && (unsafe { frame_lsn(sp.frame(pid.index())) } > 0 || durable.get(sp.class as usize).is_some_and(|b| b.is_allocated(pid.index())))
-        };
+        let guarded = |pid: PageId, sp: &Space| !sp.temp && durable.get(sp.class as usize).is_some_and(|b| b.is_allocated(pid.index()));
         let (torn_risk, unguarded): (Vec<_>, Vec<_>) = pages.iter().copied().partition(|&(pid, sp)| guarded(pid, sp));
         drop(durable);
         self.write_home(&unguarded).map_err(|(_, e)| e)?;

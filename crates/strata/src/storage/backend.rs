@@ -237,6 +237,29 @@ fn copy_io_error(e: &io::Error) -> io::Error {
     }
 }
 
+/// `fallocate(FALLOC_FL_KEEP_SIZE)` of `offset..offset + len` of `file` (see
+/// [`StorageFile::reserve`]); file systems without it give `ErrorKind::Unsupported`.
+pub(crate) fn reserve_space(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let (Ok(off), Ok(n)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    };
+    loop {
+        // SAFETY: fallocate on a descriptor this `File` owns and keeps open for the call; it
+        // touches no memory of this process.
+        let r = unsafe { libc::fallocate(file.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, off, n) };
+        if r == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => return Err(io::Error::new(io::ErrorKind::Unsupported, e)),
+            _ => return Err(e),
+        }
+    }
+}
+
 /// One open file.
 #[allow(clippy::len_without_is_empty)] // a file's length is fallible; nobody asks emptiness
 pub trait StorageFile: Send + Sync + fmt::Debug {
@@ -250,6 +273,14 @@ pub trait StorageFile: Send + Sync + fmt::Debug {
     fn len(&self) -> io::Result<u64>;
     /// Cuts (or extends with zeros) the file to `len` bytes; durable after the next `sync`.
     fn set_len(&self, len: u64) -> io::Result<()>;
+    /// Reserves disk space for bytes `offset..offset + len` without changing the file's
+    /// length (`fallocate` with `FALLOC_FL_KEEP_SIZE`), so that writing them later cannot
+    /// fail for lack of space. `ErrorKind::Unsupported` where the file system cannot; the
+    /// default (files without a disk behind them) reserves nothing and succeeds.
+    fn reserve(&self, offset: u64, len: u64) -> io::Result<()> {
+        let _ = (offset, len);
+        Ok(())
+    }
     /// Whether the file bypasses the OS page cache.
     fn is_direct(&self) -> bool;
     /// The path it was opened with (for error messages).
@@ -411,6 +442,10 @@ impl StorageFile for PosixFile {
 
     fn set_len(&self, len: u64) -> io::Result<()> {
         self.file.set_len(len)
+    }
+
+    fn reserve(&self, offset: u64, len: u64) -> io::Result<()> {
+        reserve_space(&self.file, offset, len)
     }
 
     fn is_direct(&self) -> bool {

@@ -86,6 +86,10 @@ impl DoubleWrite {
 
     /// Empties the area durably (after a checkpoint made every page's home copy durable).
     pub fn clear(&self) -> Result<()> {
+        if self.file.len().map_err(|e| Error::io("stat", &self.path, e))? == 0 {
+            // Already empty: leave the file (and its mtime) alone.
+            return Ok(());
+        }
         self.file.set_len(0).map_err(|e| Error::io("truncate", &self.path, e))?;
         self.file.sync().map_err(|e| Error::io("fsync", &self.path, e))
     }

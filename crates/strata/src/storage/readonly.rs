@@ -69,6 +69,9 @@ impl StorageFile for ReadOnlyFile {
     fn set_len(&self, _len: u64) -> io::Result<()> {
         Err(refused())
     }
+    fn reserve(&self, _offset: u64, _len: u64) -> io::Result<()> {
+        Err(refused())
+    }
     fn is_direct(&self) -> bool {
         self.inner.is_direct()
     }
@@ -97,6 +100,9 @@ impl StorageFile for AbsentFile {
         Ok(0)
     }
     fn set_len(&self, _len: u64) -> io::Result<()> {
+        Err(refused())
+    }
+    fn reserve(&self, _offset: u64, _len: u64) -> io::Result<()> {
         Err(refused())
     }
     fn is_direct(&self) -> bool {

@@ -300,6 +300,10 @@ impl StorageFile for UringFile {
         self.file.set_len(len)
     }
 
+    fn reserve(&self, offset: u64, len: u64) -> io::Result<()> {
+        super::backend::reserve_space(&self.file, offset, len)
+    }
+
     fn is_direct(&self) -> bool {
         self.direct
     }

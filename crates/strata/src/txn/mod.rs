@@ -296,10 +296,15 @@ impl<'a> Transaction<'a> {
 
     fn rollback(&mut self) -> Result<()> {
         let mut freed = Vec::new();
+        // Pages this transaction allocated are freed when their allocation is undone: their
+        // updates need neither a page write nor a compensation record (whose before-image
+        // would cost as much log as the change). After a crash in between, recovery skips
+        // them the same way (their last allocation belongs to a loser).
+        let own: HashSet<PageId> = self.undo.iter().filter_map(|r| if let Body::Alloc { pid } = r.body { Some(pid) } else { None }).collect();
         while let Some(&section) = self.sections.last() {
             // The records of one atomic section, undone under the latches of all its pages.
             let start = self.sections.iter().rposition(|&s| s != section).map_or(0, |i| i + 1);
-            let group: Vec<Record> = self.undo.drain(start..).collect();
+            let group: Vec<Record> = self.undo.drain(start..).filter(|r| !matches!(r.body, Body::Update { pid, .. } if own.contains(&pid))).collect();
             self.sections.truncate(start);
             if let Err(e) = self.undo_section(&group, &mut freed) {
                 // Keep the locks: the pages hold changes nobody may see or overwrite

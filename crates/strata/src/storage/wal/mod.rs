@@ -420,8 +420,12 @@ impl Wal {
         Ok(())
     }
 
-    /// Deletes the segments that hold only records below `lsn`.
+    /// Deletes the segments that hold only records below `lsn`. When `lsn` is the end of
+    /// the log (nothing after it, all durable), the current segment is dead too: an empty
+    /// one starting at `lsn` replaces it, so that its space goes back to the file system
+    /// (on a small disk, a checkpoint after a failed import gives the import's log back).
     pub fn truncate_before(&self, lsn: u64) -> Result<()> {
+        self.restart_at(lsn)?;
         let doomed: Vec<u64> = {
             let segs = self.segments.lock();
             let keep_from = segs.range(..=lsn).next_back().copied();
@@ -432,6 +436,31 @@ impl Wal {
             self.backend.remove(&p).map_err(|e| Error::io("remove", &p, e))?;
             self.segments.lock().remove(s);
         }
+        Ok(())
+    }
+
+    /// Starts a new, empty segment at `lsn` if it is the end of the log, nothing is waiting
+    /// to be flushed and the current segment began before it (see
+    /// [`truncate_before`](Self::truncate_before), which then removes the old one). The new
+    /// segment is created and its directory entry made durable first: after a crash the
+    /// checkpoint record's start (`lsn`) finds it, whether or not the old one is gone.
+    fn restart_at(&self, lsn: u64) -> Result<()> {
+        if self.read_only {
+            return Ok(());
+        }
+        // Writer before tail, as a flush takes them: no flush or append runs meanwhile.
+        let mut w = self.writer.lock();
+        let mut t = self.tail.lock();
+        if t.next != lsn || !t.buf.is_empty() || self.flushed() != lsn || w.segment >= lsn || t.segment >= lsn {
+            return Ok(());
+        }
+        let path = self.dir.join(segment_name(lsn));
+        let file = self.backend.open(&path, OpenMode::Buffered, true).map_err(|e| Error::io("create log segment", &path, e))?;
+        self.backend.sync_dir(&self.dir).map_err(|e| Error::io("fsync directory", &self.dir, e))?;
+        w.file = file;
+        w.segment = lsn;
+        t.segment = lsn;
+        self.segments.lock().insert(lsn);
         Ok(())
     }
 
