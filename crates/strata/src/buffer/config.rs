@@ -36,6 +36,7 @@ pub struct Config {
     pub(crate) pin_wait: Duration,
     pub(crate) wal: WalOptions,
     pub(crate) checkpoint_every: u64,
+    pub(crate) disk_reserve: u64,
     pub(crate) warm_restart: bool,
     pub(crate) remote: Option<Arc<dyn super::tier::RemoteTier>>,
     pub(crate) cleaner: Option<super::cleaner::CleanerOptions>,
@@ -55,6 +56,7 @@ impl Config {
             pin_wait: Duration::from_secs(1),
             wal: WalOptions::default(),
             checkpoint_every: DEFAULT_CHECKPOINT_EVERY,
+            disk_reserve: crate::storage::reserve::DEFAULT_RESERVE,
             warm_restart: false,
             remote: None,
             cleaner: None,
@@ -112,6 +114,14 @@ impl Config {
     /// truncation after a checkpoint removes whole segments).
     pub fn wal_segment_size(mut self, bytes: u64) -> Config {
         self.wal.segment_size = bytes;
+        self
+    }
+
+    /// Disk space a read-write open keeps back in the file `DIR/reserve` (default 1 MiB; 0:
+    /// none), given back to recovery on the next open, so that a database whose disk filled
+    /// up can still be recovered and read (see [`crate::storage::reserve`]).
+    pub fn disk_reserve(mut self, bytes: u64) -> Config {
+        self.disk_reserve = bytes;
         self
     }
 

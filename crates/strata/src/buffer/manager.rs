@@ -351,13 +351,18 @@ impl BufferManager {
             return Ok(bm);
         }
         // Finish the last double-write batch before anything reads a page, then recover
-        // from the log; only then may a checkpoint (or the drop) write anything.
+        // from the log; only then may a checkpoint (or the drop) write anything. Recovery
+        // gets the reserved disk space first (the disk may have filled up).
+        if bm.durability.wal.end() > start_lsn || !bm.dw.is_empty()? {
+            crate::storage::reserve::release(bm.backend.as_ref(), &bm.dir)?;
+        }
         let restored = bm.restore_double_writes()?;
         let mut report = super::recovery::recover(&bm, start_lsn)?;
         report.pages_restored = restored;
         if report.records > 0 {
             bm.checkpoint()?;
         }
+        crate::storage::reserve::ensure(bm.backend.as_ref(), &bm.dir, config.disk_reserve);
         bm.recovered = report;
         bm.closed.store(false, Ordering::Relaxed);
         if bm.warm_restart && bm.remote.is_some() {

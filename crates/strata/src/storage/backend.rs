@@ -549,6 +549,90 @@ pub struct Faults {
     /// Fail only writes whose offset is at or past this many bytes (u64::MAX = all offsets
     /// when write_errno is set).
     pub write_from_offset: AtomicU64,
+    /// A file system of limited size (see [`Faults::limit_space`]).
+    space: parking_lot::Mutex<SpaceModel>,
+}
+
+/// The bytes a small file system has left and what each file holds of them, for tests of
+/// a disk that really fills up (rather than failing every write): a write past what its
+/// file holds, a reservation past it, and an atomic replacement (both versions exist until
+/// the rename) take space; truncation and removal give it back; what does not fit fails
+/// with `ENOSPC`, as a full file system would. Holes are not modelled: a file holds every
+/// byte up to the furthest written or reserved.
+#[derive(Debug, Default)]
+struct SpaceModel {
+    /// Bytes left; `None`: unlimited (files are still tracked).
+    left: Option<u64>,
+    /// Bytes each file holds, once this model has seen it (else its length on disk).
+    held: std::collections::HashMap<PathBuf, u64>,
+}
+
+fn enospc() -> io::Error {
+    io::Error::from_raw_os_error(libc::ENOSPC)
+}
+
+impl Faults {
+    /// From now on the file system has `bytes` left (`None`: unlimited): files grow into
+    /// them, and truncations and removals give space back.
+    pub fn limit_space(&self, bytes: Option<u64>) {
+        self.space.lock().left = bytes;
+    }
+
+    /// The bytes left (`None`: unlimited).
+    pub fn space_left(&self) -> Option<u64> {
+        self.space.lock().left
+    }
+
+    /// File `path` (now `len` bytes on disk if not seen before) grows to hold `end` bytes.
+    fn grow(&self, path: &Path, len: impl FnOnce() -> u64, end: u64) -> io::Result<()> {
+        let mut m = self.space.lock();
+        let m = &mut *m;
+        let held = m.held.entry(path.to_owned()).or_insert_with(len);
+        if end > *held {
+            if let Some(left) = &mut m.left {
+                let need = end - *held;
+                if need > *left {
+                    return Err(enospc());
+                }
+                *left -= need;
+            }
+            *held = end;
+        }
+        Ok(())
+    }
+
+    /// File `path` is cut to `len` bytes (its space past them given back), or removed
+    /// (`None`); `old` is its length on disk if not seen before.
+    fn shrink(&self, path: &Path, old: u64, len: Option<u64>) {
+        let mut m = self.space.lock();
+        let held = m.held.get(path).copied().unwrap_or(old);
+        let kept = len.unwrap_or(0).min(held);
+        match len {
+            Some(_) => m.held.insert(path.to_owned(), kept),
+            None => m.held.remove(path),
+        };
+        if let Some(left) = &mut m.left {
+            *left += held - kept;
+        }
+    }
+
+    /// File `path` (`old` bytes on disk if not seen before) is replaced by `new` bytes.
+    fn replace(&self, path: &Path, old: u64, new: u64) -> io::Result<()> {
+        let mut m = self.space.lock();
+        let held = m.held.get(path).copied().unwrap_or(old);
+        if let Some(left) = &mut m.left {
+            if new > *left {
+                return Err(enospc());
+            }
+            *left = *left - new + held;
+        }
+        m.held.insert(path.to_owned(), new);
+        Ok(())
+    }
+}
+
+fn disk_len(path: &Path) -> u64 {
+    fs::metadata(path).map_or(0, |m| m.len())
 }
 
 /// Wraps a backend and fails chosen operations, for tests of error paths (disk full,
@@ -605,11 +689,18 @@ impl StorageFile for FaultyFile {
         if offset >= self.faults.write_from_offset.load(Ordering::Relaxed) {
             errno_err(self.faults.write_errno.load(Ordering::Relaxed))?;
         }
+        self.faults.grow(self.inner.path(), || self.inner.len().unwrap_or(0), offset + src.len() as u64)?;
         self.inner.write_at(src, offset)
     }
     fn write_many(&self, reqs: &mut [WriteReq<'_>]) -> io::Result<()> {
-        if self.faults.write_errno.load(Ordering::Relaxed) == 0 {
-            return self.inner.write_many(reqs);
+        if self.faults.write_errno.load(Ordering::Relaxed) == 0 && self.faults.space_left().is_none() {
+            let r = self.inner.write_many(reqs);
+            for req in reqs.iter() {
+                if req.result.is_ok() {
+                    let _ = self.faults.grow(self.inner.path(), || self.inner.len().unwrap_or(0), req.offset + req.buf.len() as u64);
+                }
+            }
+            return r;
         }
         // Faults on: each request on its own, so that each meets its own fault.
         for req in reqs.iter_mut() {
@@ -627,7 +718,18 @@ impl StorageFile for FaultyFile {
         self.inner.len()
     }
     fn set_len(&self, len: u64) -> io::Result<()> {
-        self.inner.set_len(len)
+        let old = self.inner.len()?;
+        if len > old {
+            // Sparse: holds no more than before.
+            return self.inner.set_len(len);
+        }
+        self.inner.set_len(len)?;
+        self.faults.shrink(self.inner.path(), old, Some(len));
+        Ok(())
+    }
+    fn reserve(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.inner.reserve(offset, len)?;
+        self.faults.grow(self.inner.path(), || self.inner.len().unwrap_or(0), offset + len)
     }
     fn is_direct(&self) -> bool {
         self.inner.is_direct()
@@ -647,10 +749,14 @@ impl StorageBackend for FaultyBackend {
     }
     fn write_atomic(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
         errno_err(self.faults.meta_errno.load(Ordering::Relaxed))?;
+        self.faults.replace(path, disk_len(path), bytes.len() as u64)?;
         self.inner.write_atomic(path, bytes)
     }
     fn remove(&self, path: &Path) -> io::Result<()> {
-        self.inner.remove(path)
+        let old = disk_len(path);
+        self.inner.remove(path)?;
+        self.faults.shrink(path, old, None);
+        Ok(())
     }
     fn exists(&self, path: &Path) -> bool {
         self.inner.exists(path)

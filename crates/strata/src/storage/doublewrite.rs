@@ -85,6 +85,11 @@ impl DoubleWrite {
     }
 
     /// Empties the area durably (after a checkpoint made every page's home copy durable).
+    /// Whether the area holds nothing (no batch since the last [`clear`](Self::clear)).
+    pub fn is_empty(&self) -> Result<bool> {
+        Ok(self.file.len().map_err(|e| Error::io("stat", &self.path, e))? == 0)
+    }
+
     pub fn clear(&self) -> Result<()> {
         if self.file.len().map_err(|e| Error::io("stat", &self.path, e))? == 0 {
             // Already empty: leave the file (and its mtime) alone.

@@ -10,6 +10,7 @@
 //! * [`wal`]: the write-ahead log (records, segments, group commit, end-of-log detection).
 //! * [`doublewrite`]: the double-write area that makes in-place page writes tear-proof.
 //! * [`readonly`]: the backend wrapper of read-only opens, which refuses every write.
+//! * [`reserve`]: disk space kept back so that recovery works on a full disk.
 
 pub mod alloc_table;
 pub mod backend;
@@ -19,6 +20,7 @@ pub mod layout;
 pub mod meta;
 pub mod page;
 pub mod readonly;
+pub mod reserve;
 pub mod sim;
 #[cfg(target_os = "linux")]
 pub mod uring;
