@@ -79,6 +79,9 @@ fn a_full_tmpfs_stops_the_import_and_never_the_readers() {
     ok(&["query", p(&db), "--pool", "4MiB", "rows", "a"]);
     let check = json(&["check", p(&db), "--json"]);
     assert_eq!(check["ok"], serde_json::json!(true), "{check}");
+    // The failed import's new table is gone, with its pages.
+    assert_eq!(check["report"]["unreferenced_pages"], serde_json::json!(0), "{check}");
+    assert!(check["report"]["tables"].get("b").is_none(), "{check}");
     assert_eq!(rows(&db, "a"), csv_rows(&a));
     let stats = ok(&["stats", p(&db)]);
     assert!(stats.contains("table a"), "{stats}");

@@ -74,7 +74,17 @@ impl Database {
         let cleaner = config.cleaner;
         let bm = BufferManager::open(config)?;
         let catalog = Catalog::load(bm.backend().as_ref(), bm.dir())?;
-        Database::with(bm, catalog, cleaner)
+        let db = Database::with(bm, catalog, cleaner)?;
+        if !db.catalog.lock().loading.is_empty() {
+            // Part of recovering from a failed import, so it may use the reserved space; best
+            // effort: what cannot be dropped now is dropped by a later open, and readers
+            // must not fail for it.
+            let _ = db.bm.with_disk_reserve(|_| {
+                db.drop_unfinished_loads();
+                db.checkpoint()
+            });
+        }
+        Ok(db)
     }
 
     /// Opens an existing database for reading only: no recovery, no checkpoint, no file
@@ -175,6 +185,12 @@ impl Database {
     /// Creates the empty table `name` with `schema` (see [`crate::access::table`]): durable
     /// when this returns.
     pub fn create_table(&self, name: &str, schema: Schema) -> Result<Table> {
+        self.create_table_in(name, schema, false)
+    }
+
+    /// [`create_table`](Self::create_table), the table entered as `loading` (invisible
+    /// until [`publish_table`](Self::publish_table)) if `loading`.
+    fn create_table_in(&self, name: &str, schema: Schema, loading: bool) -> Result<Table> {
         check_name("table", name)?;
         let mut catalog = self.catalog.lock();
         if catalog.contains(name) {
@@ -184,11 +200,44 @@ impl Database {
         let table = Table::create(&mut tx, schema)?;
         tx.commit()?;
         let mut next = catalog.clone();
-        next.tables.insert(name.to_owned(), table.clone());
-        // On error the pages stay allocated but unreferenced (reported by `check`, harmless).
-        self.store_catalog(&next)?;
+        if loading {
+            next.loading.insert(name.to_owned(), table.clone());
+        } else {
+            next.tables.insert(name.to_owned(), table.clone());
+        }
+        if let Err(e) = self.store_catalog(&next) {
+            // Give the new pages back (if that fails too, e.g. on a full disk, they stay
+            // allocated but unreferenced: `check` reports them, harmless).
+            let mut pages = Vec::new();
+            if table.check(&self.bm, &mut |pid| pages.push(pid)).is_ok() {
+                let mut tx = self.begin();
+                if pages.iter().all(|&pid| tx.free(pid).is_ok()) {
+                    let _ = tx.commit();
+                }
+            }
+            return Err(e);
+        }
         *catalog = next;
         Ok(table)
+    }
+
+    /// Makes the loaded table `name` visible (durable when this returns).
+    fn publish_table(&self, name: &str) -> Result<()> {
+        let mut catalog = self.catalog.lock();
+        let mut next = catalog.clone();
+        let table = next.loading.remove(name).ok_or_else(|| Error::NotFound { kind: "table", name: name.to_owned() })?;
+        next.tables.insert(name.to_owned(), table);
+        self.store_catalog(&next)?;
+        *catalog = next;
+        Ok(())
+    }
+
+    /// Drops the tables that an import was creating when it failed or the process died
+    /// (best effort: one that cannot be dropped now stays for the next open). Returns how
+    /// many were dropped.
+    fn drop_unfinished_loads(&self) -> u64 {
+        let names: Vec<String> = self.catalog.lock().loading.keys().cloned().collect();
+        names.iter().filter(|n| self.drop_table(n).is_ok()).count() as u64
     }
 
     /// The table `name`.
@@ -202,9 +251,14 @@ impl Database {
     pub fn drop_table(&self, name: &str) -> Result<()> {
         let table = {
             let mut catalog = self.catalog.lock();
-            let table = catalog.table(name)?.clone();
+            let table = match catalog.loading.get(name) {
+                Some(t) => t.clone(),
+                None => catalog.table(name)?.clone(),
+            };
             let mut next = catalog.clone();
-            next.tables.remove(name);
+            if next.loading.remove(name).is_none() {
+                next.tables.remove(name);
+            }
             self.store_catalog(&next)?;
             *catalog = next;
             table
@@ -223,9 +277,15 @@ impl Database {
     /// committed every few MiB, so that a load of any size keeps its undo state and the log
     /// bounded; `committed(rows)` is called after each commit with the rows committed so
     /// far. On error the transaction in progress is rolled back: a table this call created
-    /// is dropped again; a table that existed keeps the rows of the commits reported.
+    /// is dropped again (where that fails too, e.g. on a full disk, by the next read-write
+    /// open); a table that existed keeps the rows of the commits reported. A table this
+    /// call creates is invisible until the load has finished, so a crash leaves none.
     /// Returns the rows appended.
     pub fn load_table(&self, name: &str, schema: &Schema, feed: &mut RowFeed<'_>, committed: &mut dyn FnMut(u64)) -> Result<u64> {
+        if self.catalog.lock().loading.contains_key(name) {
+            // Left by an earlier load of this name that failed.
+            self.drop_table(name)?;
+        }
         let (table, created) = match self.catalog.lock().tables.get(name) {
             Some(t) if t.schema != *schema => {
                 return Err(Error::InvalidInput(format!("table {name:?} has the columns {}, the input has {}", t.schema.to_spec(), schema.to_spec())))
@@ -233,13 +293,22 @@ impl Database {
             Some(t) => (Some(t.clone()), false),
             None => (None, true),
         };
+        // A table this call creates stays invisible until the load has finished: if it fails
+        // (a full disk, bad input, a crash), the table is dropped, now or at the next open.
         let table = match table {
             Some(t) => t,
-            None => self.create_table(name, schema.clone())?,
+            None => self.create_table_in(name, schema.clone(), true)?,
         };
-        let r = self.append_batched(&table, feed, committed);
-        if r.is_err() && created {
-            let _ = self.drop_table(name);
+        let r = self.append_batched(&table, feed, committed).and_then(|n| if created { self.publish_table(name).map(|()| n) } else { Ok(n) });
+        // On a full disk (or after a failed log write, when nothing more can be logged in
+        // this process) freeing the pages would likely fail half-way and lose them: the
+        // table stays invisible, and the next open (once recovery has given the log's space
+        // back) or the next load of the same name drops it.
+        if let Err(e) = &r {
+            let full = matches!(e, Error::DiskFull { .. }) || self.bm.durability.wal.check_failed().is_err();
+            if created && !full {
+                let _ = self.drop_table(name);
+            }
         }
         r
     }
@@ -436,7 +505,7 @@ impl Database {
             }
             report.trees.insert(name.clone(), r);
         }
-        for (name, table) in &catalog.tables {
+        for (name, table) in catalog.tables.iter().chain(&catalog.loading) {
             let mut problem = None;
             let r = table.check(&self.bm, &mut |pid| {
                 if problem.is_none() {
@@ -450,7 +519,9 @@ impl Database {
             if let Some(p) = problem {
                 return Err(Error::Inconsistent(p));
             }
-            report.tables.insert(name.clone(), r);
+            if catalog.tables.contains_key(name) {
+                report.tables.insert(name.clone(), r);
+            }
         }
         report.unreferenced_pages = (allocated.len() - referenced.len()) as u64;
         self.bm.check_invariants()?;

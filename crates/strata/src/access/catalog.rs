@@ -34,6 +34,11 @@ pub struct Catalog {
     /// Tables by name (absent in catalogs written before tables existed).
     #[serde(default)]
     pub tables: BTreeMap<String, Table>,
+    /// Tables an import is creating: invisible (not in `tables`) until the import has
+    /// finished; a read-write open drops those left by an import that failed or crashed,
+    /// so that their pages are not lost to the database.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub loading: BTreeMap<String, Table>,
 }
 
 impl Catalog {
@@ -97,7 +102,11 @@ impl Catalog {
 
     /// Whether any object (column, graph, tree, table) is called `name`.
     pub fn contains(&self, name: &str) -> bool {
-        self.columns.contains_key(name) || self.graphs.contains_key(name) || self.trees.contains_key(name) || self.tables.contains_key(name)
+        self.columns.contains_key(name)
+            || self.graphs.contains_key(name)
+            || self.trees.contains_key(name)
+            || self.tables.contains_key(name)
+            || self.loading.contains_key(name)
     }
 
     /// The graph `name`.

@@ -101,6 +101,8 @@ pub struct BufferManager {
     /// Whether a replacement of the allocation table failed since the last that succeeded:
     /// `durable` then holds the union of both versions, not what the file holds.
     pub(super) alloc_table_unsure: AtomicBool,
+    /// Bytes of disk kept back for recovery (see [`crate::storage::reserve`]).
+    disk_reserve: u64,
     /// The second memory tier, and the checksum of the image each page has there (the
     /// image of its current disk version; see [`super::tier`]).
     pub(super) remote: Option<std::sync::Arc<dyn super::tier::RemoteTier>>,
@@ -323,6 +325,7 @@ impl BufferManager {
             dw_lock: Mutex::new(()),
             durable: RwLock::new(durable),
             alloc_table_unsure: AtomicBool::new(false),
+            disk_reserve: config.disk_reserve,
             remote: config.remote.clone(),
             remote_versions: Default::default(),
             warm_restart: config.warm_restart,
@@ -353,16 +356,17 @@ impl BufferManager {
         // Finish the last double-write batch before anything reads a page, then recover
         // from the log; only then may a checkpoint (or the drop) write anything. Recovery
         // gets the reserved disk space first (the disk may have filled up).
-        if bm.durability.wal.end() > start_lsn || !bm.dw.is_empty()? {
-            crate::storage::reserve::release(bm.backend.as_ref(), &bm.dir)?;
-        }
-        let restored = bm.restore_double_writes()?;
-        let mut report = super::recovery::recover(&bm, start_lsn)?;
-        report.pages_restored = restored;
-        if report.records > 0 {
-            bm.checkpoint()?;
-        }
-        crate::storage::reserve::ensure(bm.backend.as_ref(), &bm.dir, config.disk_reserve);
+        let recover = |bm: &BufferManager| -> Result<RecoveryReport> {
+            let restored = bm.restore_double_writes()?;
+            let mut report = super::recovery::recover(bm, start_lsn)?;
+            report.pages_restored = restored;
+            if report.records > 0 {
+                bm.checkpoint()?;
+            }
+            Ok(report)
+        };
+        let report = if bm.durability.wal.end() > start_lsn || !bm.dw.is_empty()? { bm.with_disk_reserve(recover)? } else { recover(&bm)? };
+        crate::storage::reserve::ensure(bm.backend.as_ref(), &bm.dir, bm.disk_reserve);
         bm.recovered = report;
         bm.closed.store(false, Ordering::Relaxed);
         if bm.warm_restart && bm.remote.is_some() {
@@ -371,6 +375,16 @@ impl BufferManager {
             *bm.warm_report.lock() = report;
         }
         Ok(bm)
+    }
+
+    /// Runs `f` (recovery's work, which must not fail for lack of space) with the disk space
+    /// of the reserve given back to the file system, then takes the reserve again where
+    /// space allows (see [`crate::storage::reserve`]).
+    pub(crate) fn with_disk_reserve<T>(&self, f: impl FnOnce(&BufferManager) -> Result<T>) -> Result<T> {
+        crate::storage::reserve::release(self.backend.as_ref(), &self.dir)?;
+        let r = f(self);
+        crate::storage::reserve::ensure(self.backend.as_ref(), &self.dir, self.disk_reserve);
+        r
     }
 
     /// Whether this manager was opened read-only ([`open_read_only`](Self::open_read_only)).

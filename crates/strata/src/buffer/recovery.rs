@@ -100,21 +100,6 @@ pub(crate) fn recover(bm: &BufferManager, start: u64) -> Result<Report> {
     // as the records say.
     let doomed: HashSet<PageId> = fate.into_iter().filter(|(_, f)| f.ends_free(&committed, &open)).map(|(pid, _)| pid).collect();
     report.pages_discarded = doomed.len() as u64;
-    if false && std::env::var_os("DBG_RECOVERY").is_some() {
-        eprintln!("DBG committed={:?} losers={:?} doomed={}", committed, open, doomed.len());
-        let mut kinds = std::collections::BTreeMap::new();
-        for rec in bm.durability.wal.reader(start) {
-            let rec = rec?;
-            let k = match &rec.body {
-                Body::Update { pid, .. } => format!("upd {} doomed={}", rec.txid, doomed.contains(pid)),
-                Body::Alloc { pid } => format!("alloc {} doomed={}", rec.txid, doomed.contains(pid)),
-                Body::Free { pid } => format!("free {} doomed={}", rec.txid, doomed.contains(pid)),
-                b => format!("{:?} {}", std::mem::discriminant(b), rec.txid),
-            };
-            *kinds.entry(k).or_insert(0u64) += 1;
-        }
-        eprintln!("DBG {kinds:#?}");
-    }
     for rec in bm.durability.wal.reader(start) {
         let rec = rec?;
         if redo(bm, &rec, &committed, &doomed)? {
