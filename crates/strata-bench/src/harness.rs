@@ -248,11 +248,21 @@ pub fn ratios(engines: &Map<String, Value>) -> Map<String, Value> {
         }
         if let Some(b) = v.get("ops_per_sec").and_then(Value::as_f64) {
             if b > 0.0 {
-                r.insert(name.clone(), json!(((s / b) * 1e4).round() / 1e4));
+                r.insert(name.clone(), json!(significant4(s / b)));
             }
         }
     }
     r
+}
+
+/// `x` rounded to 4 significant digits (a ratio far below 1, such as strata's durable
+/// inserts against an in-memory `BTreeMap`, must not round to 0).
+fn significant4(x: f64) -> f64 {
+    if x == 0.0 || !x.is_finite() {
+        return x;
+    }
+    let scale = 10f64.powi(3 - x.abs().log10().floor() as i32);
+    (x * scale).round() / scale
 }
 
 /// One run of a benchmark: its parameters, every engine's figures, and the ratios.
@@ -308,5 +318,16 @@ mod tests {
         let r = ratios(&engines);
         assert_eq!(r.get("hashpool").and_then(Value::as_f64), Some(2.0));
         assert!(!r.contains_key("static-split"));
+    }
+
+    #[test]
+    fn ratios_keep_four_significant_digits() {
+        let mut engines = Map::new();
+        engines.insert("strata".into(), json!({"ops_per_sec": 100.0}));
+        engines.insert("btreemap".into(), json!({"ops_per_sec": 7_654_321.0}));
+        engines.insert("hashpool".into(), json!({"ops_per_sec": 3.0}));
+        let r = ratios(&engines);
+        assert_eq!(r.get("btreemap").and_then(Value::as_f64), Some(0.00001306));
+        assert_eq!(r.get("hashpool").and_then(Value::as_f64), Some(33.33));
     }
 }
