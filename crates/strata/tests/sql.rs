@@ -421,7 +421,7 @@ fn errors_name_the_position_and_the_problem() {
         ("SELECT a FROM t ORDER BY 3", "ORDER BY position 3 is not in the select list"),
         ("SELECT DISTINCT a FROM t ORDER BY b", "for SELECT DISTINCT, ORDER BY expressions must appear in the select list"),
         ("SELECT count(DISTINCT *) FROM t", "count(DISTINCT *)"),
-        ("SELECT a FROM t WHERE a > (SELECT a FROM t)", "a subquery is not supported yet"),
+        ("SELECT a FROM t WHERE a > (SELECT a FROM t)", "1:28: a scalar subquery returned more than one row"),
         ("SELECT * FROM t FULL JOIN empty ON t.id = empty.id", "this kind of join"),
         ("SELECT a FROM t WHERE sum(a) > 1", "aggregate functions are not allowed in WHERE"),
         ("SELECT 9223372036854775807 + 1", "SQL error at 1:8: i64 overflow: 9223372036854775807 + 1"),

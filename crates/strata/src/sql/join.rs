@@ -36,6 +36,9 @@ pub enum JoinKind {
     Semi,
     /// Left rows for which `x NOT IN (SELECT ...)` is true.
     Anti,
+    /// Left rows without a match (a decorrelated `NOT EXISTS`): unlike [`Anti`](Self::Anti),
+    /// a NULL key just matches nothing, on either side.
+    NotExists,
 }
 
 /// A hash join's description (the plan node's fields).
@@ -164,6 +167,7 @@ impl Ctx<'_> {
             JoinKind::Inner | JoinKind::Semi => Ok(true),
             JoinKind::Left => self.padded(prow, sink),
             // NULL NOT IN (empty) is true; NULL NOT IN (anything) is NULL.
+            JoinKind::NotExists => sink(prow),
             JoinKind::Anti => {
                 if self.build_rows == 0 {
                     sink(prow)
@@ -239,13 +243,14 @@ impl Ctx<'_> {
                     }
                     return Ok((true, true));
                 }
-                JoinKind::Anti => return Ok((true, true)),
+                JoinKind::Anti | JoinKind::NotExists => return Ok((true, true)),
             }
         }
         if last && !seen && !matched {
             let go = match self.kind {
                 JoinKind::Left => self.padded(prow, sink)?,
                 JoinKind::Anti if !self.build_has_null => sink(prow)?,
+                JoinKind::NotExists => sink(prow)?,
                 _ => true,
             };
             return Ok((go, false));
