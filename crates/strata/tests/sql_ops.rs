@@ -819,6 +819,12 @@ fn subquery_errors_name_the_problem() {
         ("WITH a AS (SELECT 1), A AS (SELECT 2) SELECT * FROM a", "1:23: WITH names \"A\" twice"),
         ("WITH a AS (SELECT * FROM a) SELECT * FROM a", "no table named \"a\" in this database"),
         ("WITH a (p, q) AS (SELECT 1) SELECT * FROM a", "has 1 columns, the alias names 2"),
+        (
+            "SELECT id FROM t WHERE EXISTS (SELECT 1 FROM u WHERE EXISTS (SELECT 1 FROM w WHERE w.k = t.k))",
+            "1:90: \"t.k\" is a column of an enclosing query; a subquery reads those only in its WHERE, and only of the query directly around it",
+        ),
+        ("SELECT id FROM t WHERE EXISTS (SELECT t.id FROM u JOIN w ON w.k = t.k WHERE u.k = t.k)", "1:67: \"t.k\" is a column of an enclosing query"),
+        ("SELECT id FROM t WHERE EXISTS (SELECT 1 FROM u WHERE u.nope = t.k)", "no column named \"nope\" in table \"u\""),
     ];
     for (sql, want) in cases {
         let e = match run(&db, sql) {

@@ -239,6 +239,8 @@ struct Cx<'c> {
     memo: RefCell<HashMap<MemoKey, Typed>>,
     ctes: RefCell<Vec<Rc<ast::Cte>>>,
     queries: Cell<usize>,
+    /// The scopes of the queries around the one being bound (for messages).
+    enclosing: RefCell<Vec<Scope>>,
 }
 
 /// The most (sub)queries a statement may bind, `WITH` queries counted each time they are
@@ -546,10 +548,11 @@ impl Binder<'_> {
     }
 
     fn column(&self, id: &ast::Ident, q: Option<&ast::Ident>, aggs: &mut Aggs<'_>) -> Result<Typed> {
-        let (i, t) = match q {
-            Some(q) => self.scope.qualified(q, id)?,
-            None => self.scope.column(id)?,
+        let found = match q {
+            Some(q) => self.scope.qualified(q, id),
+            None => self.scope.column(id),
         };
+        let (i, t) = found.map_err(|e| self.enclosing_hint(e, id, q))?;
         let name = match q {
             Some(q) => format!("{}.{}", q.value, self.scope.col_name(i)),
             None => self.scope.col_name(i),
@@ -869,7 +872,14 @@ pub struct Bound {
 
 /// Binds one statement.
 pub fn statement(catalog: &Catalog, stmt: &Statement) -> Result<(Bound, bool)> {
-    let cx = Cx { catalog, scalars: RefCell::new(Vec::new()), memo: RefCell::new(HashMap::new()), ctes: RefCell::new(Vec::new()), queries: Cell::new(0) };
+    let cx = Cx {
+        catalog,
+        scalars: RefCell::new(Vec::new()),
+        memo: RefCell::new(HashMap::new()),
+        ctes: RefCell::new(Vec::new()),
+        queries: Cell::new(0),
+        enclosing: RefCell::new(Vec::new()),
+    };
     let (mut bound, explain) = match stmt {
         Statement::Query(q) => (query(&cx, q)?, false),
         Statement::Explain { statement, analyze, .. } => {
@@ -941,7 +951,13 @@ fn query_in<'q>(cx: &Cx<'_>, q: &'q Query, outer: Option<&Scope>) -> Result<Sub<
             cx.ctes.borrow_mut().push(Rc::new(cte.clone()));
         }
     }
+    if let Some(o) = outer {
+        cx.enclosing.borrow_mut().push(o.clone());
+    }
     let r = query_body(cx, q, outer);
+    if outer.is_some() {
+        cx.enclosing.borrow_mut().pop();
+    }
     cx.ctes.borrow_mut().truncate(mark);
     r
 }
@@ -1737,6 +1753,24 @@ fn register_param(cx: &Cx<'_>, q: &Query, b: Bound, exists: bool, pos: Pos) -> R
 }
 
 impl Binder<'_> {
+    /// A name that is no column here but one of an enclosing query's (which is read only
+    /// in the WHERE of the subquery directly inside it): `e` says so.
+    fn enclosing_hint(&self, e: crate::error::Error, id: &ast::Ident, q: Option<&ast::Ident>) -> crate::error::Error {
+        let absent = matches!(&e, crate::error::Error::Sql { msg, .. } if msg.starts_with("no column named") || msg.starts_with("no table named"));
+        let enclosing = self.cx.enclosing.borrow().iter().any(|s| match q {
+            Some(q) => s.qualified(q, id).is_ok(),
+            None => s.column(id).is_ok(),
+        });
+        if !(absent && enclosing) {
+            return e;
+        }
+        let name = q.map_or_else(|| id.value.clone(), |q| format!("{}.{}", q.value, id.value));
+        err(
+            at(q.map_or(id.span, |q| q.span)),
+            format!("{name:?} is a column of an enclosing query; a subquery reads those only in its WHERE, and only of the query directly around it"),
+        )
+    }
+
     /// A subquery as a value: `(SELECT ...)` (`exists`: `EXISTS (SELECT ...)`), uncorrelated.
     fn subquery_value(&self, q: &Query, pos: Pos, exists: bool) -> Result<Typed> {
         if let Some(t) = memo_key(q, exists).and_then(|k| self.cx.memo.borrow().get(&k).cloned()) {
