@@ -843,3 +843,33 @@ fn subquery_errors_name_the_problem() {
     let e = run(&db, &sql).err().map(|e| e.to_string()).unwrap_or_default();
     assert!(e.contains("more than 1000 subqueries"), "{e}");
 }
+
+#[test]
+fn decorrelated_subqueries_are_joins_in_the_plan() {
+    let (_dir, db, ..) = join_setup(POOL);
+    let plan = |sql: &str| {
+        let lines: Vec<String> = q(&db, &format!("EXPLAIN {sql}"))
+            .into_iter()
+            .map(|r| match &r[0] {
+                Value::Str(s) => s.clone(),
+                v => panic!("{v:?}"),
+            })
+            .collect();
+        lines.join("\n")
+    };
+    let p = plan("SELECT id FROM t WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.k = t.k AND u.x > t.x)");
+    assert!(p.contains("HashJoin notexists on t.k = u.k") && p.contains("and (u.x > t.x)"), "{p}");
+    // Only the subquery's columns that the keys and the residual read are kept.
+    assert!(p.contains("    Project k, x\n      Scan u"), "{p}");
+    let p = plan("SELECT id FROM t WHERE x IN (SELECT x FROM u WHERE u.k = t.k)");
+    assert!(p.contains("HashJoin semi on x = x, t.k = u.k"), "{p}");
+    // A correlated aggregate: grouped by its key, joined; its groups restricted to the keys
+    // of the filtered outer relation (a semi join before the grouping).
+    let p = plan("SELECT id FROM t WHERE t.id < 100 AND x > (SELECT avg(x) FROM u WHERE u.k = t.k)");
+    assert!(p.contains("HashJoin inner on t.k = #key1"), "{p}");
+    assert!(p.contains("HashAggregate (temp pages, spills by partition) keys u.k aggs avg(x)"), "{p}");
+    assert!(p.contains("HashJoin semi on u.k = #key1") && p.contains("Project t.k\n              Scan t filter (t.id < 100)"), "{p}");
+    // An uncorrelated scalar: once, before the rows, its value pushed into the scan.
+    let p = plan("SELECT id FROM t WHERE x > (SELECT avg(x) FROM u)");
+    assert!(p.starts_with("$1 := scalar subquery (once, before the rows)") && p.contains("Scan t filter (x > $1)"), "{p}");
+}

@@ -1675,11 +1675,39 @@ fn scalar_comparison(e: &Expr) -> Option<(&Expr, CmpOp, &Query, bool)> {
 /// A correlated scalar subquery as a relation: its rows grouped by the subquery's sides of
 /// its correlated equalities, each group one row of those keys and the subquery's value.
 struct Derived {
-    plan: Plan,
+    /// The subquery's rows (before grouping), its sides of the equalities, its aggregates,
+    /// and its value over the row of keys and aggregates.
+    input: Plan,
+    inner_keys: Vec<BExpr>,
+    aggs: Vec<AggSpec>,
+    value: BExpr,
     /// The enclosing query's sides of the equalities (over its row).
     outer_keys: Vec<BExpr>,
     key_types: Vec<Option<ColumnType>>,
     value_ty: Option<ColumnType>,
+}
+
+impl Derived {
+    /// The plan: one row per group of keys, the keys then the value. With `restrict` (a
+    /// plan of key rows), only the groups whose keys it has (a semi join before grouping).
+    fn plan(self, restrict: Option<Plan>) -> Plan {
+        let nk = self.inner_keys.len();
+        let input = match restrict {
+            Some(r) => Plan::HashJoin {
+                left: Box::new(self.input),
+                right: Box::new(r),
+                kind: JoinKind::Semi,
+                left_keys: self.inner_keys.clone(),
+                right_keys: (0..nk).map(|i| BExpr::Col(i, format!("#key{}", i + 1))).collect(),
+                residual: None,
+                right_width: nk,
+            },
+            None => self.input,
+        };
+        let mut exprs: Vec<BExpr> = (0..nk).map(|i| BExpr::Col(i, format!("#key{}", i + 1))).collect();
+        exprs.push(self.value);
+        Plan::Project { input: Box::new(Plan::HashAggregate { input: Box::new(input), keys: self.inner_keys, aggs: self.aggs }), exprs }
+    }
 }
 
 /// The subquery of `x op (SELECT ...)` in the WHERE of the query whose scope is `outer`:
@@ -1729,11 +1757,7 @@ fn correlated_scalar(cx: &Cx<'_>, q: &Query, outer: &Scope) -> Result<Option<Der
     if !matches!(value.eval(&empty), Ok(Value::Null)) {
         return Err(unsupported(c.pos, "a correlated scalar subquery whose value over no rows is not NULL (as with count)"));
     }
-    let nk = ikeys.len();
-    let mut exprs: Vec<BExpr> = (0..nk).map(|i| BExpr::Col(i, format!("#key{}", i + 1))).collect();
-    exprs.push(value);
-    let plan = Plan::Project { input: Box::new(Plan::HashAggregate { input: Box::new(c.fw.plan), keys: ikeys, aggs }), exprs };
-    Ok(Some(Derived { plan, outer_keys: okeys, key_types, value_ty }))
+    Ok(Some(Derived { input: c.fw.plan, inner_keys: ikeys, aggs, value, outer_keys: okeys, key_types, value_ty }))
 }
 
 /// An uncorrelated subquery as a parameter of the statement: computed once, before the rows.
@@ -1889,13 +1913,13 @@ fn from_where(cx: &Cx<'_>, from: &[ast::TableWithJoins], selection: Option<&Expr
     for e in &parts {
         let mut d = None;
         if let (Some((_, _, q, _)), false) = (scalar_comparison(e), steps.is_empty()) {
-            if let Some(mut dv) = correlated_scalar(cx, q, &scope)? {
+            if let Some(dv) = correlated_scalar(cx, q, &scope)? {
                 let r = scope.rels.len();
                 let offset = scope.width();
                 let mut cols: Vec<(String, Option<ColumnType>)> = dv.key_types.iter().enumerate().map(|(i, t)| (format!("#key{}", i + 1), *t)).collect();
                 cols.push(("#value".into(), dv.value_ty));
                 scope.rels.push(Rel { name: "#subquery".into(), alias: None, cols, offset, hidden: true });
-                plans.push(std::mem::replace(&mut dv.plan, Plan::OneRow { filter: None }));
+                plans.push(Plan::OneRow { filter: None }); // the grouped subquery, below
                 d = Some((r, dv));
             }
         }
@@ -1922,16 +1946,16 @@ fn from_where(cx: &Cx<'_>, from: &[ast::TableWithJoins], selection: Option<&Expr
                 conjs.push(c.shifted(ko, wo));
             }
         };
-        for (e, d) in parts.iter().zip(derived) {
+        for (e, d) in parts.iter().zip(&derived) {
             if let Some((r, dv)) = d {
-                let rel = &scope.rels[r];
-                for (i, ok) in dv.outer_keys.into_iter().enumerate() {
+                let rel = &scope.rels[*r];
+                for (i, ok) in dv.outer_keys.iter().enumerate() {
                     let key = (BExpr::Col(rel.offset + i, format!("#key{}", i + 1)), dv.key_types[i]);
-                    keyed.push(compare_conj(&scope, CmpOp::Eq, (ok, dv.key_types[i]), key, (pos_of(e), pos_of(e), pos_of(e)))?);
+                    keyed.push(compare_conj(&scope, CmpOp::Eq, (ok.clone(), dv.key_types[i]), key, (pos_of(e), pos_of(e), pos_of(e)))?);
                 }
                 let Some((x, op, _, sub_left)) = scalar_comparison(e) else { return Err(err(pos_of(e), "subquery comparison")) };
                 let x = bf.expr(x, &mut Aggs::No("WHERE"))?;
-                let v = (BExpr::Col(wo + rel.offset + dv.key_types.len(), "subquery".into()), dv.value_ty);
+                let v = (BExpr::Col(wo + rel.offset + dv.key_types.len(), "(subquery)".into()), dv.value_ty);
                 let (a, b) = if sub_left { (v, x) } else { (x, v) };
                 classify(compare_conj(&full, op, a, b, (pos_of(e), pos_of(e), pos_of(e)))?);
             } else if let Some(sf) = sub_filter(cx, &bl, e, false)? {
@@ -1942,6 +1966,33 @@ fn from_where(cx: &Cx<'_>, from: &[ast::TableWithJoins], selection: Option<&Expr
                 }
                 classify(bind_conj(&bf, e, "WHERE")?);
             }
+        }
+        // Each grouped subquery keeps only the groups whose keys the enclosing query can
+        // have: when its keys come from one relation of FROM that WHERE restricts (TPC-H
+        // Q17's part of one brand and container), the subquery's rows are first semi-joined
+        // with that relation's keys under those restrictions (it is scanned twice).
+        for (r, dv) in derived.into_iter().flatten() {
+            let mut from: Vec<usize> = dv.outer_keys.iter().flat_map(|k| rels_of(&scope, k)).collect();
+            from.sort_unstable();
+            from.dedup();
+            let restrict = match from.as_slice() {
+                [k] if matches!(plans[*k], Plan::Scan { .. }) && !steps.iter().any(|s| s.rel == *k && s.kind == JoinKind::Left) => {
+                    let off = scope.rels[*k].offset;
+                    let local = |e: &BExpr| {
+                        let mut e = e.clone();
+                        e.map_cols(&|i| i - off);
+                        e
+                    };
+                    let filters: Vec<BExpr> = conjs.iter().filter(|c| c.rels.as_slice() == [*k]).map(|c| local(&c.pred)).collect();
+                    and_all(filters).map(|f| {
+                        let mut p = plans[*k].clone();
+                        add_filter(&mut p, f);
+                        Plan::Project { input: Box::new(p), exprs: dv.outer_keys.iter().map(local).collect() }
+                    })
+                }
+                _ => None,
+            };
+            plans[r] = dv.plan(restrict);
         }
         conjs.append(&mut keyed);
         if steps.is_empty() {

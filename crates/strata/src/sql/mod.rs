@@ -36,7 +36,9 @@
 //! equalities between an expression of each side as the keys and its other correlated
 //! conditions as the join's residual. `x op (SELECT agg ...)` with a correlated aggregate
 //! subquery (TPC-H Q2, Q17, Q20) is decorrelated into the subquery grouped by its sides of
-//! the correlated equalities, joined to the enclosing query like one more table. All of
+//! the correlated equalities, joined to the enclosing query like one more table (its rows
+//! first semi-joined with the keys of the enclosing query's table that the equalities
+//! name, when WHERE restricts that table). All of
 //! them run on the spilling operators (hash joins, hash aggregation). Refused with
 //! [`Error::Sql`] naming the position: a correlated subquery elsewhere (in SELECT, inside
 //! an `OR`), one correlated by anything but equalities when it is an aggregate, one whose
