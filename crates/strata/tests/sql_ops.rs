@@ -736,6 +736,26 @@ fn check_subqueries(db: &Database, t: &[R], u: &[R], w: &[R]) {
     // Correlated IN: a semi join on both keys.
     let sql = "SELECT id FROM t WHERE x IN (SELECT x FROM u WHERE u.k = t.k)";
     assert_set(sql, q(db, sql), ids_where(&|a| u.iter().any(|b| eq(&a.k, &b.k) && eq(&a.x, &b.x))), 1);
+    // The left side smaller than the right: semi and anti joins build on the left (the
+    // right rows mark what they match), through grace partitions and, for one key
+    // shared by all rows, in chunks.
+    let u_where = |f: &dyn Fn(&R) -> bool| -> Vec<Vec<Value>> { u.iter().filter(|b| f(b)).map(|b| vec![id(b)]).collect() };
+    let before = strata::sql::spill_counters();
+    let sql = "SELECT id FROM u WHERE NOT EXISTS (SELECT 1 FROM t WHERE t.k = u.k AND t.x > u.x + 900)";
+    let want = u_where(&|b| !t.iter().any(|a| eq(&a.k, &b.k) && a.x.zip(b.x).is_some_and(|(x, y)| x > y + 900)));
+    assert!(want.len() > 10 && want.len() < u.len() - 10);
+    assert_set(sql, q(db, sql), want, 1);
+    let sql = "SELECT id, g FROM u WHERE EXISTS (SELECT 1 FROM t WHERE t.g = u.g AND t.id <> u.id)";
+    let want: Vec<Vec<Value>> = u.iter().filter(|b| t.iter().any(|a| eq(&a.g, &b.g) && a.id != b.id)).map(|b| vec![id(b), st(b.g.as_ref())]).collect();
+    assert_set(sql, q(db, sql), want, 1);
+    let sql = "SELECT id FROM u WHERE EXISTS (SELECT 1 FROM t WHERE t.id * 0 = u.id * 0 AND t.x > u.x + 1500)";
+    assert_set(sql, q(db, sql), u_where(&|b| t.iter().any(|a| a.x.zip(b.x).is_some_and(|(x, y)| x > y + 1500))), 1);
+    let sql = "SELECT id FROM u WHERE NOT EXISTS (SELECT 1 FROM t WHERE t.id * 0 = u.id * 0 AND t.x > u.x + 1500)";
+    assert_set(sql, q(db, sql), u_where(&|b| !t.iter().any(|a| a.x.zip(b.x).is_some_and(|(x, y)| x > y + 1500))), 1);
+    let sql = "SELECT id FROM u WHERE k IN (SELECT k FROM t WHERE x > 0)";
+    assert_set(sql, q(db, sql), u_where(&|b| t.iter().any(|a| eq(&a.k, &b.k) && a.x.is_some_and(|x| x > 0))), 1);
+    let after = strata::sql::spill_counters();
+    assert!(after.grace_joins > before.grace_joins && after.chunked_partitions > before.chunked_partitions, "{before:?} {after:?}");
     // An uncorrelated-looking name: inside, `t` is the subquery's own table.
     let sql = "SELECT count(*) FROM w WHERE EXISTS (SELECT 1 FROM t WHERE t.id = 7)";
     assert_rows(sql, &q(db, sql), &[vec![Value::I64(w.len() as i64)]]);
@@ -858,9 +878,12 @@ fn decorrelated_subqueries_are_joins_in_the_plan() {
         lines.join("\n")
     };
     let p = plan("SELECT id FROM t WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.k = t.k AND u.x > t.x)");
-    assert!(p.contains("HashJoin notexists on t.k = u.k") && p.contains("and (u.x > t.x)"), "{p}");
+    assert!(p.contains("HashJoin notexists on t.k = u.k (build: right, ~800 rows vs ~3000;") && p.contains("and (u.x > t.x)"), "{p}");
     // Only the subquery's columns that the keys and the residual read are kept.
     assert!(p.contains("    Project k, x\n      Scan u"), "{p}");
+    // A semi join builds on the left side when it has fewer rows.
+    let p = plan("SELECT id FROM u WHERE EXISTS (SELECT 1 FROM t WHERE u.k = t.k)");
+    assert!(p.contains("HashJoin semi on u.k = t.k (build: left, ~800 rows vs ~3000;"), "{p}");
     let p = plan("SELECT id FROM t WHERE x IN (SELECT x FROM u WHERE u.k = t.k)");
     assert!(p.contains("HashJoin semi on x = x, t.k = u.k"), "{p}");
     // A correlated aggregate: grouped by its key, joined; its groups restricted to the keys

@@ -290,10 +290,11 @@ impl Plan {
             Plan::HashJoin { left, right, kind, left_keys, right_keys, residual, .. } => {
                 let on = list(&mut left_keys.iter().zip(right_keys).map(|(l, r)| format!("{l} = {r}")));
                 let est = |p: &Plan| bm.and_then(|bm| p.estimate_rows(bm).ok());
-                let build = match (kind, est(left), est(right)) {
-                    (JoinKind::Inner, Some(l), Some(r)) if l < r => format!("build: left, ~{l} rows vs ~{r}"),
-                    (JoinKind::Inner, Some(l), Some(r)) => format!("build: right, ~{r} rows vs ~{l}"),
-                    (JoinKind::Inner, _, _) => "build: the side with fewer rows".to_owned(),
+                let either = matches!(kind, JoinKind::Inner | JoinKind::Semi | JoinKind::NotExists);
+                let build = match (either, est(left), est(right)) {
+                    (true, Some(l), Some(r)) if l < r => format!("build: left, ~{l} rows vs ~{r}"),
+                    (true, Some(l), Some(r)) => format!("build: right, ~{r} rows vs ~{l}"),
+                    (true, _, _) => "build: the side with fewer rows".to_owned(),
                     _ => "build: right".to_owned(),
                 };
                 let _ = write!(

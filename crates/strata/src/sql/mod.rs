@@ -59,7 +59,7 @@
 //! eviction ([`rows::RowRun`]: variable-size byte records): hash aggregation
 //! ([`agg`]: `GROUP BY`, `DISTINCT`, distinct aggregates), sort ([`sort`]: runs and a
 //! k-way merge; a top-k heap for `LIMIT` ≤ 1000), hash join ([`join`]: grace partitioning,
-//! recursive for partitions that do not fit, chunks for a key too frequent to split; inner joins build on the side with fewer rows by the
+//! recursive for partitions that do not fit, chunks for a key too frequent to split; inner, semi and `NOT EXISTS` joins build on the side with fewer rows by the
 //! tables' row counts). The Rust heap holds per-partition bookkeeping and a few rows at a
 //! time, not the input. [`spill_counters`] tells how often each spill path was taken.
 //!
