@@ -9,6 +9,7 @@ mod inspect_cmd;
 mod progress;
 mod query_out;
 mod remote_args;
+mod shell_cmd;
 mod soak_cmd;
 mod sql_cmd;
 mod table_cmd;
@@ -140,6 +141,9 @@ enum Command {
     },
     /// Run one SQL query (SELECT or EXPLAIN) over the tables; rows stream to stdout.
     Sql(sql_cmd::SqlArgs),
+    /// An interactive SQL shell (line editing, history, `.tables`, `.schema`, `.timer`);
+    /// reads the statements from stdin when it is not a terminal.
+    Shell(shell_cmd::ShellArgs),
     /// Generate input data.
     Gen {
         #[command(subcommand)]
@@ -239,6 +243,7 @@ fn main() -> ExitCode {
             cmd::query(cmd::config(&dir, pool, !cleaner.no_cleaner), threads, json, &remote, op)
         }
         Command::Sql(a) => sql_cmd::sql(a),
+        Command::Shell(a) => shell_cmd::shell(a),
         Command::Bench(args) => bench_cmd::bench(args),
         Command::BenchChild { name, spec } => bench_cmd::bench_child(&name, &spec),
         Command::Gen { what } => gen::run(what),

@@ -44,12 +44,12 @@ const TEXT_SAMPLE_ROWS: usize = 200;
 /// The widest cell of the text table (longer values are cut, with `…`).
 const TEXT_MAX_WIDTH: usize = 48;
 
-fn stdout_err(e: io::Error) -> Error {
+pub(crate) fn stdout_err(e: io::Error) -> Error {
     Error::io("write", "stdout", e)
 }
 
 /// Writes the rows in one of the three forms.
-enum Out<W: Write> {
+pub(crate) enum Out<W: Write> {
     Json { out: W, first: bool },
     Csv(CsvWriter<W>),
     Text { out: W, columns: Vec<OutColumn>, sample: Option<Vec<Vec<String>>>, widths: Vec<usize>, numeric: Vec<bool> },
@@ -93,7 +93,7 @@ pub(crate) fn print_result(
 }
 
 impl<W: Write> Out<W> {
-    fn new(mut out: W, columns: &[OutColumn], json: bool, csv: bool) -> io::Result<Self> {
+    pub(crate) fn new(mut out: W, columns: &[OutColumn], json: bool, csv: bool) -> io::Result<Self> {
         if json {
             out.write_all(b"{\"columns\":")?;
             let names: Vec<&str> = columns.iter().map(|c| c.name.as_str()).collect();
@@ -111,7 +111,7 @@ impl<W: Write> Out<W> {
         }
     }
 
-    fn row(&mut self, row: &[Value]) -> io::Result<()> {
+    pub(crate) fn row(&mut self, row: &[Value]) -> io::Result<()> {
         match self {
             Out::Json { out, first } => {
                 out.write_all(if *first { b"[" } else { b",[" })?;
@@ -184,8 +184,13 @@ impl<W: Write> Out<W> {
         Ok(())
     }
 
-    /// Ends the output: the JSON object's tail fields, the text table's footer.
-    fn finish(mut self, rows: u64, seconds: f64, pool: u64, peak_resident: u64) -> io::Result<()> {
+    /// Ends the output: the JSON object's tail fields, the text table's footer (the
+    /// seconds in it only with `timed`).
+    pub(crate) fn finish(self, rows: u64, seconds: f64, pool: u64, peak_resident: u64) -> io::Result<()> {
+        self.finish_timed(rows, seconds, true, pool, peak_resident)
+    }
+
+    pub(crate) fn finish_timed(mut self, rows: u64, seconds: f64, timed: bool, pool: u64, peak_resident: u64) -> io::Result<()> {
         self.flush_sample()?;
         match self {
             Out::Json { mut out, .. } => {
@@ -200,7 +205,12 @@ impl<W: Write> Out<W> {
             }
             Out::Csv(w) => w.finish().map(|_| ()),
             Out::Text { mut out, .. } => {
-                writeln!(out, "({rows} row{}, {seconds:.3} s)", if rows == 1 { "" } else { "s" })?;
+                let plural = if rows == 1 { "" } else { "s" };
+                if timed {
+                    writeln!(out, "({rows} row{plural}, {seconds:.3} s)")?;
+                } else {
+                    writeln!(out, "({rows} row{plural})")?;
+                }
                 out.flush()
             }
         }
@@ -264,7 +274,7 @@ pub fn sql(a: SqlArgs) -> Result<(), Error> {
 
 impl<W: Write> Out<W> {
     /// Flushes what was written before an error (no tail: the output is incomplete).
-    fn finish_partial(self) -> io::Result<()> {
+    pub(crate) fn finish_partial(self) -> io::Result<()> {
         match self {
             Out::Json { mut out, .. } => {
                 out.write_all(b"\n")?;

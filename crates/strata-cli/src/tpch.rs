@@ -19,15 +19,29 @@ use tpchgen::generators::{
 pub const SCHEMAS: &str = include_str!("../../strata/tests/tpch/schema.txt");
 
 /// The queries (name, text), with the specification's validation parameters.
-pub const QUERIES: [(&str, &str); 8] = [
+pub const QUERIES: [(&str, &str); 22] = [
     ("q1", include_str!("../../strata/tests/tpch/q1.sql")),
+    ("q2", include_str!("../../strata/tests/tpch/q2.sql")),
     ("q3", include_str!("../../strata/tests/tpch/q3.sql")),
+    ("q4", include_str!("../../strata/tests/tpch/q4.sql")),
     ("q5", include_str!("../../strata/tests/tpch/q5.sql")),
     ("q6", include_str!("../../strata/tests/tpch/q6.sql")),
+    ("q7", include_str!("../../strata/tests/tpch/q7.sql")),
+    ("q8", include_str!("../../strata/tests/tpch/q8.sql")),
+    ("q9", include_str!("../../strata/tests/tpch/q9.sql")),
     ("q10", include_str!("../../strata/tests/tpch/q10.sql")),
+    ("q11", include_str!("../../strata/tests/tpch/q11.sql")),
     ("q12", include_str!("../../strata/tests/tpch/q12.sql")),
+    ("q13", include_str!("../../strata/tests/tpch/q13.sql")),
     ("q14", include_str!("../../strata/tests/tpch/q14.sql")),
+    ("q15", include_str!("../../strata/tests/tpch/q15.sql")),
+    ("q16", include_str!("../../strata/tests/tpch/q16.sql")),
+    ("q17", include_str!("../../strata/tests/tpch/q17.sql")),
+    ("q18", include_str!("../../strata/tests/tpch/q18.sql")),
     ("q19", include_str!("../../strata/tests/tpch/q19.sql")),
+    ("q20", include_str!("../../strata/tests/tpch/q20.sql")),
+    ("q21", include_str!("../../strata/tests/tpch/q21.sql")),
+    ("q22", include_str!("../../strata/tests/tpch/q22.sql")),
 ];
 
 /// The tables with their schemas, in the order of [`SCHEMAS`].

@@ -101,8 +101,8 @@ fn errors_are_one_line_with_positions() {
     assert!(e.contains("no table named \"missing\""), "{e}");
     let e = fails(&["sql", p(&db), "--pool", "1MiB", "--json", "SELECT id + name FROM t"]);
     assert!(e.contains("cannot add i64 and str"), "{e}");
-    let e = fails(&["sql", p(&db), "--pool", "1MiB", "WITH w AS (SELECT 1) SELECT * FROM w"]);
-    assert!(e.contains("SQL error at 1:1: WITH is not supported yet"), "{e}");
+    let e = fails(&["sql", p(&db), "--pool", "1MiB", "WITH RECURSIVE w AS (SELECT 1) SELECT * FROM w"]);
+    assert!(e.contains("SQL error at 1:1: WITH RECURSIVE is not supported yet"), "{e}");
     let e = fails(&["sql", p(&db), "--pool", "1MiB", "SELECT id FROM t AS a JOIN t AS b ON a.id = b.id"]);
     assert!(e.contains("at 1:8: column name \"id\" is ambiguous"), "{e}");
     let e = fails(&["sql", p(&db), "--pool", "1MiB", "SELECT id / 0 FROM t"]);

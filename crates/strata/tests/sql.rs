@@ -421,7 +421,7 @@ fn errors_name_the_position_and_the_problem() {
         ("SELECT a FROM t ORDER BY 3", "ORDER BY position 3 is not in the select list"),
         ("SELECT DISTINCT a FROM t ORDER BY b", "for SELECT DISTINCT, ORDER BY expressions must appear in the select list"),
         ("SELECT count(DISTINCT *) FROM t", "count(DISTINCT *)"),
-        ("SELECT a FROM t WHERE a > (SELECT a FROM t)", "a subquery is not supported yet"),
+        ("SELECT a FROM t WHERE a > (SELECT a FROM t)", "1:28: a scalar subquery returned more than one row"),
         ("SELECT * FROM t FULL JOIN empty ON t.id = empty.id", "this kind of join"),
         ("SELECT a FROM t WHERE sum(a) > 1", "aggregate functions are not allowed in WHERE"),
         ("SELECT 9223372036854775807 + 1", "SQL error at 1:8: i64 overflow: 9223372036854775807 + 1"),
@@ -473,6 +473,11 @@ fn random_and_mutated_queries_never_panic() {
         "SELECT x.id, y.s FROM t AS x JOIN t AS y ON x.a = y.a AND x.b < y.b LEFT JOIN empty ON empty.id = x.id WHERE y.f",
         "SELECT e.n, t.s FROM (SELECT a, count(*) AS n FROM t GROUP BY a) AS e, t WHERE e.a = t.a ORDER BY e.n",
         "SELECT id FROM t WHERE a IN (SELECT a FROM empty) AND NOT EXISTS (SELECT 1 FROM t WHERE f) AND d NOT IN (SELECT d FROM t)",
+        "SELECT id, (SELECT max(a) FROM empty) FROM t WHERE b > (SELECT avg(b) FROM t) OR EXISTS (SELECT 1 FROM empty)",
+        "SELECT id FROM t AS x WHERE EXISTS (SELECT * FROM t WHERE t.a = x.a AND t.b > x.b) AND NOT EXISTS (SELECT 1 FROM empty AS e WHERE e.id = x.id)",
+        "SELECT id FROM t AS x WHERE x.b < (SELECT 0.5 * avg(b) FROM t WHERE a = x.a AND s = x.s) AND x.a IN (SELECT a FROM t WHERE t.d = x.d)",
+        "WITH w (k, n) AS (SELECT a, count(*) FROM t GROUP BY a), v AS (SELECT k FROM w WHERE n > 1) SELECT * FROM w, v WHERE w.k = v.k AND w.n = (SELECT max(n) FROM w)",
+        "SELECT a FROM t GROUP BY a HAVING sum(b) > (SELECT sum(b) * 0.1 FROM t) ORDER BY a",
     ];
     let tokens = [
         "SELECT",
@@ -556,6 +561,11 @@ fn random_and_mutated_queries_never_panic() {
         "x.a",
         "(SELECT a FROM t)",
         ".",
+        "x.id",
+        "WITH",
+        "w",
+        "(SELECT max(a) FROM t AS y WHERE y.a = x.a)",
+        "EXISTS (SELECT 1 FROM t AS y WHERE y.id = x.id AND y.b < x.b)",
     ];
     let mut r = SplitMix64(7);
     let mut tried = 0;

@@ -664,7 +664,10 @@ fn join_errors_name_the_problem() {
         ("SELECT id FROM t WHERE k IN (SELECT k, x FROM u)", "the subquery of IN must return one column, not 2"),
         ("SELECT id FROM t WHERE k IN (SELECT g FROM u)", "cannot compare i64 and str"),
         ("SELECT * FROM t JOIN u ON t.k = u.g", "cannot compare i64 and str"),
-        ("SELECT id FROM t WHERE k = 1 OR k IN (SELECT k FROM u)", "a subquery is not supported yet"),
+        (
+            "SELECT id FROM t WHERE k = 1 OR k IN (SELECT k FROM u)",
+            "x IN (SELECT ...) other than as a condition of WHERE (joined to the others by AND) is not supported yet",
+        ),
     ];
     for (sql, want) in cases {
         let e = match run(&db, sql) {
@@ -673,4 +676,223 @@ fn join_errors_name_the_problem() {
         };
         assert!(e.contains(want), "{sql:?}: {e:?} does not contain {want:?}");
     }
+}
+
+fn avg(xs: impl Iterator<Item = i64>) -> Option<f64> {
+    let v: Vec<i64> = xs.collect();
+    (!v.is_empty()).then(|| v.iter().sum::<i64>() as f64 / v.len() as f64)
+}
+
+/// Scalar subqueries (uncorrelated: once, NULL for no row), correlated EXISTS / NOT EXISTS /
+/// IN (semi and anti joins with residuals), correlated aggregate subqueries (grouped and
+/// joined) and WITH, against references evaluated row by row here, with NULL keys and
+/// values, duplicate and skewed keys.
+fn check_subqueries(db: &Database, t: &[R], u: &[R], w: &[R]) {
+    let ids_where = |f: &dyn Fn(&R) -> bool| -> Vec<Vec<Value>> { t.iter().filter(|a| f(a)).map(|a| vec![id(a)]).collect() };
+    // Uncorrelated scalar subqueries: in WHERE (pushed into the scan), SELECT and HAVING.
+    let avg_u = avg(u.iter().filter_map(|b| b.x)).unwrap();
+    let sql = "SELECT id FROM t WHERE x > (SELECT avg(x) FROM u)";
+    assert_set(sql, q(db, sql), ids_where(&|a| a.x.is_some_and(|x| x as f64 > avg_u)), 1);
+    let max_w = w.iter().filter_map(|c| c.x).max().unwrap();
+    let sql = "SELECT id, x - (SELECT max(x) FROM w) FROM t WHERE id < 50";
+    assert_set(sql, q(db, sql), t[..50].iter().map(|a| vec![id(a), i(a.x.map(|x| x - max_w))]).collect(), 1);
+    let sql = "SELECT k, count(*) FROM t GROUP BY k HAVING count(*) > (SELECT count(*) FROM w) / 2";
+    let want: Vec<Vec<Value>> = groups(t, |r| r.k).into_iter().filter(|(_, a)| a.n > w.len() as i64 / 2).map(|(k, a)| vec![i(k), Value::I64(a.n)]).collect();
+    assert!(!want.is_empty());
+    assert_set(sql, q(db, sql), want, 1);
+    // No row: NULL (so the comparison is unknown); EXISTS as a value in an OR.
+    assert_rows("no row", &q(db, "SELECT id FROM t WHERE x > (SELECT x FROM u WHERE false)"), &[]);
+    assert_rows("null", &q(db, "SELECT (SELECT x FROM empty), (SELECT count(*) FROM empty)"), &[vec![Value::Null, Value::I64(0)]]);
+    let sql = "SELECT id FROM t WHERE k = 1 OR EXISTS (SELECT 1 FROM empty)";
+    assert_set(sql, q(db, sql), ids_where(&|a| a.k == Some(1)), 1);
+    let sql = "SELECT count(*) FROM t WHERE NOT EXISTS (SELECT 1 FROM empty) OR k = 1";
+    assert_rows(sql, &q(db, sql), &[vec![Value::I64(t.len() as i64)]]);
+    // Nested: a scalar subquery inside a scalar subquery.
+    let sql = "SELECT count(*) FROM t WHERE x > (SELECT max(x) FROM u WHERE x < (SELECT avg(x) FROM w))";
+    let avg_w = avg(w.iter().filter_map(|c| c.x)).unwrap();
+    let m = u.iter().filter_map(|b| b.x).filter(|x| (*x as f64) < avg_w).max().unwrap();
+    assert_rows(sql, &q(db, sql), &[vec![Value::I64(t.iter().filter(|a| a.x.is_some_and(|x| x > m)).count() as i64)]]);
+
+    // Correlated EXISTS with a residual (a non-equality over both sides).
+    let sql = "SELECT id FROM t WHERE EXISTS (SELECT * FROM u WHERE u.k = t.k AND u.x > t.x)";
+    assert_set(sql, q(db, sql), ids_where(&|a| u.iter().any(|b| eq(&a.k, &b.k) && a.x.zip(b.x).is_some_and(|(x, y)| y > x))), 1);
+    // NOT EXISTS: a NULL key matches nothing, so those rows stay (unlike NOT IN).
+    let sql = "SELECT id FROM t WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.k = t.k AND u.g <> t.g)";
+    let want = ids_where(&|a| !u.iter().any(|b| eq(&a.k, &b.k) && a.g.is_some() && b.g.is_some() && a.g != b.g));
+    assert!(want.iter().any(|r| t[match r[0] {
+        Value::I64(i) => i as usize,
+        _ => 0,
+    }]
+    .k
+    .is_none()));
+    assert_set(sql, q(db, sql), want, 1);
+    // TPC-H Q21's shape: EXISTS and NOT EXISTS on the same key with residuals.
+    let sql = "SELECT id FROM t WHERE EXISTS (SELECT * FROM u WHERE u.k = t.k AND u.id <> t.id) \
+               AND NOT EXISTS (SELECT * FROM u AS u3 WHERE u3.k = t.k AND u3.id <> t.id AND u3.x > 900)";
+    let want =
+        ids_where(&|a| u.iter().any(|b| eq(&a.k, &b.k) && b.id != a.id) && !u.iter().any(|b| eq(&a.k, &b.k) && b.id != a.id && b.x.is_some_and(|x| x > 900)));
+    assert!(!want.is_empty());
+    assert_set(sql, q(db, sql), want, 1);
+    // Correlated IN: a semi join on both keys.
+    let sql = "SELECT id FROM t WHERE x IN (SELECT x FROM u WHERE u.k = t.k)";
+    assert_set(sql, q(db, sql), ids_where(&|a| u.iter().any(|b| eq(&a.k, &b.k) && eq(&a.x, &b.x))), 1);
+    // The left side smaller than the right: semi and anti joins build on the left (the
+    // right rows mark what they match), through grace partitions and, for one key
+    // shared by all rows, in chunks.
+    let u_where = |f: &dyn Fn(&R) -> bool| -> Vec<Vec<Value>> { u.iter().filter(|b| f(b)).map(|b| vec![id(b)]).collect() };
+    let before = strata::sql::spill_counters();
+    let sql = "SELECT id FROM u WHERE NOT EXISTS (SELECT 1 FROM t WHERE t.k = u.k AND t.x > u.x + 900)";
+    let want = u_where(&|b| !t.iter().any(|a| eq(&a.k, &b.k) && a.x.zip(b.x).is_some_and(|(x, y)| x > y + 900)));
+    assert!(want.len() > 10 && want.len() < u.len() - 10);
+    assert_set(sql, q(db, sql), want, 1);
+    let sql = "SELECT id, g FROM u WHERE EXISTS (SELECT 1 FROM t WHERE t.g = u.g AND t.id <> u.id)";
+    let want: Vec<Vec<Value>> = u.iter().filter(|b| t.iter().any(|a| eq(&a.g, &b.g) && a.id != b.id)).map(|b| vec![id(b), st(b.g.as_ref())]).collect();
+    assert_set(sql, q(db, sql), want, 1);
+    let sql = "SELECT id FROM u WHERE EXISTS (SELECT 1 FROM t WHERE t.id * 0 = u.id * 0 AND t.x > u.x + 1500)";
+    assert_set(sql, q(db, sql), u_where(&|b| t.iter().any(|a| a.x.zip(b.x).is_some_and(|(x, y)| x > y + 1500))), 1);
+    let sql = "SELECT id FROM u WHERE NOT EXISTS (SELECT 1 FROM t WHERE t.id * 0 = u.id * 0 AND t.x > u.x + 1500)";
+    assert_set(sql, q(db, sql), u_where(&|b| !t.iter().any(|a| a.x.zip(b.x).is_some_and(|(x, y)| x > y + 1500))), 1);
+    let sql = "SELECT id FROM u WHERE k IN (SELECT k FROM t WHERE x > 0)";
+    assert_set(sql, q(db, sql), u_where(&|b| t.iter().any(|a| eq(&a.k, &b.k) && a.x.is_some_and(|x| x > 0))), 1);
+    let after = strata::sql::spill_counters();
+    assert!(after.grace_joins > before.grace_joins && after.chunked_partitions > before.chunked_partitions, "{before:?} {after:?}");
+    // An uncorrelated-looking name: inside, `t` is the subquery's own table.
+    let sql = "SELECT count(*) FROM w WHERE EXISTS (SELECT 1 FROM t WHERE t.id = 7)";
+    assert_rows(sql, &q(db, sql), &[vec![Value::I64(w.len() as i64)]]);
+
+    // Correlated aggregate subqueries, grouped by the correlation key and joined.
+    let sql = "SELECT id FROM t WHERE x > (SELECT avg(x) FROM u WHERE u.k = t.k)";
+    let want = ids_where(&|a| a.x.is_some_and(|x| avg(u.iter().filter(|b| eq(&a.k, &b.k)).filter_map(|b| b.x)).is_some_and(|m| x as f64 > m)));
+    assert!(!want.is_empty());
+    assert_set(sql, q(db, sql), want, 1);
+    // Q17's shape: the same table inside and out (aliased), an expression of the aggregate.
+    let sql = "SELECT sum(x) FROM t AS a WHERE a.id < 2000 AND y < (SELECT 0.5 * max(y) FROM t WHERE k = a.k AND d IS NOT NULL)";
+    let mut sum = None::<i64>;
+    for a in t.iter().filter(|a| a.id < 2000) {
+        let m = t.iter().filter(|b| eq(&b.k, &a.k) && b.d.is_some()).filter_map(|b| b.y).fold(None::<f64>, |m, y| Some(m.map_or(y, |m| m.max(y))));
+        if a.y.zip(m).is_some_and(|(y, m)| y < 0.5 * m) {
+            if let Some(x) = a.x {
+                sum = Some(sum.unwrap_or(0) + x);
+            }
+        }
+    }
+    assert_rows(sql, &q(db, sql), &[vec![i(sum)]]);
+    // Q2's shape: two correlation keys, the subquery on the left of =.
+    let sql = "SELECT t.id FROM t, w WHERE t.k = w.k AND (SELECT min(u.x) FROM u WHERE u.k = t.k AND u.g = w.g) = t.x";
+    let mut want = Vec::new();
+    for a in t {
+        for c in w.iter().filter(|c| eq(&a.k, &c.k)) {
+            let m = u.iter().filter(|b| eq(&b.k, &a.k) && eq(&b.g, &c.g)).filter_map(|b| b.x).min();
+            if m.is_some() && m == a.x {
+                want.push(vec![id(a)]);
+            }
+        }
+    }
+    assert_set(sql, q(db, sql), want, 1);
+    // Q20's shape: a correlated aggregate inside an IN subquery, correlated to it.
+    let sql = "SELECT id FROM w WHERE k IN (SELECT u.k FROM u WHERE u.x > (SELECT sum(t.x) / 100 FROM t WHERE t.k = u.k AND t.g = u.g))";
+    let inner: Vec<i64> = u
+        .iter()
+        .filter(|b| {
+            let s: Vec<i64> = t.iter().filter(|a| eq(&a.k, &b.k) && eq(&a.g, &b.g)).filter_map(|a| a.x).collect();
+            !s.is_empty() && b.x.is_some_and(|x| x > s.iter().sum::<i64>() / 100)
+        })
+        .filter_map(|b| b.k)
+        .collect();
+    let want: Vec<Vec<Value>> = w.iter().filter(|c| c.k.is_some_and(|k| inner.contains(&k))).map(|c| vec![id(c)]).collect();
+    assert!(!want.is_empty());
+    assert_set(sql, q(db, sql), want, 1);
+
+    // WITH: inlined where it is used (twice here, once in a scalar subquery); a column list;
+    // one WITH query over another.
+    let sql = "WITH s AS (SELECT k, sum(x) AS total FROM t WHERE k IS NOT NULL GROUP BY k) SELECT k, total FROM s WHERE total = (SELECT max(total) FROM s)";
+    let sums: Vec<(i64, i64)> = groups(t, |r| r.k).into_iter().filter_map(|(k, a)| Some((k?, a.xs.iter().sum::<i64>()))).collect();
+    let best = sums.iter().map(|s| s.1).max().unwrap();
+    assert_set(sql, q(db, sql), sums.iter().filter(|s| s.1 == best).map(|s| vec![Value::I64(s.0), Value::I64(s.1)]).collect(), 1);
+    let sql = "WITH a (kk) AS (SELECT k FROM w WHERE k IS NOT NULL), b AS (SELECT kk FROM a WHERE kk > 0) SELECT count(*), (SELECT count(*) FROM a) FROM b";
+    let n = |f: &dyn Fn(i64) -> bool| w.iter().filter(|c| c.k.is_some_and(f)).count() as i64;
+    assert_rows(sql, &q(db, sql), &[vec![Value::I64(n(&|k| k > 0)), Value::I64(n(&|_| true))]]);
+}
+
+#[test]
+fn subqueries_match_the_reference_through_a_tiny_pool() {
+    let (_dir, db, t, u, w) = join_setup(POOL);
+    check_subqueries(&db, &t, &u, &w);
+    assert!(db.buffer().stats().peak_resident_bytes <= POOL);
+}
+
+#[test]
+fn subquery_errors_name_the_problem() {
+    let (_dir, db, ..) = join_setup(POOL);
+    let cases = [
+        ("SELECT (SELECT x FROM u)", "1:9: a scalar subquery returned more than one row"),
+        ("SELECT id FROM t WHERE x = (SELECT x, y FROM u)", "a scalar subquery must return one column, not 2"),
+        ("SELECT id, (SELECT max(x) FROM u WHERE u.k = t.k) FROM t", "1:13: a correlated subquery is not supported here"),
+        ("SELECT id FROM t WHERE x > (SELECT max(x) FROM u WHERE u.k < t.k)", "can only be correlated by equalities"),
+        ("SELECT id FROM t WHERE x > (SELECT count(*) FROM u WHERE u.k = t.k)", "whose value over no rows is not NULL (as with count)"),
+        ("SELECT id FROM t WHERE x > (SELECT x FROM u WHERE u.k = t.k)", "a correlated scalar subquery without an aggregate"),
+        ("SELECT id FROM t WHERE k NOT IN (SELECT k FROM u WHERE u.x = t.x)", "NOT IN with a correlated subquery"),
+        ("SELECT id FROM t WHERE EXISTS (SELECT count(*) FROM u WHERE u.k = t.k)", "EXISTS over a correlated subquery with aggregates"),
+        ("SELECT id FROM t WHERE EXISTS (SELECT k FROM u WHERE u.k = t.k GROUP BY k)", "GROUP BY or HAVING in a correlated subquery"),
+        ("SELECT id FROM t WHERE EXISTS (SELECT k FROM u WHERE u.k = t.k LIMIT 1)", "ORDER BY, LIMIT or OFFSET in a correlated subquery"),
+        ("WITH RECURSIVE r AS (SELECT 1) SELECT * FROM r", "WITH RECURSIVE is not supported yet"),
+        ("WITH a AS (SELECT 1), A AS (SELECT 2) SELECT * FROM a", "1:23: WITH names \"A\" twice"),
+        ("WITH a AS (SELECT * FROM a) SELECT * FROM a", "no table named \"a\" in this database"),
+        ("WITH a (p, q) AS (SELECT 1) SELECT * FROM a", "has 1 columns, the alias names 2"),
+        (
+            "SELECT id FROM t WHERE EXISTS (SELECT 1 FROM u WHERE EXISTS (SELECT 1 FROM w WHERE w.k = t.k))",
+            "1:90: \"t.k\" is a column of an enclosing query; a subquery reads those only in its WHERE, and only of the query directly around it",
+        ),
+        ("SELECT id FROM t WHERE EXISTS (SELECT t.id FROM u JOIN w ON w.k = t.k WHERE u.k = t.k)", "1:67: \"t.k\" is a column of an enclosing query"),
+        ("SELECT id FROM t WHERE EXISTS (SELECT 1 FROM u WHERE u.nope = t.k)", "no column named \"nope\" in table \"u\""),
+    ];
+    for (sql, want) in cases {
+        let e = match run(&db, sql) {
+            Ok(r) => panic!("{sql}: expected an error, got {} rows", r.len()),
+            Err(e) => e.to_string(),
+        };
+        assert!(e.contains(want), "{sql:?}: {e:?} does not contain {want:?}");
+        assert!(!e.contains('\n'), "{e:?}");
+    }
+    // WITH cannot make planning exponential.
+    let mut sql = "WITH c0 AS (SELECT 1 AS v)".to_owned();
+    for k in 1..16 {
+        sql.push_str(&format!(", c{k} AS (SELECT a.v FROM c{} AS a, c{} AS b)", k - 1, k - 1));
+    }
+    sql.push_str(" SELECT * FROM c15");
+    let e = run(&db, &sql).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(e.contains("more than 1000 subqueries"), "{e}");
+}
+
+#[test]
+fn decorrelated_subqueries_are_joins_in_the_plan() {
+    let (_dir, db, ..) = join_setup(POOL);
+    let plan = |sql: &str| {
+        let lines: Vec<String> = q(&db, &format!("EXPLAIN {sql}"))
+            .into_iter()
+            .map(|r| match &r[0] {
+                Value::Str(s) => s.clone(),
+                v => panic!("{v:?}"),
+            })
+            .collect();
+        lines.join("\n")
+    };
+    let p = plan("SELECT id FROM t WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.k = t.k AND u.x > t.x)");
+    assert!(p.contains("HashJoin notexists on t.k = u.k (build: right, ~800 rows vs ~3000;") && p.contains("and (u.x > t.x)"), "{p}");
+    // Only the subquery's columns that the keys and the residual read are kept.
+    assert!(p.contains("    Project k, x\n      Scan u"), "{p}");
+    // A semi join builds on the left side when it has fewer rows.
+    let p = plan("SELECT id FROM u WHERE EXISTS (SELECT 1 FROM t WHERE u.k = t.k)");
+    assert!(p.contains("HashJoin semi on u.k = t.k (build: left, ~800 rows vs ~3000;"), "{p}");
+    let p = plan("SELECT id FROM t WHERE x IN (SELECT x FROM u WHERE u.k = t.k)");
+    assert!(p.contains("HashJoin semi on x = x, t.k = u.k"), "{p}");
+    // A correlated aggregate: grouped by its key, joined; its groups restricted to the keys
+    // of the filtered outer relation (a semi join before the grouping).
+    let p = plan("SELECT id FROM t WHERE t.id < 100 AND x > (SELECT avg(x) FROM u WHERE u.k = t.k)");
+    assert!(p.contains("HashJoin inner on t.k = #key1"), "{p}");
+    assert!(p.contains("HashAggregate (temp pages, spills by partition) keys u.k aggs avg(x)"), "{p}");
+    assert!(p.contains("HashJoin semi on u.k = #key1") && p.contains("Project t.k\n              Scan t filter (t.id < 100)"), "{p}");
+    // An uncorrelated scalar: once, before the rows, its value pushed into the scan.
+    let p = plan("SELECT id FROM t WHERE x > (SELECT avg(x) FROM u)");
+    assert!(p.starts_with("$1 := scalar subquery (once, before the rows)") && p.contains("Scan t filter (x > $1)"), "{p}");
 }

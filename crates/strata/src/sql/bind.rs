@@ -7,10 +7,16 @@ use sqlparser::ast::{
     ObjectNamePart, Query, SelectItem, SetExpr, Spanned, Statement, TableFactor, UnaryOperator, Value as SqlValue,
 };
 use sqlparser::tokenizer::Span;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
 
+use super::agg::{AggKind, St};
 use super::exec::{AggFunc, AggSpec, Plan, SortKey};
 use super::expr::{can_cast, err, tname, ArOp, BExpr, CmpOp, DatePart, Func1, Pos};
 use super::join::JoinKind;
+use super::subquery::{Param, ScalarSub};
 use crate::access::catalog::Catalog;
 use crate::access::table::text::parse_date;
 use crate::access::table::{ColumnType, Value};
@@ -36,12 +42,15 @@ fn unsupported(pos: Pos, what: &str) -> crate::error::Error {
 }
 
 /// A relation of FROM: its name (a table's, or the alias of a subquery), its alias, its
-/// columns and where they start in the joined row.
+/// columns and where they start in the joined row. `hidden`: a decorrelated subquery's
+/// groups, joined after FROM's relations (not part of `*`).
+#[derive(Clone)]
 struct Rel {
     name: String,
     alias: Option<String>,
     cols: Vec<(String, Option<ColumnType>)>,
     offset: usize,
+    hidden: bool,
 }
 
 impl Rel {
@@ -73,14 +82,44 @@ impl Rel {
     }
 }
 
-/// The relations in scope; a row is their columns one after the other.
+/// The relations in scope; a row is their columns one after the other. In a subquery,
+/// the first `local_from` relations are the enclosing query's: a name is looked up in the
+/// subquery's own relations first, then in those.
+#[derive(Clone)]
 struct Scope {
     rels: Vec<Rel>,
+    local_from: usize,
 }
 
 impl Scope {
+    fn new(rels: Vec<Rel>) -> Scope {
+        Scope { rels, local_from: 0 }
+    }
+
+    /// `local` inside `outer`: the row is the outer row, then the local one.
+    fn nest(outer: &Scope, local: &Scope) -> Scope {
+        let w = outer.width();
+        let mut rels = outer.rels.clone();
+        rels.extend(local.rels.iter().map(|r| Rel { offset: r.offset + w, ..r.clone() }));
+        Scope { rels, local_from: outer.rels.len() }
+    }
+
     fn width(&self) -> usize {
         self.rels.iter().map(|r| r.cols.len()).sum()
+    }
+
+    /// The width of the relations of FROM (the hidden ones come after them).
+    fn visible_width(&self) -> usize {
+        self.rels.iter().filter(|r| !r.hidden).map(|r| r.cols.len()).sum()
+    }
+
+    /// The relations that names are looked up in, the enclosing query's last.
+    fn layers(&self) -> [std::ops::Range<usize>; 2] {
+        [self.local_from..self.rels.len(), 0..self.local_from]
+    }
+
+    fn shown_rels(&self) -> Vec<&Rel> {
+        self.rels[self.local_from..].iter().filter(|r| !r.hidden).collect()
     }
 
     /// The relation of column `i`.
@@ -100,14 +139,18 @@ impl Scope {
 
     /// The column `id` of whichever relation has it (an error if none or several do).
     fn column(&self, id: &ast::Ident) -> Result<(usize, Option<ColumnType>)> {
-        let hits: Vec<(usize, usize)> = self.rels.iter().enumerate().filter_map(|(r, rel)| rel.find(id).map(|c| (r, c))).collect();
+        let mut hits: Vec<(usize, usize)> = Vec::new();
+        for layer in self.layers() {
+            if hits.is_empty() {
+                hits = layer.filter_map(|r| self.rels[r].find(id).map(|c| (r, c))).collect();
+            }
+        }
+        let shown = self.shown_rels();
         match hits.as_slice() {
             [(r, c)] => Ok((self.rels[*r].offset + c, self.rels[*r].cols[*c].1)),
-            [] if self.rels.is_empty() => Err(err(at(id.span), format!("no column named {:?} (the query has no FROM)", id.value))),
-            [] if self.rels.len() == 1 => Err(err(at(id.span), format!("no column named {:?} in table {}", id.value, self.rels[0].shown()))),
-            [] => {
-                Err(err(at(id.span), format!("no column named {:?} in tables {}", id.value, self.rels.iter().map(Rel::shown).collect::<Vec<_>>().join(", "))))
-            }
+            [] if shown.is_empty() => Err(err(at(id.span), format!("no column named {:?} (the query has no FROM)", id.value))),
+            [] if shown.len() == 1 => Err(err(at(id.span), format!("no column named {:?} in table {}", id.value, shown[0].shown()))),
+            [] => Err(err(at(id.span), format!("no column named {:?} in tables {}", id.value, shown.iter().map(|r| r.shown()).collect::<Vec<_>>().join(", ")))),
             [(a, _), (b, _), ..] => Err(err(
                 at(id.span),
                 format!("column name {:?} is ambiguous (tables {} and {} have it); qualify it", id.value, self.rels[*a].shown(), self.rels[*b].shown()),
@@ -117,12 +160,15 @@ impl Scope {
 
     /// The relation `q` names.
     fn rel_named(&self, q: &ast::Ident) -> Result<usize> {
-        let mut m = self.rels.iter().enumerate().filter(|(_, r)| r.qualifies(q));
-        match (m.next(), m.next()) {
-            (Some((i, _)), None) => Ok(i),
-            (None, _) => Err(err(at(q.span), format!("no table named {:?} in this query", q.value))),
-            _ => Err(err(at(q.span), format!("table name {:?} is given twice in FROM; use aliases", q.value))),
+        for layer in self.layers() {
+            let mut m = layer.filter(|r| !self.rels[*r].hidden && self.rels[*r].qualifies(q));
+            match (m.next(), m.next()) {
+                (Some(i), None) => return Ok(i),
+                (None, _) => {}
+                _ => return Err(err(at(q.span), format!("table name {:?} is given twice in FROM; use aliases", q.value))),
+            }
         }
+        Err(err(at(q.span), format!("no table named {:?} in this query", q.value)))
     }
 
     /// The column `q.id`.
@@ -183,8 +229,49 @@ fn coerce_to(e: Typed, want: Option<ColumnType>, pos: Pos) -> Result<Typed> {
     }
 }
 
+/// What the binding of one statement shares: the catalog, the uncorrelated subqueries
+/// computed before the rows ([`Plan::Scalars`]), the `WITH` queries in scope.
+struct Cx<'c> {
+    catalog: &'c Catalog,
+    scalars: RefCell<Vec<ScalarSub>>,
+    /// The parameter of each subquery bound as one, by its place in the text (a subquery
+    /// looked at twice, or a `WITH` query inlined twice, is computed once).
+    memo: RefCell<HashMap<MemoKey, Typed>>,
+    ctes: RefCell<Vec<Rc<ast::Cte>>>,
+    queries: Cell<usize>,
+    /// The scopes of the queries around the one being bound (for messages).
+    enclosing: RefCell<Vec<Scope>>,
+}
+
+/// The most (sub)queries a statement may bind, `WITH` queries counted each time they are
+/// inlined (so that `WITH` cannot make planning exponential).
+pub const MAX_SUBQUERIES: usize = 1000;
+
+impl Cx<'_> {
+    /// The `WITH` query `id` names (the innermost), and its place in the stack.
+    fn cte(&self, id: &ast::Ident) -> Option<(usize, Rc<ast::Cte>)> {
+        let ctes = self.ctes.borrow();
+        let same = |n: &str| if id.quote_style.is_some() { n == id.value } else { n.eq_ignore_ascii_case(&id.value) };
+        ctes.iter().enumerate().rev().find(|(_, c)| same(&c.alias.name.value)).map(|(i, c)| (i, c.clone()))
+    }
+}
+
+/// A subquery's place in the text (start and end line and column), and whether it is an `EXISTS`.
+type MemoKey = (bool, u64, u64, u64, u64);
+
+fn memo_key(q: &Query, exists: bool) -> Option<MemoKey> {
+    let sp = q.span();
+    (sp.start.line > 0).then_some((exists, sp.start.line, sp.start.column, sp.end.line, sp.end.column))
+}
+
+/// Expressions are bound against `scope`; a subquery in them has `own` as its enclosing
+/// query's scope (the same, except for the conditions of a subquery's WHERE, bound with the
+/// enclosing query's relations in front).
+#[derive(Clone, Copy)]
 struct Binder<'s> {
+    cx: &'s Cx<'s>,
     scope: &'s Scope,
+    own: &'s Scope,
 }
 
 fn interval_of(iv: &ast::Interval, pos: Pos) -> Result<(i64, DatePart)> {
@@ -449,17 +536,23 @@ impl Binder<'_> {
                 }
             }
             Expr::Function(f) => self.function(f, pos, aggs)?,
-            Expr::InSubquery { .. } | Expr::Subquery(_) | Expr::Exists { .. } => return Err(unsupported(pos, "a subquery")),
+            Expr::Subquery(q) => self.subquery_value(q, pos, false)?,
+            Expr::Exists { subquery, negated } => {
+                let (p, t) = self.subquery_value(subquery, pos, true)?;
+                (if *negated { BExpr::Not(Box::new(p)) } else { p }, t)
+            }
+            Expr::InSubquery { .. } => return Err(unsupported(pos, "x IN (SELECT ...) other than as a condition of WHERE (joined to the others by AND)")),
             Expr::Wildcard(_) | Expr::QualifiedWildcard(..) => return Err(err(pos, "* is only allowed as a whole SELECT item or in count(*)")),
             other => return Err(unsupported(pos, &format!("the expression {}", short(&other.to_string())))),
         })
     }
 
     fn column(&self, id: &ast::Ident, q: Option<&ast::Ident>, aggs: &mut Aggs<'_>) -> Result<Typed> {
-        let (i, t) = match q {
-            Some(q) => self.scope.qualified(q, id)?,
-            None => self.scope.column(id)?,
+        let found = match q {
+            Some(q) => self.scope.qualified(q, id),
+            None => self.scope.column(id),
         };
+        let (i, t) = found.map_err(|e| self.enclosing_hint(e, id, q))?;
         let name = match q {
             Some(q) => format!("{}.{}", q.value, self.scope.col_name(i)),
             None => self.scope.col_name(i),
@@ -601,7 +694,7 @@ impl Binder<'_> {
             let (func, arg, arg_ty) = match (func, star, args.as_slice()) {
                 (AggFunc::Count, true, []) => (AggFunc::CountStar, None, None),
                 (_, false, [a]) => {
-                    let (b, t) = Binder { scope: self.scope }.expr(a, &mut Aggs::No("the argument of an aggregate function"))?;
+                    let (b, t) = self.expr(a, &mut Aggs::No("the argument of an aggregate function"))?;
                     match (func, t) {
                         (AggFunc::Sum | AggFunc::Avg, t) if is_numeric(t) => {}
                         (AggFunc::Sum | AggFunc::Avg, t) => return Err(err(pos, format!("{name}() needs a number, not {}", tname(t)))),
@@ -779,25 +872,97 @@ pub struct Bound {
 
 /// Binds one statement.
 pub fn statement(catalog: &Catalog, stmt: &Statement) -> Result<(Bound, bool)> {
-    match stmt {
-        Statement::Query(q) => Ok((query(catalog, q)?, false)),
+    let cx = Cx {
+        catalog,
+        scalars: RefCell::new(Vec::new()),
+        memo: RefCell::new(HashMap::new()),
+        ctes: RefCell::new(Vec::new()),
+        queries: Cell::new(0),
+        enclosing: RefCell::new(Vec::new()),
+    };
+    let (mut bound, explain) = match stmt {
+        Statement::Query(q) => (query(&cx, q)?, false),
         Statement::Explain { statement, analyze, .. } => {
             if *analyze {
                 return Err(unsupported(at(stmt.span()), "EXPLAIN ANALYZE"));
             }
             match statement.as_ref() {
-                Statement::Query(q) => Ok((query(catalog, q)?, true)),
-                other => Err(err(at(other.span()), "EXPLAIN needs a SELECT query")),
+                Statement::Query(q) => (query(&cx, q)?, true),
+                other => return Err(err(at(other.span()), "EXPLAIN needs a SELECT query")),
             }
         }
-        other => Err(err(at(other.span()), format!("only SELECT and EXPLAIN are supported (strata sql is read-only), not: {}", short(&other.to_string())))),
+        other => {
+            return Err(err(at(other.span()), format!("only SELECT and EXPLAIN are supported (strata sql is read-only), not: {}", short(&other.to_string()))))
+        }
+    };
+    let subs = cx.scalars.into_inner();
+    if !subs.is_empty() {
+        bound.plan = Plan::Scalars { subs, input: Box::new(bound.plan) };
+    }
+    Ok((bound, explain))
+}
+
+/// A query bound inside another: its plan, or, when its WHERE reads the enclosing query's
+/// columns, what the enclosing query needs to decorrelate it.
+enum Sub<'q> {
+    Plain(Bound),
+    Corr(Corr<'q>),
+}
+
+/// A correlated subquery: the rows of its FROM filtered by the conditions of its WHERE that
+/// are its own, the conditions that read the enclosing query's columns (bound over the
+/// enclosing row followed by the subquery's), its SELECT, and whether that aggregates.
+struct Corr<'q> {
+    fw: FromWhere,
+    select: &'q ast::Select,
+    aggregated: bool,
+    pos: Pos,
+}
+
+/// A query that reads no enclosing query.
+fn query(cx: &Cx<'_>, q: &Query) -> Result<Bound> {
+    match query_in(cx, q, None)? {
+        Sub::Plain(b) => Ok(b),
+        Sub::Corr(c) => Err(err(c.pos, "a correlated subquery without an enclosing query")),
     }
 }
 
-fn query(catalog: &Catalog, q: &Query) -> Result<Bound> {
-    if let Some(w) = &q.with {
-        return Err(unsupported(at(w.span()), "WITH"));
+/// A query, inside the query whose scope is `outer` if any.
+fn query_in<'q>(cx: &Cx<'_>, q: &'q Query, outer: Option<&Scope>) -> Result<Sub<'q>> {
+    cx.queries.set(cx.queries.get() + 1);
+    if cx.queries.get() > MAX_SUBQUERIES {
+        return Err(err(at(q.span()), format!("the query has more than {MAX_SUBQUERIES} subqueries (WITH queries count each time they are used)")));
     }
+    let mark = cx.ctes.borrow().len();
+    if let Some(w) = &q.with {
+        if w.recursive {
+            return Err(unsupported(at(w.span()), "WITH RECURSIVE"));
+        }
+        for (k, cte) in w.cte_tables.iter().enumerate() {
+            let name = &cte.alias.name;
+            if w.cte_tables[..k].iter().any(|o| o.alias.name.value.eq_ignore_ascii_case(&name.value)) {
+                cx.ctes.borrow_mut().truncate(mark);
+                return Err(err(at(name.span), format!("WITH names {:?} twice", name.value)));
+            }
+            if cte.from.is_some() {
+                cx.ctes.borrow_mut().truncate(mark);
+                return Err(unsupported(at(name.span), "WITH ... FROM"));
+            }
+            cx.ctes.borrow_mut().push(Rc::new(cte.clone()));
+        }
+    }
+    if let Some(o) = outer {
+        cx.enclosing.borrow_mut().push(o.clone());
+    }
+    let r = query_body(cx, q, outer);
+    if outer.is_some() {
+        cx.enclosing.borrow_mut().pop();
+    }
+    cx.ctes.borrow_mut().truncate(mark);
+    r
+}
+
+fn query_body<'q>(cx: &Cx<'_>, q: &'q Query, outer: Option<&Scope>) -> Result<Sub<'q>> {
     if q.fetch.is_some() || !q.locks.is_empty() || q.for_clause.is_some() || q.settings.is_some() || q.format_clause.is_some() || !q.pipe_operators.is_empty() {
         return Err(unsupported(at(q.span()), "this query clause"));
     }
@@ -824,11 +989,20 @@ fn query(catalog: &Catalog, q: &Query) -> Result<Bound> {
         other => return Err(unsupported(at(other.span()), "this kind of query")),
     };
     let top = limit.and_then(|l| l.checked_add(offset));
-    let mut bound = select_plan(catalog, select, q.order_by.as_ref(), top)?;
+    let mut bound = match select_plan(cx, select, q.order_by.as_ref(), top, outer)? {
+        Sub::Plain(b) => b,
+        Sub::Corr(mut c) => {
+            if q.order_by.is_some() || limit.is_some() || offset > 0 {
+                return Err(unsupported(at(q.span()), "ORDER BY, LIMIT or OFFSET in a correlated subquery"));
+            }
+            c.pos = at(q.span());
+            return Ok(Sub::Corr(c));
+        }
+    };
     if limit.is_some() || offset > 0 {
         bound.plan = Plan::Limit { input: Box::new(bound.plan), limit, offset };
     }
-    Ok(bound)
+    Ok(Sub::Plain(bound))
 }
 
 /// The expression a `GROUP BY` item stands for: `GROUP BY 2` is the second SELECT item, and
@@ -885,7 +1059,7 @@ fn order_target(e: &Expr, columns: &[OutColumn], texts: &[Option<String>]) -> Re
     Ok(texts.iter().position(|x| x.as_deref() == Some(t.as_str())))
 }
 
-fn select_plan(catalog: &Catalog, s: &ast::Select, order_by: Option<&ast::OrderBy>, top: Option<u64>) -> Result<Bound> {
+fn select_plan<'q>(cx: &Cx<'_>, s: &'q ast::Select, order_by: Option<&ast::OrderBy>, top: Option<u64>, outer: Option<&Scope>) -> Result<Sub<'q>> {
     let spos = at(s.select_token.0.span);
     let distinct = match &s.distinct {
         None => false,
@@ -911,9 +1085,25 @@ fn select_plan(catalog: &Catalog, s: &ast::Select, order_by: Option<&ast::OrderB
         GroupByExpr::All(_) => return Err(unsupported(spos, "GROUP BY ALL")),
     };
     // FROM: the relations, then the joins planned with WHERE's conjuncts.
-    let (scope, rel_plans, steps) = from_clause(catalog, &s.from)?;
-    let b = Binder { scope: &scope };
-    let mut plan = plan_joins(catalog, &b, rel_plans, &steps, s.selection.as_ref())?;
+    let fw = from_where(cx, &s.from, s.selection.as_ref(), outer)?;
+    if let (false, Some(outer)) = (fw.corr.is_empty(), outer) {
+        // A correlated subquery: what it is joined by is left to the enclosing query.
+        if !group_exprs.is_empty() || s.having.is_some() {
+            return Err(unsupported(spos, "GROUP BY or HAVING in a correlated subquery"));
+        }
+        let full = Scope::nest(outer, &fw.scope);
+        let b = Binder { cx, scope: &full, own: &fw.scope };
+        let (mut aggs, mut bare) = (Vec::new(), None);
+        for item in &s.projection {
+            if let SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } = item {
+                b.expr(e, &mut Aggs::Collect { list: &mut aggs, bare_column: &mut bare, keys: &[] })?;
+            }
+        }
+        return Ok(Sub::Corr(Corr { aggregated: !aggs.is_empty(), fw, select: s, pos: spos }));
+    }
+    let scope = fw.scope;
+    let b = Binder { cx, scope: &scope, own: &scope };
+    let mut plan = fw.plan;
     // GROUP BY keys, bound against the input.
     let mut keys = Vec::with_capacity(group_exprs.len());
     let mut key_exprs = Vec::with_capacity(group_exprs.len());
@@ -953,7 +1143,7 @@ fn select_plan(catalog: &Catalog, s: &ast::Select, order_by: Option<&ast::OrderB
                         let r = r.ok_or_else(|| err(at(item.span()), format!("no table named {kind} in this query")))?;
                         scope.rels[r].offset..scope.rels[r].offset + scope.rels[r].cols.len()
                     }
-                    _ => 0..scope.width(),
+                    _ => 0..scope.visible_width(),
                 };
                 if scope.rels.is_empty() {
                     return Err(err(at(item.span()), "SELECT * needs a FROM"));
@@ -1065,7 +1255,7 @@ fn select_plan(catalog: &Catalog, s: &ast::Select, order_by: Option<&ast::OrderB
     if width > n {
         plan = Plan::Project { input: Box::new(plan), exprs: columns.iter().enumerate().map(|(i, c)| BExpr::Col(i, c.name.clone())).collect() };
     }
-    Ok(Bound { plan, columns })
+    Ok(Sub::Plain(Bound { plan, columns }))
 }
 
 /// One step of FROM: relation `rel` joined (`kind`, `on`) to the relations before it.
@@ -1086,7 +1276,7 @@ fn rename_cols(rel: &mut Rel, a: &ast::TableAlias) -> Result<()> {
 }
 
 /// A table or a subquery of FROM, and its plan.
-fn table_factor(catalog: &Catalog, tf: &TableFactor) -> Result<(Rel, Plan)> {
+fn table_factor(cx: &Cx<'_>, tf: &TableFactor) -> Result<(Rel, Plan)> {
     match tf {
         TableFactor::Table { name, alias, args, with_hints, version, partitions, sample, json_path, .. } => {
             if args.is_some() || !with_hints.is_empty() || version.is_some() || !partitions.is_empty() || sample.is_some() || json_path.is_some() {
@@ -1096,11 +1286,25 @@ fn table_factor(catalog: &Catalog, tf: &TableFactor) -> Result<(Rel, Plan)> {
                 [ObjectNamePart::Identifier(id)] => id,
                 _ => return Err(err(at(name.span()), format!("no table named {name} (table names have one part)"))),
             };
-            let found = catalog.tables.get(&ident.value).map(|t| (ident.value.clone(), t)).or_else(|| {
+            if let Some((i, cte)) = cx.cte(ident) {
+                // A WITH query, inlined: bound where it is used, seeing the WITH queries before it.
+                let later = cx.ctes.borrow_mut().split_off(i);
+                let bound = query(cx, &cte.query);
+                cx.ctes.borrow_mut().extend(later);
+                let bound = bound?;
+                let cols = bound.columns.iter().map(|c| (c.name.clone(), c.ty)).collect();
+                let mut rel = Rel { name: cte.alias.name.value.clone(), alias: alias.as_ref().map(|a| a.name.value.clone()), cols, offset: 0, hidden: false };
+                rename_cols(&mut rel, &cte.alias)?;
+                if let Some(a) = alias {
+                    rename_cols(&mut rel, a)?;
+                }
+                return Ok((rel, bound.plan));
+            }
+            let found = cx.catalog.tables.get(&ident.value).map(|t| (ident.value.clone(), t)).or_else(|| {
                 if ident.quote_style.is_some() {
                     return None;
                 }
-                let mut m = catalog.tables.iter().filter(|(n, _)| n.eq_ignore_ascii_case(&ident.value));
+                let mut m = cx.catalog.tables.iter().filter(|(n, _)| n.eq_ignore_ascii_case(&ident.value));
                 match (m.next(), m.next()) {
                     (Some((n, t)), None) => Some((n.clone(), t)),
                     _ => None,
@@ -1108,7 +1312,7 @@ fn table_factor(catalog: &Catalog, tf: &TableFactor) -> Result<(Rel, Plan)> {
             });
             let (tname_, table) = found.ok_or_else(|| err(at(ident.span), format!("no table named {:?} in this database", ident.value)))?;
             let cols = table.schema.columns.iter().map(|c| (c.name.clone(), Some(c.ty))).collect();
-            let mut rel = Rel { name: tname_.clone(), alias: alias.as_ref().map(|a| a.name.value.clone()), cols, offset: 0 };
+            let mut rel = Rel { name: tname_.clone(), alias: alias.as_ref().map(|a| a.name.value.clone()), cols, offset: 0, hidden: false };
             if let Some(a) = alias {
                 rename_cols(&mut rel, a)?;
             }
@@ -1118,9 +1322,9 @@ fn table_factor(catalog: &Catalog, tf: &TableFactor) -> Result<(Rel, Plan)> {
             if *lateral {
                 return Err(unsupported(at(tf.span()), "LATERAL"));
             }
-            let bound = query(catalog, subquery)?;
+            let bound = query(cx, subquery)?;
             let name = alias.as_ref().map_or_else(|| "subquery".to_owned(), |a| a.name.value.clone());
-            let mut rel = Rel { name, alias: None, cols: bound.columns.iter().map(|c| (c.name.clone(), c.ty)).collect(), offset: 0 };
+            let mut rel = Rel { name, alias: None, cols: bound.columns.iter().map(|c| (c.name.clone(), c.ty)).collect(), offset: 0, hidden: false };
             if let Some(a) = alias {
                 rename_cols(&mut rel, a)?;
             }
@@ -1132,11 +1336,11 @@ fn table_factor(catalog: &Catalog, tf: &TableFactor) -> Result<(Rel, Plan)> {
 }
 
 /// The relations of FROM (in the order written) with their plans, and the join steps.
-fn from_clause<'q>(catalog: &Catalog, from: &'q [ast::TableWithJoins]) -> Result<(Scope, Vec<Plan>, Vec<Step<'q>>)> {
+fn from_clause<'q>(cx: &Cx<'_>, from: &'q [ast::TableWithJoins]) -> Result<(Scope, Vec<Plan>, Vec<Step<'q>>)> {
     let (mut rels, mut plans, mut steps) = (Vec::new(), Vec::new(), Vec::new());
     let mut offset = 0;
     let mut add = |tf: &TableFactor, rels: &mut Vec<Rel>| -> Result<usize> {
-        let (mut rel, plan) = table_factor(catalog, tf)?;
+        let (mut rel, plan) = table_factor(cx, tf)?;
         rel.offset = offset;
         offset += rel.cols.len();
         rels.push(rel);
@@ -1166,7 +1370,7 @@ fn from_clause<'q>(catalog: &Catalog, from: &'q [ast::TableWithJoins]) -> Result
             steps.push(Step { rel: r, kind, on });
         }
     }
-    Ok((Scope { rels }, plans, steps))
+    Ok((Scope::new(rels), plans, steps))
 }
 
 /// A bound conjunct of WHERE or ON: the predicate, the relations it reads, and its two
@@ -1175,7 +1379,41 @@ struct Conj {
     pred: BExpr,
     rels: Vec<usize>,
     equi: Option<(BExpr, Vec<usize>, BExpr, Vec<usize>)>,
+    /// The type of both sides of `equi`.
+    equi_ty: Option<ColumnType>,
     applied: bool,
+    pos: Pos,
+}
+
+impl Conj {
+    /// The conjunct of a subquery's WHERE bound over the enclosing row (`ko` relations,
+    /// `wo` columns) then the subquery's, as a conjunct of the subquery's row alone.
+    fn shifted(mut self, ko: usize, wo: usize) -> Conj {
+        let down = |e: &mut BExpr| e.map_cols(&|i| i - wo);
+        down(&mut self.pred);
+        self.rels.iter_mut().for_each(|r| *r -= ko);
+        if let Some((x, rx, y, ry)) = &mut self.equi {
+            down(x);
+            down(y);
+            rx.iter_mut().chain(ry.iter_mut()).for_each(|r| *r -= ko);
+        }
+        self
+    }
+
+    /// For a conjunct over the enclosing row (`ko` relations) then the subquery's: its two
+    /// sides (enclosing, subquery's) if it is an equality of an expression of each.
+    fn split(&self, ko: usize) -> Option<(&BExpr, &BExpr)> {
+        let (x, rx, y, ry) = self.equi.as_ref()?;
+        let outer = |r: &Vec<usize>| r.iter().all(|q| *q < ko);
+        let inner = |r: &Vec<usize>| r.iter().all(|q| *q >= ko);
+        if outer(rx) && inner(ry) {
+            Some((x, y))
+        } else if outer(ry) && inner(rx) {
+            Some((y, x))
+        } else {
+            None
+        }
+    }
 }
 
 fn split_and<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
@@ -1205,25 +1443,46 @@ fn bind_conj(b: &Binder<'_>, e: &Expr, place: &'static str) -> Result<Conj> {
     while let Expr::Nested(x) = inner {
         inner = x;
     }
-    let equi = match inner {
+    let (equi, equi_ty) = match inner {
         Expr::BinaryOp { left, op: B::Eq, right } => {
-            let (x, tx) = b.expr(left, &mut Aggs::No(place))?;
-            let (y, ty) = b.expr(right, &mut Aggs::No(place))?;
-            let (rx, ry) = (rels_of(b.scope, &x), rels_of(b.scope, &y));
-            let num = |t| matches!(t, Some(ColumnType::I64) | Some(ColumnType::F64));
-            if rx.is_empty() || ry.is_empty() || !(tx == ty || (num(tx) && num(ty))) {
-                None
-            } else if tx == ty {
-                Some((x, rx, y, ry))
-            } else if tx == Some(ColumnType::I64) {
-                Some((BExpr::Cast(Box::new(x), ColumnType::F64, pos_of(left)), rx, y, ry))
-            } else {
-                Some((x, rx, BExpr::Cast(Box::new(y), ColumnType::F64, pos_of(right)), ry))
-            }
+            let x = b.expr(left, &mut Aggs::No(place))?;
+            let y = b.expr(right, &mut Aggs::No(place))?;
+            equi_sides(b.scope, x, y, pos_of(left), pos_of(right))
         }
-        _ => None,
+        _ => (None, None),
     };
-    Ok(Conj { pred, rels, equi, applied: false })
+    Ok(Conj { pred, rels, equi, equi_ty, applied: false, pos: pos_of(e) })
+}
+
+type Equi = (Option<(BExpr, Vec<usize>, BExpr, Vec<usize>)>, Option<ColumnType>);
+
+/// The sides of an equality as join keys (of one type: an i64 side with an f64 one is cast),
+/// if each reads some relation.
+fn equi_sides(scope: &Scope, (x, tx): Typed, (y, ty): Typed, xpos: Pos, ypos: Pos) -> Equi {
+    let (rx, ry) = (rels_of(scope, &x), rels_of(scope, &y));
+    let num = |t| matches!(t, Some(ColumnType::I64) | Some(ColumnType::F64));
+    if rx.is_empty() || ry.is_empty() || !(tx == ty || (num(tx) && num(ty))) {
+        (None, None)
+    } else if tx == ty {
+        (Some((x, rx, y, ry)), tx)
+    } else if tx == Some(ColumnType::I64) {
+        (Some((BExpr::Cast(Box::new(x), ColumnType::F64, xpos), rx, y, ry)), Some(ColumnType::F64))
+    } else {
+        (Some((x, rx, BExpr::Cast(Box::new(y), ColumnType::F64, ypos), ry)), Some(ColumnType::F64))
+    }
+}
+
+/// `a op b` as a conjunct (types checked as for a comparison in the text).
+fn compare_conj(scope: &Scope, op: CmpOp, a: Typed, b: Typed, (pos, apos, bpos): (Pos, Pos, Pos)) -> Result<Conj> {
+    let b = coerce_to(b, a.1, bpos)?;
+    let a = coerce_to(a, b.1, apos)?;
+    if !comparable(a.1, b.1) {
+        return Err(err(pos, format!("cannot compare {} and {}", tname(a.1), tname(b.1))));
+    }
+    let pred = BExpr::Cmp(op, Box::new(a.0.clone()), Box::new(b.0.clone()));
+    let rels = rels_of(scope, &pred);
+    let (equi, equi_ty) = if op == CmpOp::Eq { equi_sides(scope, a, b, apos, bpos) } else { (None, None) };
+    Ok(Conj { pred, rels, equi, equi_ty, applied: false, pos })
 }
 
 fn and_all(mut preds: Vec<BExpr>) -> Option<BExpr> {
@@ -1267,49 +1526,288 @@ fn layout_map(scope: &Scope, layout: &[usize]) -> Vec<usize> {
     map
 }
 
-/// A subquery of WHERE: `x [NOT] IN (SELECT ...)` or `[NOT] EXISTS (SELECT ...)`.
+/// A subquery of WHERE: `x [NOT] IN (SELECT ...)` or `[NOT] EXISTS (SELECT ...)`, either
+/// uncorrelated or decorrelated into a semi or anti join.
 enum SubFilter {
     In { x: BExpr, plan: Plan, negated: bool },
     Exists { plan: Plan, negated: bool },
+    Join { plan: Plan, kind: JoinKind, left_keys: Vec<BExpr>, right_keys: Vec<BExpr>, residual: Option<BExpr>, right_width: usize },
 }
 
-fn sub_filter(catalog: &Catalog, b: &Binder<'_>, e: &Expr) -> Result<Option<SubFilter>> {
+/// The one SELECT item of a subquery.
+fn single_item<'q>(s: &'q ast::Select, pos: Pos, what: &str) -> Result<&'q Expr> {
+    match s.projection.as_slice() {
+        [SelectItem::UnnamedExpr(e)] | [SelectItem::ExprWithAlias { expr: e, .. }] => Ok(e),
+        items => Err(err(
+            pos,
+            format!("the subquery of {what} must return one column, not {}", if items.len() == 1 { "*".to_owned() } else { items.len().to_string() }),
+        )),
+    }
+}
+
+/// `x` and `y` as keys of one type (an i64 side with an f64 one is cast).
+fn aligned((x, tx): Typed, (y, ty): Typed, pos: Pos) -> Result<(BExpr, BExpr)> {
+    if !comparable(tx, ty) {
+        return Err(err(pos, format!("cannot compare {} and {}", tname(tx), tname(ty))));
+    }
+    Ok(match (tx, ty) {
+        (Some(ColumnType::I64), Some(ColumnType::F64)) => (BExpr::Cast(Box::new(x), ColumnType::F64, pos), y),
+        (Some(ColumnType::F64), Some(ColumnType::I64)) => (x, BExpr::Cast(Box::new(y), ColumnType::F64, pos)),
+        _ => (x, y),
+    })
+}
+
+fn sub_filter(cx: &Cx<'_>, b: &Binder<'_>, e: &Expr, negated: bool) -> Result<Option<SubFilter>> {
     Ok(match e {
-        Expr::InSubquery { expr, subquery, negated } => {
-            let (x, tx) = b.expr(expr, &mut Aggs::No("WHERE"))?;
-            let sub = query(catalog, subquery)?;
-            if sub.columns.len() != 1 {
-                return Err(err(pos_of(e), format!("the subquery of IN must return one column, not {}", sub.columns.len())));
-            }
-            let ts = sub.columns[0].ty;
-            if !comparable(tx, ts) {
-                return Err(err(pos_of(e), format!("cannot compare {} and {}", tname(tx), tname(ts))));
-            }
-            let (x, plan) = match (tx, ts) {
-                (Some(ColumnType::I64), Some(ColumnType::F64)) => (BExpr::Cast(Box::new(x), ColumnType::F64, pos_of(expr)), sub.plan),
-                (Some(ColumnType::F64), Some(ColumnType::I64)) => {
-                    let cast = BExpr::Cast(Box::new(BExpr::Col(0, sub.columns[0].name.clone())), ColumnType::F64, pos_of(e));
-                    (x, Plan::Project { input: Box::new(sub.plan), exprs: vec![cast] })
+        Expr::InSubquery { expr, subquery, negated: n } => {
+            let negated = negated != *n;
+            let x = b.expr(expr, &mut Aggs::No("WHERE"))?;
+            match query_in(cx, subquery, Some(b.own))? {
+                Sub::Plain(sub) => {
+                    if sub.columns.len() != 1 {
+                        return Err(err(pos_of(e), format!("the subquery of IN must return one column, not {}", sub.columns.len())));
+                    }
+                    let col = (BExpr::Col(0, sub.columns[0].name.clone()), sub.columns[0].ty);
+                    let (x, y) = aligned(x, col, pos_of(e))?;
+                    let plan = if matches!(y, BExpr::Col(..)) { sub.plan } else { Plan::Project { input: Box::new(sub.plan), exprs: vec![y] } };
+                    Some(SubFilter::In { x, plan, negated })
                 }
-                _ => (x, sub.plan),
-            };
-            Some(SubFilter::In { x, plan, negated: *negated })
-        }
-        Expr::Exists { subquery, negated } => Some(SubFilter::Exists { plan: query(catalog, subquery)?.plan, negated: *negated }),
-        Expr::UnaryOp { op: UnaryOperator::Not, expr } => {
-            let mut inner = expr.as_ref();
-            while let Expr::Nested(x) = inner {
-                inner = x;
-            }
-            match sub_filter(catalog, b, inner)? {
-                Some(SubFilter::Exists { plan, negated }) => Some(SubFilter::Exists { plan, negated: !negated }),
-                Some(SubFilter::In { x, plan, negated }) => Some(SubFilter::In { x, plan, negated: !negated }),
-                None => None,
+                Sub::Corr(c) => {
+                    if negated {
+                        return Err(unsupported(pos_of(e), "NOT IN with a correlated subquery (NOT EXISTS is)"));
+                    }
+                    let item = single_item(c.select, c.pos, "IN")?;
+                    let cb = Binder { cx, scope: &c.fw.scope, own: &c.fw.scope };
+                    let y = cb.expr(item, &mut Aggs::No("a correlated IN subquery"))?;
+                    let keys = aligned(x, y, pos_of(e))?;
+                    Some(decorrelate(c, b.own, JoinKind::Semi, Some(keys)))
+                }
             }
         }
-        Expr::Nested(x) => sub_filter(catalog, b, x)?,
+        Expr::Exists { subquery, negated: n } => {
+            let negated = negated != *n;
+            match query_in(cx, subquery, Some(b.own))? {
+                Sub::Plain(sub) => Some(SubFilter::Exists { plan: sub.plan, negated }),
+                Sub::Corr(c) => {
+                    if c.aggregated {
+                        return Err(unsupported(c.pos, "EXISTS over a correlated subquery with aggregates (it always has a row)"));
+                    }
+                    Some(decorrelate(c, b.own, if negated { JoinKind::NotExists } else { JoinKind::Semi }, None))
+                }
+            }
+        }
+        Expr::UnaryOp { op: UnaryOperator::Not, expr } => sub_filter(cx, b, expr, !negated)?,
+        Expr::Nested(x) => sub_filter(cx, b, x, negated)?,
         _ => None,
     })
+}
+
+/// A correlated `[NOT] EXISTS` / `IN` as a semi or anti join of the enclosing query's rows
+/// (scope `outer`) with the subquery's: its equalities between an expression of each are
+/// the keys (with `extra`, IN's `x = y`), its other correlated conditions the residual
+/// (over the enclosing row followed by the subquery's). The subquery's rows keep only the
+/// columns the keys and the residual read.
+fn decorrelate(c: Corr<'_>, outer: &Scope, kind: JoinKind, extra: Option<(BExpr, BExpr)>) -> SubFilter {
+    let (ko, wo) = (outer.rels.len(), outer.width());
+    let (mut lk, mut rk, mut resid) = (Vec::new(), Vec::new(), Vec::new());
+    if let Some((x, y)) = extra {
+        lk.push(x);
+        rk.push(y);
+    }
+    for conj in &c.fw.corr {
+        match conj.split(ko) {
+            Some((o, i)) => {
+                lk.push(o.clone());
+                let mut i = i.clone();
+                i.map_cols(&|k| k - wo);
+                rk.push(i);
+            }
+            None => resid.push(conj.pred.clone()),
+        }
+    }
+    let mut need = Vec::new();
+    for k in &rk {
+        k.cols(&mut need);
+    }
+    for r in &resid {
+        let mut v = Vec::new();
+        r.cols(&mut v);
+        need.extend(v.into_iter().filter(|&i| i >= wo).map(|i| i - wo));
+    }
+    need.sort_unstable();
+    need.dedup();
+    let at_ = |i: usize| need.binary_search(&i).unwrap_or(0);
+    for k in rk.iter_mut() {
+        k.map_cols(&at_);
+    }
+    let residual = and_all(resid).map(|mut r| {
+        r.map_cols(&|i| if i < wo { i } else { wo + at_(i - wo) });
+        r
+    });
+    let exprs = need.iter().map(|&i| BExpr::Col(i, c.fw.scope.col_name(i))).collect();
+    let plan = Plan::Project { input: Box::new(c.fw.plan), exprs };
+    SubFilter::Join { plan, kind, left_keys: lk, right_keys: rk, residual, right_width: need.len() }
+}
+
+/// `x op (SELECT ...)` or `(SELECT ...) op x`: (x, op, the subquery, whether it is on the left).
+fn scalar_comparison(e: &Expr) -> Option<(&Expr, CmpOp, &Query, bool)> {
+    let mut e = e;
+    while let Expr::Nested(x) = e {
+        e = x;
+    }
+    let Expr::BinaryOp { left, op, right } = e else { return None };
+    let op = match op {
+        B::Eq => CmpOp::Eq,
+        B::NotEq => CmpOp::Ne,
+        B::Lt => CmpOp::Lt,
+        B::LtEq => CmpOp::Le,
+        B::Gt => CmpOp::Gt,
+        B::GtEq => CmpOp::Ge,
+        _ => return None,
+    };
+    match (left.as_ref(), right.as_ref()) {
+        (x, Expr::Subquery(q)) => Some((x, op, q, false)),
+        (Expr::Subquery(q), x) => Some((x, op, q, true)),
+        _ => None,
+    }
+}
+
+/// A correlated scalar subquery as a relation: its rows grouped by the subquery's sides of
+/// its correlated equalities, each group one row of those keys and the subquery's value.
+struct Derived {
+    /// The subquery's rows (before grouping), its sides of the equalities, its aggregates,
+    /// and its value over the row of keys and aggregates.
+    input: Plan,
+    inner_keys: Vec<BExpr>,
+    aggs: Vec<AggSpec>,
+    value: BExpr,
+    /// The enclosing query's sides of the equalities (over its row).
+    outer_keys: Vec<BExpr>,
+    key_types: Vec<Option<ColumnType>>,
+    value_ty: Option<ColumnType>,
+}
+
+impl Derived {
+    /// The plan: one row per group of keys, the keys then the value. With `restrict` (a
+    /// plan of key rows), only the groups whose keys it has (a semi join before grouping).
+    fn plan(self, restrict: Option<Plan>) -> Plan {
+        let nk = self.inner_keys.len();
+        let input = match restrict {
+            Some(r) => Plan::HashJoin {
+                left: Box::new(self.input),
+                right: Box::new(r),
+                kind: JoinKind::Semi,
+                left_keys: self.inner_keys.clone(),
+                right_keys: (0..nk).map(|i| BExpr::Col(i, format!("#key{}", i + 1))).collect(),
+                residual: None,
+                right_width: nk,
+            },
+            None => self.input,
+        };
+        let mut exprs: Vec<BExpr> = (0..nk).map(|i| BExpr::Col(i, format!("#key{}", i + 1))).collect();
+        exprs.push(self.value);
+        Plan::Project { input: Box::new(Plan::HashAggregate { input: Box::new(input), keys: self.inner_keys, aggs: self.aggs }), exprs }
+    }
+}
+
+/// The subquery of `x op (SELECT ...)` in the WHERE of the query whose scope is `outer`:
+/// `None` if it is uncorrelated (then it is bound as a parameter, computed once), else
+/// grouped by its correlation keys. Its value over no rows must be NULL (`sum`, `avg`,
+/// `min`, `max`, not `count`), so that an inner join (which drops the rows of no group)
+/// gives what the comparison with NULL would.
+fn correlated_scalar(cx: &Cx<'_>, q: &Query, outer: &Scope) -> Result<Option<Derived>> {
+    let c = match query_in(cx, q, Some(outer))? {
+        Sub::Plain(b) => {
+            register_param(cx, q, b, false, at(q.span()))?;
+            return Ok(None);
+        }
+        Sub::Corr(c) => c,
+    };
+    let (ko, wo) = (outer.rels.len(), outer.width());
+    let (mut okeys, mut ikeys, mut key_types) = (Vec::new(), Vec::new(), Vec::new());
+    for conj in &c.fw.corr {
+        let (o, i) = conj.split(ko).ok_or_else(|| {
+            err(conj.pos, "a correlated scalar subquery can only be correlated by equalities between its own columns and the enclosing query's; this condition is not one")
+        })?;
+        okeys.push(o.clone());
+        let mut i = i.clone();
+        i.map_cols(&|k| k - wo);
+        ikeys.push(i);
+        key_types.push(conj.equi_ty);
+    }
+    let item = single_item(c.select, c.pos, "a scalar comparison")?;
+    if !c.aggregated {
+        return Err(unsupported(
+            c.pos,
+            "a correlated scalar subquery without an aggregate (one that gives one value per row of the enclosing query, like max(x), is)",
+        ));
+    }
+    let scope = &c.fw.scope;
+    let b = Binder { cx, scope, own: scope };
+    // The keys match no text of the SELECT item: only columns that are keys may appear bare.
+    let keys: Vec<GroupKey> = ikeys
+        .iter()
+        .zip(&key_types)
+        .map(|(k, t)| GroupKey { text: "\0correlation key".into(), col: if let BExpr::Col(i, _) = k { Some(*i) } else { None }, ty: *t })
+        .collect();
+    let (mut aggs, mut bare) = (Vec::new(), None);
+    let (value, value_ty) = b.expr(item, &mut Aggs::Collect { list: &mut aggs, bare_column: &mut bare, keys: &keys })?;
+    let mut empty: Vec<Value> = vec![Value::Null; ikeys.len()];
+    empty.extend(aggs.iter().map(|a| St::empty(AggKind::of(a.func, a.arg_ty, a.pos, &a.label).kind).finish()));
+    if !matches!(value.eval(&empty), Ok(Value::Null)) {
+        return Err(unsupported(c.pos, "a correlated scalar subquery whose value over no rows is not NULL (as with count)"));
+    }
+    Ok(Some(Derived { input: c.fw.plan, inner_keys: ikeys, aggs, value, outer_keys: okeys, key_types, value_ty }))
+}
+
+/// An uncorrelated subquery as a parameter of the statement: computed once, before the rows.
+fn register_param(cx: &Cx<'_>, q: &Query, b: Bound, exists: bool, pos: Pos) -> Result<Typed> {
+    if !exists && b.columns.len() != 1 {
+        return Err(err(pos, format!("a scalar subquery must return one column, not {}", b.columns.len())));
+    }
+    let mut scalars = cx.scalars.borrow_mut();
+    let param = Arc::new(Param::new(scalars.len() + 1));
+    let ty = if exists { Some(ColumnType::Bool) } else { b.columns[0].ty };
+    scalars.push(ScalarSub { param: param.clone(), plan: b.plan, exists, pos });
+    let t = (BExpr::Param(param), ty);
+    if let Some(k) = memo_key(q, exists) {
+        cx.memo.borrow_mut().insert(k, t.clone());
+    }
+    Ok(t)
+}
+
+impl Binder<'_> {
+    /// A name that is no column here but one of an enclosing query's (which is read only
+    /// in the WHERE of the subquery directly inside it): `e` says so.
+    fn enclosing_hint(&self, e: crate::error::Error, id: &ast::Ident, q: Option<&ast::Ident>) -> crate::error::Error {
+        let absent = matches!(&e, crate::error::Error::Sql { msg, .. } if msg.starts_with("no column named") || msg.starts_with("no table named"));
+        let enclosing = self.cx.enclosing.borrow().iter().any(|s| match q {
+            Some(q) => s.qualified(q, id).is_ok(),
+            None => s.column(id).is_ok(),
+        });
+        if !(absent && enclosing) {
+            return e;
+        }
+        let name = q.map_or_else(|| id.value.clone(), |q| format!("{}.{}", q.value, id.value));
+        err(
+            at(q.map_or(id.span, |q| q.span)),
+            format!("{name:?} is a column of an enclosing query; a subquery reads those only in its WHERE, and only of the query directly around it"),
+        )
+    }
+
+    /// A subquery as a value: `(SELECT ...)` (`exists`: `EXISTS (SELECT ...)`), uncorrelated.
+    fn subquery_value(&self, q: &Query, pos: Pos, exists: bool) -> Result<Typed> {
+        if let Some(t) = memo_key(q, exists).and_then(|k| self.cx.memo.borrow().get(&k).cloned()) {
+            return Ok(t);
+        }
+        match query_in(self.cx, q, Some(self.own))? {
+            Sub::Plain(b) => register_param(self.cx, q, b, exists, pos),
+            Sub::Corr(_) => Err(err(
+                pos,
+                "a correlated subquery is not supported here (only as a condition of WHERE joined by AND: [NOT] EXISTS (...), x IN (...), x op (SELECT aggregate ...))",
+            )),
+        }
+    }
 }
 
 fn split_or<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
@@ -1389,42 +1887,129 @@ fn or_implied(b: &Binder<'_>, e: &Expr) -> Result<Vec<Expr>> {
     Ok(out)
 }
 
+/// A query's FROM and WHERE: the rows (FROM's columns in FROM's order, then those of the
+/// hidden relations of decorrelated scalar subqueries), the scope, and, for a subquery, the
+/// conjuncts of WHERE that read the enclosing query's columns (bound over the enclosing row
+/// followed by this one; for the enclosing query to join by).
+struct FromWhere {
+    plan: Plan,
+    scope: Scope,
+    corr: Vec<Conj>,
+}
+
 /// The plan of FROM and WHERE: relations joined by hash joins on the equalities of WHERE
 /// and ON (inner joins in an order that follows the equalities; LEFT joins as written),
 /// each conjunct applied as soon as its relations are joined (one relation's: in its scan),
-/// then the subquery filters. Rows come out with FROM's columns in FROM's order.
-fn plan_joins(catalog: &Catalog, b: &Binder<'_>, plans: Vec<Plan>, steps: &[Step<'_>], selection: Option<&Expr>) -> Result<Plan> {
-    let mut conjs = Vec::new();
-    let mut subs = Vec::new();
+/// then the subquery filters. A comparison with a correlated aggregate subquery joins that
+/// subquery, grouped by its correlation keys, as one more relation.
+fn from_where(cx: &Cx<'_>, from: &[ast::TableWithJoins], selection: Option<&Expr>, outer: Option<&Scope>) -> Result<FromWhere> {
+    let (mut scope, plans, mut steps) = from_clause(cx, from)?;
+    let mut plans: Vec<Plan> = plans;
     let mut parts = Vec::new();
     if let Some(w) = selection {
         split_and(w, &mut parts);
     }
-    for e in parts {
-        match sub_filter(catalog, b, e)? {
-            Some(sf) => subs.push(sf),
-            None => {
-                for implied in or_implied(b, e)? {
-                    conjs.push(bind_conj(b, &implied, "WHERE")?);
-                }
-                conjs.push(bind_conj(b, e, "WHERE")?)
+    let mut derived: Vec<Option<(usize, Derived)>> = Vec::with_capacity(parts.len());
+    for e in &parts {
+        let mut d = None;
+        if let (Some((_, _, q, _)), false) = (scalar_comparison(e), steps.is_empty()) {
+            if let Some(dv) = correlated_scalar(cx, q, &scope)? {
+                let r = scope.rels.len();
+                let offset = scope.width();
+                let mut cols: Vec<(String, Option<ColumnType>)> = dv.key_types.iter().enumerate().map(|(i, t)| (format!("#key{}", i + 1), *t)).collect();
+                cols.push(("#value".into(), dv.value_ty));
+                scope.rels.push(Rel { name: "#subquery".into(), alias: None, cols, offset, hidden: true });
+                plans.push(Plan::OneRow { filter: None }); // the grouped subquery, below
+                d = Some((r, dv));
             }
         }
+        derived.push(d);
     }
-    let mut plan = if steps.is_empty() {
-        let filter = and_all(conjs.drain(..).map(|c| c.pred).collect());
-        Plan::OneRow { filter }
-    } else {
-        for st in steps.iter().filter(|s| s.kind == JoinKind::Inner) {
-            if let Some(on) = st.on {
-                let mut ps = Vec::new();
-                split_and(on, &mut ps);
-                for e in ps {
-                    conjs.push(bind_conj(b, e, "ON")?);
+    // Joined after FROM's relations (a step of their own, for the join order to place).
+    let hidden_from = steps.len();
+    for r in (0..scope.rels.len()).filter(|r| scope.rels[*r].hidden) {
+        steps.push(Step { rel: r, kind: JoinKind::Inner, on: None });
+    }
+    let full = match outer {
+        Some(o) => Scope::nest(o, &scope),
+        None => scope.clone(),
+    };
+    let (ko, wo) = outer.map_or((0, 0), |o| (o.rels.len(), o.width()));
+    let (mut conjs, mut subs, mut corr, mut keyed) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut plan = {
+        let bf = Binder { cx, scope: &full, own: &scope };
+        let bl = Binder { cx, scope: &scope, own: &scope };
+        let mut classify = |c: Conj| {
+            if c.rels.iter().any(|r| *r < ko) {
+                corr.push(c);
+            } else {
+                conjs.push(c.shifted(ko, wo));
+            }
+        };
+        for (e, d) in parts.iter().zip(&derived) {
+            if let Some((r, dv)) = d {
+                let rel = &scope.rels[*r];
+                for (i, ok) in dv.outer_keys.iter().enumerate() {
+                    let key = (BExpr::Col(rel.offset + i, format!("#key{}", i + 1)), dv.key_types[i]);
+                    keyed.push(compare_conj(&scope, CmpOp::Eq, (ok.clone(), dv.key_types[i]), key, (pos_of(e), pos_of(e), pos_of(e)))?);
                 }
+                let Some((x, op, _, sub_left)) = scalar_comparison(e) else { return Err(err(pos_of(e), "subquery comparison")) };
+                let x = bf.expr(x, &mut Aggs::No("WHERE"))?;
+                let v = (BExpr::Col(wo + rel.offset + dv.key_types.len(), "(subquery)".into()), dv.value_ty);
+                let (a, b) = if sub_left { (v, x) } else { (x, v) };
+                classify(compare_conj(&full, op, a, b, (pos_of(e), pos_of(e), pos_of(e)))?);
+            } else if let Some(sf) = sub_filter(cx, &bl, e, false)? {
+                subs.push(sf);
+            } else {
+                for implied in or_implied(&bf, e)? {
+                    classify(bind_conj(&bf, &implied, "WHERE")?);
+                }
+                classify(bind_conj(&bf, e, "WHERE")?);
             }
         }
-        join_tree(b, plans, steps, conjs)?
+        // Each grouped subquery keeps only the groups whose keys the enclosing query can
+        // have: when its keys come from one relation of FROM that WHERE restricts (TPC-H
+        // Q17's part of one brand and container), the subquery's rows are first semi-joined
+        // with that relation's keys under those restrictions (it is scanned twice).
+        for (r, dv) in derived.into_iter().flatten() {
+            let mut from: Vec<usize> = dv.outer_keys.iter().flat_map(|k| rels_of(&scope, k)).collect();
+            from.sort_unstable();
+            from.dedup();
+            let restrict = match from.as_slice() {
+                [k] if matches!(plans[*k], Plan::Scan { .. }) && !steps.iter().any(|s| s.rel == *k && s.kind == JoinKind::Left) => {
+                    let off = scope.rels[*k].offset;
+                    let local = |e: &BExpr| {
+                        let mut e = e.clone();
+                        e.map_cols(&|i| i - off);
+                        e
+                    };
+                    let filters: Vec<BExpr> = conjs.iter().filter(|c| c.rels.as_slice() == [*k]).map(|c| local(&c.pred)).collect();
+                    and_all(filters).map(|f| {
+                        let mut p = plans[*k].clone();
+                        add_filter(&mut p, f);
+                        Plan::Project { input: Box::new(p), exprs: dv.outer_keys.iter().map(local).collect() }
+                    })
+                }
+                _ => None,
+            };
+            plans[r] = dv.plan(restrict);
+        }
+        conjs.append(&mut keyed);
+        if steps.is_empty() {
+            let filter = and_all(conjs.drain(..).map(|c| c.pred).collect());
+            Plan::OneRow { filter }
+        } else {
+            for st in steps[..hidden_from].iter().filter(|s| s.kind == JoinKind::Inner) {
+                if let Some(on) = st.on {
+                    let mut ps = Vec::new();
+                    split_and(on, &mut ps);
+                    for e in ps {
+                        conjs.push(bind_conj(&bl, e, "ON")?);
+                    }
+                }
+            }
+            join_tree(&bl, plans, &steps, conjs)?
+        }
     };
     for sf in subs {
         plan = match sf {
@@ -1438,9 +2023,12 @@ fn plan_joins(catalog: &Catalog, b: &Binder<'_>, plans: Vec<Plan>, steps: &[Step
                 right_width: 1,
             },
             SubFilter::Exists { plan: sub, negated } => Plan::Exists { input: Box::new(plan), sub: Box::new(sub), negated },
+            SubFilter::Join { plan: sub, kind, left_keys, right_keys, residual, right_width } => {
+                Plan::HashJoin { left: Box::new(plan), right: Box::new(sub), kind, left_keys, right_keys, residual, right_width }
+            }
         };
     }
-    Ok(plan)
+    Ok(FromWhere { plan, scope, corr })
 }
 
 fn join_tree(b: &Binder<'_>, plans: Vec<Plan>, steps: &[Step<'_>], mut pool: Vec<Conj>) -> Result<Plan> {

@@ -77,6 +77,9 @@ pub enum Plan {
     Exists { input: Box<Plan>, sub: Box<Plan>, negated: bool },
     /// Skips `offset` rows, then passes at most `limit`.
     Limit { input: Box<Plan>, limit: Option<u64>, offset: u64 },
+    /// Runs the uncorrelated subqueries whose values the expressions of `input` read
+    /// (see [`super::subquery`]), then `input`.
+    Scalars { subs: Vec<super::subquery::ScalarSub>, input: Box<Plan> },
 }
 
 fn holds(pred: &BExpr, row: &[Value]) -> Result<bool> {
@@ -178,6 +181,7 @@ impl Plan {
                 })?;
                 sorter.finish(&mut |rb| sink(&decode_row(rb)?))
             }
+            Plan::Scalars { subs, input } => super::subquery::run_scalars(bm, subs, input, sink),
             Plan::Limit { input, limit, offset } => {
                 if *limit == Some(0) {
                     return Ok(true);
@@ -214,7 +218,8 @@ impl Plan {
             | Plan::Filter { input, .. }
             | Plan::Sort { input, .. }
             | Plan::HashAggregate { input, .. }
-            | Plan::Exists { input, .. } => input.estimate_rows(bm)?,
+            | Plan::Exists { input, .. }
+            | Plan::Scalars { input, .. } => input.estimate_rows(bm)?,
             Plan::Limit { input, limit, .. } => input.estimate_rows(bm)?.min(limit.unwrap_or(u64::MAX)),
             Plan::HashJoin { left, right, kind, .. } => match kind {
                 JoinKind::Inner => left.estimate_rows(bm)?.max(right.estimate_rows(bm)?),
@@ -238,7 +243,7 @@ impl Plan {
         s
     }
 
-    fn explain_into(&self, s: &mut String, depth: usize, bm: Option<&BufferManager>) {
+    pub(crate) fn explain_into(&self, s: &mut String, depth: usize, bm: Option<&BufferManager>) {
         let pad = "  ".repeat(depth);
         let list = |v: &mut dyn Iterator<Item = String>| v.collect::<Vec<_>>().join(", ");
         let input = match self {
@@ -285,10 +290,11 @@ impl Plan {
             Plan::HashJoin { left, right, kind, left_keys, right_keys, residual, .. } => {
                 let on = list(&mut left_keys.iter().zip(right_keys).map(|(l, r)| format!("{l} = {r}")));
                 let est = |p: &Plan| bm.and_then(|bm| p.estimate_rows(bm).ok());
-                let build = match (kind, est(left), est(right)) {
-                    (JoinKind::Inner, Some(l), Some(r)) if l < r => format!("build: left, ~{l} rows vs ~{r}"),
-                    (JoinKind::Inner, Some(l), Some(r)) => format!("build: right, ~{r} rows vs ~{l}"),
-                    (JoinKind::Inner, _, _) => "build: the side with fewer rows".to_owned(),
+                let either = matches!(kind, JoinKind::Inner | JoinKind::Semi | JoinKind::NotExists);
+                let build = match (either, est(left), est(right)) {
+                    (true, Some(l), Some(r)) if l < r => format!("build: left, ~{l} rows vs ~{r}"),
+                    (true, Some(l), Some(r)) => format!("build: right, ~{r} rows vs ~{l}"),
+                    (true, _, _) => "build: the side with fewer rows".to_owned(),
                     _ => "build: right".to_owned(),
                 };
                 let _ = write!(
@@ -332,6 +338,11 @@ impl Plan {
                 }));
                 let _ = writeln!(s, "{pad}Sort ({how}) {ks}");
                 Some(input)
+            }
+            Plan::Scalars { subs, input } => {
+                super::subquery::explain_scalars(subs, s, depth, bm);
+                input.explain_into(s, depth, bm);
+                None
             }
             Plan::Limit { input, limit, offset } => {
                 let _ = write!(s, "{pad}Limit {}", limit.map_or("ALL".to_owned(), |l| l.to_string()));

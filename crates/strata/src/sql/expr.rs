@@ -165,6 +165,9 @@ pub enum BExpr {
     Coalesce(Vec<BExpr>),
     /// A function of one argument: `abs`, `length`, `upper`, `lower`.
     Func1(Func1, Box<BExpr>, Pos),
+    /// The value of an uncorrelated subquery, computed once per run before the rows are
+    /// (see [`super::subquery`]).
+    Param(std::sync::Arc<super::subquery::Param>),
 }
 
 /// Functions of one argument.
@@ -346,7 +349,7 @@ impl BExpr {
     /// The direct subexpressions.
     pub fn children_mut(&mut self) -> Vec<&mut BExpr> {
         match self {
-            BExpr::Col(..) | BExpr::Lit(_) => Vec::new(),
+            BExpr::Col(..) | BExpr::Lit(_) | BExpr::Param(_) => Vec::new(),
             BExpr::Neg(x, _) | BExpr::Not(x) | BExpr::IsNull(x, _) | BExpr::Extract(_, x) | BExpr::Cast(x, _, _) | BExpr::Func1(_, x, _) => vec![x],
             BExpr::DateAddInterval { date, .. } => vec![date],
             BExpr::Arith(_, a, b, _) | BExpr::DateDiff(a, b) | BExpr::Concat(a, b) | BExpr::Cmp(_, a, b) | BExpr::And(a, b) | BExpr::Or(a, b) => vec![a, b],
@@ -372,7 +375,7 @@ impl BExpr {
             c.fold_constants();
             constant &= matches!(c, BExpr::Lit(_));
         }
-        if !constant || matches!(self, BExpr::Col(..) | BExpr::Lit(_)) {
+        if !constant || matches!(self, BExpr::Col(..) | BExpr::Lit(_) | BExpr::Param(_)) {
             return;
         }
         // Every operand is a literal, so no column of the (empty) row is read.
@@ -412,6 +415,7 @@ impl BExpr {
         Ok(match self {
             BExpr::Col(i, _) => row[*i].clone(),
             BExpr::Lit(v) => v.clone(),
+            BExpr::Param(p) => p.get(),
             BExpr::Neg(x, pos) => match x.eval(row)? {
                 Value::I64(i) => Value::I64(i.checked_neg().ok_or_else(|| err(*pos, format!("i64 overflow: -({i})")))?),
                 Value::F64(f) => Value::F64(-f),
@@ -672,6 +676,7 @@ impl fmt::Display for BExpr {
                 write!(f, ")")
             }
             BExpr::Func1(func, x, _) => write!(f, "{}({x})", format!("{func:?}").to_lowercase()),
+            BExpr::Param(p) => write!(f, "${}", p.id),
         }
     }
 }

@@ -1,8 +1,10 @@
 //! Hash joins whose state lives in temporary pages (inner and left outer equi-joins, and
 //! the semi and anti joins of `IN (SELECT ...)` / `NOT IN (SELECT ...)`).
 //!
-//! The build side (for inner joins the side with fewer rows, estimated from the tables'
-//! row counts; otherwise the right side) is written to a [`RowRun`] as `(hash, key, row)`
+//! The build side (for inner, semi and `NOT EXISTS` joins the side with fewer rows,
+//! estimated from the tables' row counts; otherwise the right side; a semi or anti join
+//! that builds on the left marks the entries that right rows match, then gives the
+//! marked or unmarked left rows) is written to a [`RowRun`] as `(hash, key, row)`
 //! records, rows with a NULL key left out (they match nothing). If it fits an eighth of
 //! the pool, it becomes a hash table in one temporary page and the probe side streams past
 //! it. Otherwise both sides are hash-partitioned into runs (grace hash join: up to 64
@@ -36,6 +38,9 @@ pub enum JoinKind {
     Semi,
     /// Left rows for which `x NOT IN (SELECT ...)` is true.
     Anti,
+    /// Left rows without a match (a decorrelated `NOT EXISTS`): unlike [`Anti`](Self::Anti),
+    /// a NULL key just matches nothing, on either side.
+    NotExists,
 }
 
 /// A hash join's description (the plan node's fields).
@@ -79,7 +84,12 @@ const HDR: usize = 20;
 struct JoinTable<'a> {
     page: TempPage<'a>,
     nslots: usize,
+    count: u64,
 }
+
+/// The bit of an entry's row length that marks it matched (semi and anti joins that
+/// build on the left side).
+const MARK: u32 = 1 << 31;
 
 impl<'a> JoinTable<'a> {
     /// The `count` records of `run` from `start` (`bytes` of them with length words).
@@ -111,7 +121,7 @@ impl<'a> JoinTable<'a> {
             }
         }
         drop(g);
-        Ok(JoinTable { page, nslots })
+        Ok(JoinTable { page, nslots, count })
     }
 }
 
@@ -158,12 +168,88 @@ struct Ctx<'p> {
 type Sink<'s> = dyn FnMut(&[Value]) -> Result<bool> + 's;
 
 impl Ctx<'_> {
+    /// A semi or anti join that builds on its left side: probe rows mark the entries they
+    /// match, then the marked (semi) or unmarked (anti) entries are the result.
+    fn marks(&self) -> bool {
+        self.build_left && matches!(self.kind, JoinKind::Semi | JoinKind::NotExists)
+    }
+
+    /// Marks every entry of `table` (left rows) that the probe row (a right row) matches.
+    fn mark(&self, table: &JoinTable<'_>, prow: &[Value], key: &[u8], h: u64) -> Result<()> {
+        let mut cur = {
+            let g = table.page.shared()?;
+            rd32(g.data(), (h as usize & (table.nslots - 1)) * 4) as usize
+        };
+        let (mut brow_bytes, mut out) = (Vec::new(), Vec::new());
+        while cur != 0 {
+            let o = cur - 1;
+            let hit = {
+                let g = table.page.shared()?;
+                let d = g.data();
+                if o + HDR > d.len() {
+                    return Err(corrupt("join entry past its page"));
+                }
+                cur = rd32(d, o) as usize;
+                let (klen, rraw) = (rd32(d, o + 12) as usize, rd32(d, o + 16));
+                let hit = rraw & MARK == 0 && rd64(d, o + 4) == h && klen == key.len() && d.get(o + HDR..o + HDR + klen) == Some(key);
+                if hit && self.residual.is_some() {
+                    let rlen = (rraw & !MARK) as usize;
+                    brow_bytes.clear();
+                    brow_bytes.extend_from_slice(d.get(o + HDR + klen..o + HDR + klen + rlen).ok_or_else(|| corrupt("join entry past its page"))?);
+                }
+                hit
+            };
+            if !hit {
+                continue;
+            }
+            if let Some(r) = self.residual {
+                out.clear();
+                out.extend(decode_row(&brow_bytes)?);
+                out.extend_from_slice(prow);
+                if !matches!(r.eval(&out)?, Value::Bool(true)) {
+                    continue;
+                }
+            }
+            let mut g = table.page.exclusive()?;
+            let d = g.data_mut().ok_or_else(not_temp)?;
+            let v = rd32(d, o + 16);
+            wr32(d, o + 16, v | MARK);
+        }
+        Ok(())
+    }
+
+    /// The left rows of `table` that are the result: marked for a semi join, unmarked for
+    /// an anti join.
+    fn emit(&self, table: &JoinTable<'_>, sink: &mut Sink<'_>) -> Result<bool> {
+        let want = self.kind == JoinKind::Semi;
+        let mut at = table.nslots * 4;
+        for _ in 0..table.count {
+            let (row, marked) = {
+                let g = table.page.shared()?;
+                let d = g.data();
+                if at + HDR > d.len() {
+                    return Err(corrupt("join entry past its page"));
+                }
+                let (klen, rraw) = (rd32(d, at + 12) as usize, rd32(d, at + 16));
+                let rlen = (rraw & !MARK) as usize;
+                let bytes = d.get(at + HDR + klen..at + HDR + klen + rlen).ok_or_else(|| corrupt("join entry past its page"))?;
+                at += HDR + klen + rlen;
+                (decode_row(bytes)?, rraw & MARK != 0)
+            };
+            if marked == want && !sink(&row)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
     /// A probe row whose key is NULL: it matches nothing.
     fn null_probe(&self, prow: &[Value], sink: &mut Sink<'_>) -> Result<bool> {
         match self.kind {
             JoinKind::Inner | JoinKind::Semi => Ok(true),
             JoinKind::Left => self.padded(prow, sink),
             // NULL NOT IN (empty) is true; NULL NOT IN (anything) is NULL.
+            JoinKind::NotExists => sink(prow),
             JoinKind::Anti => {
                 if self.build_rows == 0 {
                     sink(prow)
@@ -239,13 +325,14 @@ impl Ctx<'_> {
                     }
                     return Ok((true, true));
                 }
-                JoinKind::Anti => return Ok((true, true)),
+                JoinKind::Anti | JoinKind::NotExists => return Ok((true, true)),
             }
         }
         if last && !seen && !matched {
             let go = match self.kind {
                 JoinKind::Left => self.padded(prow, sink)?,
                 JoinKind::Anti if !self.build_has_null => sink(prow)?,
+                JoinKind::NotExists => sink(prow)?,
                 _ => true,
             };
             return Ok((go, false));
@@ -256,27 +343,43 @@ impl Ctx<'_> {
 
 /// Runs a hash join, handing the joined rows (left columns, then right) to `sink`.
 pub fn run(bm: &BufferManager, j: &JoinArgs<'_>, sink: &mut Sink<'_>) -> Result<bool> {
-    let build_left = j.kind == JoinKind::Inner && j.left.estimate_rows(bm)? < j.right.estimate_rows(bm)?;
+    // Inner joins build on the side with fewer rows, and so do semi joins and NOT EXISTS
+    // (then the probe rows mark what they match); the others on the right.
+    let build_left = matches!(j.kind, JoinKind::Inner | JoinKind::Semi | JoinKind::NotExists) && j.left.estimate_rows(bm)? < j.right.estimate_rows(bm)?;
     let (bplan, bkeys, pplan, pkeys) = if build_left { (j.left, j.left_keys, j.right, j.right_keys) } else { (j.right, j.right_keys, j.left, j.left_keys) };
     let mut ctx = Ctx { kind: j.kind, build_left, residual: j.residual, right_width: j.right_width, build_has_null: false, build_rows: 0 };
     let mut brun = RowRun::new(bm, run_payload(bm));
     let (mut kb, mut rb) = (Vec::new(), Vec::new());
-    bplan.run(bm, &mut |row| {
+    let marks = ctx.marks();
+    let go = bplan.run(bm, &mut |row| {
         ctx.build_rows += 1;
         if !encode_keys(bkeys, row, &mut kb)? {
             ctx.build_has_null = true;
-            return Ok(true);
+            // A left row whose key is NULL matches nothing: NOT EXISTS keeps it.
+            return if marks && ctx.kind == JoinKind::NotExists { sink(row) } else { Ok(true) };
         }
         rb.clear();
         encode_row(row, &mut rb);
         brun.append(&[&hash_bytes(&kb).to_le_bytes(), &(kb.len() as u32).to_le_bytes(), &kb, &rb])?;
         Ok(true)
     })?;
+    if !go {
+        return Ok(false);
+    }
     let budget = work_payload(bm) as u64;
     let table_bytes = |count: u64, bytes: u64| count.max(1).next_power_of_two() * 4 + bytes + count * 8;
     if table_bytes(brun.len(), brun.bytes()) <= budget {
         let table = JoinTable::build(bm, &brun, Cursor::default(), brun.len(), brun.bytes())?;
         drop(brun);
+        if marks {
+            pplan.run(bm, &mut |prow| {
+                if encode_keys(pkeys, prow, &mut kb)? {
+                    ctx.mark(&table, prow, &kb, hash_bytes(&kb))?;
+                }
+                Ok(true)
+            })?;
+            return ctx.emit(&table, sink);
+        }
         return pplan.run(bm, &mut |prow| {
             if !encode_keys(pkeys, prow, &mut kb)? {
                 return ctx.null_probe(prow, sink);
@@ -298,7 +401,7 @@ pub fn run(bm: &BufferManager, j: &JoinArgs<'_>, sink: &mut Sink<'_>) -> Result<
     let mut pparts: Vec<RowRun<'_>> = (0..1usize << bits).map(|_| RowRun::new(bm, payload)).collect();
     let go = pplan.run(bm, &mut |prow| {
         if !encode_keys(pkeys, prow, &mut kb)? {
-            return ctx.null_probe(prow, sink);
+            return if marks { Ok(true) } else { ctx.null_probe(prow, sink) };
         }
         rb.clear();
         encode_row(prow, &mut rb);
@@ -356,7 +459,7 @@ fn join_pair(bm: &BufferManager, ctx: &Ctx<'_>, b: RowRun<'_>, p: RowRun<'_>, bu
 
 /// Joins one pair of partitions, in chunks of the build side that fit a table.
 fn join_partition(bm: &BufferManager, ctx: &Ctx<'_>, b: &RowRun<'_>, p: &RowRun<'_>, budget: u64, sink: &mut Sink<'_>) -> Result<bool> {
-    if p.is_empty() {
+    if p.is_empty() && !ctx.marks() {
         return Ok(true);
     }
     // Chunk boundaries: (start, records, bytes), at least one record each.
@@ -384,6 +487,22 @@ fn join_partition(bm: &BufferManager, ctx: &Ctx<'_>, b: &RowRun<'_>, p: &RowRun<
     }
     if chunks.len() > 1 {
         super::counters::CHUNKED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    if ctx.marks() {
+        // Each chunk of left rows is probed by every right row, then settled.
+        let mut rec = Vec::new();
+        for &(start, n, bytes) in &chunks {
+            let table = JoinTable::build(bm, b, start, n, bytes)?;
+            let mut cur = Cursor::default();
+            while p.next(&mut cur, &mut rec)? {
+                let (h, key, row) = split(&rec)?;
+                ctx.mark(&table, &decode_row(row)?, key, h)?;
+            }
+            if !ctx.emit(&table, sink)? {
+                return Ok(false);
+            }
+        }
+        return Ok(true);
     }
     let bits = if chunks.len() > 1 && ctx.kind != JoinKind::Inner { Some(TempBits::new(bm, p.len())?) } else { None };
     let last_chunk = chunks.len() - 1;

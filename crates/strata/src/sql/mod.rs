@@ -16,14 +16,39 @@
 //! `d ± n` (days), `d - d` (days), `CAST`, `abs`, `length`, `upper`, `lower`, `coalesce`),
 //! `*`, `t.*`, aliases; `FROM` tables and derived tables (`(SELECT ...) AS t [(cols)]`),
 //! comma-separated or with `[INNER] JOIN ... ON`, `LEFT [OUTER] JOIN ... ON`, `CROSS JOIN`,
-//! qualified names `t.col`; `WHERE`, including uncorrelated `x [NOT] IN (SELECT ...)` and
-//! `[NOT] EXISTS (SELECT ...)` as conjuncts of the WHERE clause; `GROUP BY` expressions,
+//! qualified names `t.col`; `WITH name [(cols)] AS (SELECT ...), ...` (not recursive; each
+//! use of a name is bound as a derived table there, so a query used twice is computed
+//! twice); `WHERE`; `GROUP BY` expressions,
 //! positions or SELECT aliases; the aggregates `count(*)`, `count`, `sum`, `avg`, `min`,
 //! `max`, each also with `DISTINCT`; `HAVING`; `ORDER BY` expressions, positions or
 //! output names `ASC|DESC [NULLS FIRST|LAST]` (default as in PostgreSQL: NULLs last
-//! ascending, first descending); `LIMIT`, `OFFSET`; `EXPLAIN`. Refused with [`Error::Sql`]
-//! naming the position: `WITH`, set operations, window functions, correlated subqueries,
-//! subqueries elsewhere than as WHERE conjuncts, `RIGHT`/`FULL` joins, `USING`/`NATURAL`.
+//! ascending, first descending); `LIMIT`, `OFFSET`; `EXPLAIN`.
+//!
+//! Subqueries ([`subquery`], [`bind`]): an uncorrelated scalar subquery `(SELECT ...)`
+//! wherever an expression may be (WHERE, HAVING, SELECT, ON, ...) is computed once, before
+//! the query's rows: its one value, NULL if it has no row, an error if it has more than
+//! one; so is `[NOT] EXISTS (SELECT ...)` used as a value (inside an `OR`, in SELECT).
+//! As conditions of WHERE joined by `AND`: `x [NOT] IN (SELECT ...)` (a semi or anti join
+//! with SQL's NULL semantics for `NOT IN`) and `[NOT] EXISTS (SELECT ...)`, uncorrelated or
+//! correlated: a correlated one (its WHERE reads columns of the enclosing query; names are
+//! looked up in the subquery's own FROM first) is decorrelated into a semi join (`EXISTS`,
+//! `x IN`) or an anti join (`NOT EXISTS`, where a NULL key just matches nothing), its
+//! equalities between an expression of each side as the keys and its other correlated
+//! conditions as the join's residual. `x op (SELECT agg ...)` with a correlated aggregate
+//! subquery (TPC-H Q2, Q17, Q20) is decorrelated into the subquery grouped by its sides of
+//! the correlated equalities, joined to the enclosing query like one more table (its rows
+//! first semi-joined with the keys of the enclosing query's table that the equalities
+//! name, when WHERE restricts that table). All of
+//! them run on the spilling operators (hash joins, hash aggregation). Refused with
+//! [`Error::Sql`] naming the position: a correlated subquery elsewhere (in SELECT, inside
+//! an `OR`), one correlated by anything but equalities when it is an aggregate, one whose
+//! value over no rows is not NULL (`count`), `NOT IN` with a correlated subquery,
+//! `GROUP BY`, `HAVING`, `ORDER BY` or `LIMIT` in a correlated subquery, a reference to a
+//! query two levels out, `x IN (SELECT ...)` other than as a WHERE condition.
+//!
+//! Refused with [`Error::Sql`] naming the position: `WITH RECURSIVE`, set operations,
+//! window functions, `RIGHT`/`FULL` joins, `USING`/`NATURAL`.
+//!
 //! An `OR` over several relations in `WHERE` also contributes what it implies to the plan
 //! (a conjunct of every branch as a join key, per relation the `OR` of its restrictions as
 //! a scan filter), and `+ - *` of two decimal literals is computed exactly (`0.06 + 0.01`
@@ -34,7 +59,7 @@
 //! eviction ([`rows::RowRun`]: variable-size byte records): hash aggregation
 //! ([`agg`]: `GROUP BY`, `DISTINCT`, distinct aggregates), sort ([`sort`]: runs and a
 //! k-way merge; a top-k heap for `LIMIT` ≤ 1000), hash join ([`join`]: grace partitioning,
-//! recursive for partitions that do not fit, chunks for a key too frequent to split; inner joins build on the side with fewer rows by the
+//! recursive for partitions that do not fit, chunks for a key too frequent to split; inner, semi and `NOT EXISTS` joins build on the side with fewer rows by the
 //! tables' row counts). The Rust heap holds per-partition bookkeeping and a few rows at a
 //! time, not the input. [`spill_counters`] tells how often each spill path was taken.
 //!
@@ -51,6 +76,7 @@ pub mod expr;
 pub mod join;
 pub mod rows;
 pub mod sort;
+pub mod subquery;
 
 use sqlparser::dialect::GenericDialect;
 use sqlparser::parser::{Parser, ParserError};

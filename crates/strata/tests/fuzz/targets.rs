@@ -1588,7 +1588,7 @@ fn sql_expr(u: &mut Unstructured<'_>, depth: u32, out: &mut String) -> AResult<(
         out.push_str(pool[u.choose_index(pool.len())?]);
         return Ok(());
     }
-    match u.int_in_range(0..=12u8)? {
+    match u.int_in_range(0..=13u8)? {
         0 | 1 => out.push_str(COLS[u.choose_index(COLS.len())?]),
         2 => out.push_str(LITS[u.choose_index(LITS.len())?]),
         3..=5 => {
@@ -1646,6 +1646,23 @@ fn sql_expr(u: &mut Unstructured<'_>, depth: u32, out: &mut String) -> AResult<(
             out.push_str(" FOR ");
             sql_expr(u, depth - 1, out)?;
             out.push(')');
+        }
+        13 => {
+            // Subqueries: uncorrelated scalars, correlated aggregates, EXISTS and IN (the
+            // outer query's alias is x when its FROM has one).
+            const SUB: &[(&str, &str)] = &[
+                ("(SELECT ", " FROM t AS y)"),
+                ("(SELECT max(", ") FROM t AS y WHERE y.a = x.a)"),
+                ("(SELECT 0.5 * sum(", ") FROM t WHERE t.s = x.s AND t.id = x.id)"),
+                ("EXISTS (SELECT ", " FROM t AS y WHERE y.a = x.a AND y.b < x.b)"),
+                ("NOT EXISTS (SELECT 1 FROM t AS y WHERE y.id = x.id AND ", ")"),
+                ("x.a IN (SELECT ", " FROM t AS y WHERE y.s = x.s)"),
+                ("(WITH w AS (SELECT a FROM t) SELECT count(", ") FROM w)"),
+            ];
+            let (pre, post) = SUB[u.choose_index(SUB.len())?];
+            out.push_str(pre);
+            sql_expr(u, depth - 1, out)?;
+            out.push_str(post);
         }
         _ => {
             sql_expr(u, depth - 1, out)?;
