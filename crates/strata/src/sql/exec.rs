@@ -54,6 +54,9 @@ pub struct SortKey {
 pub enum Plan {
     /// Every row of a table, with the rows that fail `filter` dropped in the scan.
     Scan { name: String, table: Table, filter: Option<BExpr> },
+    /// A table scan that decodes only the columns used above it and filters leaf by leaf
+    /// (what [`super::scan::optimize`] makes of every `Scan`; see [`super::scan`]).
+    ColScan(Box<super::scan::ColScan>),
     /// One row of no columns (`SELECT` without `FROM`), if `filter` holds.
     OneRow { filter: Option<BExpr> },
     /// Expressions over the input's rows.
@@ -113,6 +116,7 @@ impl Plan {
                     None => Ok(go),
                 }
             }
+            Plan::ColScan(s) => s.run(bm, sink),
             Plan::OneRow { filter } => match filter {
                 Some(f) if !holds(f, &[])? => Ok(true),
                 _ => sink(&[]),
@@ -209,6 +213,7 @@ impl Plan {
     pub fn estimate_rows(&self, bm: &BufferManager) -> Result<u64> {
         Ok(match self {
             Plan::Scan { table, .. } => table.rows(bm)?,
+            Plan::ColScan(s) => s.table.rows(bm)?,
             Plan::OneRow { .. } | Plan::Aggregate { .. } => 1,
             Plan::Project { input, .. }
             | Plan::Filter { input, .. }
@@ -242,7 +247,12 @@ impl Plan {
         let pad = "  ".repeat(depth);
         let list = |v: &mut dyn Iterator<Item = String>| v.collect::<Vec<_>>().join(", ");
         let input = match self {
-            Plan::Scan { name, filter, .. } => {
+            Plan::Scan { .. } | Plan::ColScan(_) => {
+                let (name, filter) = match self {
+                    Plan::ColScan(c) => (&c.name, &c.filter),
+                    Plan::Scan { name, filter, .. } => (name, filter),
+                    _ => unreachable!(),
+                };
                 let _ = write!(s, "{pad}Scan {name}");
                 if let Some(f) = filter {
                     let _ = write!(s, " filter {f}");

@@ -50,6 +50,7 @@ pub mod exec;
 pub mod expr;
 pub mod join;
 pub mod rows;
+pub mod scan;
 pub mod sort;
 
 use sqlparser::dialect::GenericDialect;
@@ -215,7 +216,8 @@ fn prepare_here(catalog: &Catalog, sql: &str) -> Result<Prepared> {
             return Err(Error::Sql { pos: bind::at(s.span()), msg: "one statement at a time".into() });
         }
     };
-    let (bound, explain) = bind::statement(catalog, stmt)?;
+    let (mut bound, explain) = bind::statement(catalog, stmt)?;
+    scan::optimize(&mut bound.plan);
     if explain {
         let text = bound.plan.explain();
         return Ok(Prepared {
