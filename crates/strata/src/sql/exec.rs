@@ -10,6 +10,7 @@ use super::expr::{BExpr, Pos};
 use super::join::{JoinArgs, JoinKind};
 use super::rows::{corrupt, decode_row, encode_row, encode_sort_key, encode_value, hash_bytes};
 use super::sort::Sorter;
+use super::vagg::GroupCache;
 use crate::access::table::{ColumnType, Table, Value};
 use crate::buffer::BufferManager;
 use crate::error::{Error, Result};
@@ -364,10 +365,27 @@ fn run_hash_aggregate(bm: &BufferManager, input: &Plan, keys: &[BExpr], aggs: &[
     let mut dist = aggs.iter().any(|a| a.distinct).then(|| HashAgg::new(bm, Vec::new()));
     let (mut kb, mut sb, mut db) = (Vec::new(), Vec::new(), Vec::new());
     let mut sts: Vec<St> = Vec::with_capacity(aggs.len());
+    // Without DISTINCT aggregates, rows first meet a small pre-aggregation table.
+    let mut cache = (!aggs.iter().any(|a| a.distinct)).then(|| GroupCache::new(kinds.clone()));
     input.run(bm, &mut |row| {
         kb.clear();
         for k in keys {
-            encode_value(&k.eval(row)?, &mut kb);
+            match k {
+                BExpr::Col(i, _) => encode_value(row.get(*i).ok_or_else(|| corrupt("group key column"))?, &mut kb),
+                k => encode_value(&k.eval(row)?, &mut kb),
+            }
+        }
+        if let Some(c) = cache.as_mut() {
+            if let Some(states) = c.states(&kb, &mut main)? {
+                for ((s, a), k) in states.iter_mut().zip(aggs).zip(&kinds) {
+                    let v = match &a.arg {
+                        None => Value::Bool(true),
+                        Some(e) => e.eval(row)?,
+                    };
+                    s.merge(St::one(k.kind, v), k)?;
+                }
+                return Ok(true);
+            }
         }
         sts.clear();
         for (i, (a, k)) in aggs.iter().zip(&kinds).enumerate() {
@@ -394,6 +412,9 @@ fn run_hash_aggregate(bm: &BufferManager, input: &Plan, keys: &[BExpr], aggs: &[
         main.push(&kb, hash_bytes(&kb), &sb)?;
         Ok(true)
     })?;
+    if let Some(c) = cache.as_mut() {
+        c.flush(&mut main)?;
+    }
     if let Some(d) = dist {
         let nk = keys.len();
         d.finish(&mut |key, _| {

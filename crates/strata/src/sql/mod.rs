@@ -52,6 +52,7 @@ pub mod join;
 pub mod rows;
 pub mod scan;
 pub mod sort;
+pub mod vagg;
 
 use sqlparser::dialect::GenericDialect;
 use sqlparser::parser::{Parser, ParserError};
