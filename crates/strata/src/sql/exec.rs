@@ -137,6 +137,10 @@ impl Plan {
                 // The same partial states as the grouped aggregation, with one group.
                 let kinds: Vec<AggKind> = aggs.iter().map(|a| AggKind::of(a.func, a.arg_ty, a.pos, &a.label)).collect();
                 let mut states: Vec<St> = kinds.iter().map(|k| St::empty(k.kind)).collect();
+                if super::vagg::fused_aggregate(bm, input, aggs, &kinds, &mut states)? {
+                    let row: Vec<Value> = states.into_iter().map(St::finish).collect();
+                    return sink(&row);
+                }
                 input.run(bm, &mut |row| {
                     for ((s, a), k) in states.iter_mut().zip(aggs).zip(&kinds) {
                         // count(*) has no argument: every row counts (any non-NULL value).
@@ -367,51 +371,57 @@ fn run_hash_aggregate(bm: &BufferManager, input: &Plan, keys: &[BExpr], aggs: &[
     let mut sts: Vec<St> = Vec::with_capacity(aggs.len());
     // Without DISTINCT aggregates, rows first meet a small pre-aggregation table.
     let mut cache = (!aggs.iter().any(|a| a.distinct)).then(|| GroupCache::new(kinds.clone()));
-    input.run(bm, &mut |row| {
-        kb.clear();
-        for k in keys {
-            match k {
-                BExpr::Col(i, _) => encode_value(row.get(*i).ok_or_else(|| corrupt("group key column"))?, &mut kb),
-                k => encode_value(&k.eval(row)?, &mut kb),
-            }
-        }
-        if let Some(c) = cache.as_mut() {
-            if let Some(states) = c.states(&kb, &mut main)? {
-                for ((s, a), k) in states.iter_mut().zip(aggs).zip(&kinds) {
-                    let v = match &a.arg {
-                        None => Value::Bool(true),
-                        Some(e) => e.eval(row)?,
-                    };
-                    s.merge(St::one(k.kind, v), k)?;
+    let fused = match cache.as_mut() {
+        Some(c) => super::vagg::fused_grouped(bm, input, keys, aggs, c, &mut main)?,
+        None => false,
+    };
+    if !fused {
+        input.run(bm, &mut |row| {
+            kb.clear();
+            for k in keys {
+                match k {
+                    BExpr::Col(i, _) => encode_value(row.get(*i).ok_or_else(|| corrupt("group key column"))?, &mut kb),
+                    k => encode_value(&k.eval(row)?, &mut kb),
                 }
-                return Ok(true);
             }
-        }
-        sts.clear();
-        for (i, (a, k)) in aggs.iter().zip(&kinds).enumerate() {
-            let v = match &a.arg {
-                None => Value::Bool(true),
-                Some(e) => e.eval(row)?,
-            };
-            if a.distinct {
-                sts.push(St::empty(k.kind));
-                if let (false, Some(d)) = (matches!(v, Value::Null), dist.as_mut()) {
-                    // (group key, which aggregate, value): deduplicated first, counted after.
-                    db.clear();
-                    db.extend_from_slice(&kb);
-                    encode_value(&Value::I64(i as i64), &mut db);
-                    encode_value(&v, &mut db);
-                    d.push(&db, hash_bytes(&db), &[])?;
+            if let Some(c) = cache.as_mut() {
+                if let Some(states) = c.states(&kb, &mut main)? {
+                    for ((s, a), k) in states.iter_mut().zip(aggs).zip(&kinds) {
+                        let v = match &a.arg {
+                            None => Value::Bool(true),
+                            Some(e) => e.eval(row)?,
+                        };
+                        s.merge(St::one(k.kind, v), k)?;
+                    }
+                    return Ok(true);
                 }
-            } else {
-                sts.push(St::one(k.kind, v));
             }
-        }
-        sb.clear();
-        encode_states(&sts, &mut sb);
-        main.push(&kb, hash_bytes(&kb), &sb)?;
-        Ok(true)
-    })?;
+            sts.clear();
+            for (i, (a, k)) in aggs.iter().zip(&kinds).enumerate() {
+                let v = match &a.arg {
+                    None => Value::Bool(true),
+                    Some(e) => e.eval(row)?,
+                };
+                if a.distinct {
+                    sts.push(St::empty(k.kind));
+                    if let (false, Some(d)) = (matches!(v, Value::Null), dist.as_mut()) {
+                        // (group key, which aggregate, value): deduplicated first, counted after.
+                        db.clear();
+                        db.extend_from_slice(&kb);
+                        encode_value(&Value::I64(i as i64), &mut db);
+                        encode_value(&v, &mut db);
+                        d.push(&db, hash_bytes(&db), &[])?;
+                    }
+                } else {
+                    sts.push(St::one(k.kind, v));
+                }
+            }
+            sb.clear();
+            encode_states(&sts, &mut sb);
+            main.push(&kb, hash_bytes(&kb), &sb)?;
+            Ok(true)
+        })?;
+    }
     if let Some(c) = cache.as_mut() {
         c.flush(&mut main)?;
     }

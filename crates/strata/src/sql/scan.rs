@@ -28,7 +28,7 @@ use super::join::JoinKind;
 use crate::access::table::pax::{self, Leaf};
 use crate::access::table::{ColumnType, Schema, Table, Value};
 use crate::buffer::BufferManager;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// A scan that decodes only the columns its consumers use and filters leaves a column at a
 /// time.
@@ -367,6 +367,95 @@ impl ColScan {
     }
 }
 
+/// A leaf's rows that passed the scan filter (see [`ColScan::run_batches`]).
+pub struct Batch<'a> {
+    pub(crate) lf: LeafView<'a>,
+    /// The rows, by index within the leaf, in order.
+    pub sel: &'a [u32],
+    bad: &'a dyn Fn(&str) -> Error,
+}
+
+impl Batch<'_> {
+    /// Decodes the `cols` of row `i` of the leaf into `row`.
+    pub fn decode(&self, i: usize, cols: &[usize], row: &mut [Value]) -> Result<()> {
+        self.lf.decode(i, cols, row).map_err(|_| (self.bad)(&format!("row {} is unreadable", self.lf.leaf.first + i as u64)))
+    }
+}
+
+impl ColScan {
+    /// Whether the whole filter is evaluated leaf-wise (then [`run_batches`](Self::run_batches)
+    /// may be used).
+    pub fn batchable(&self) -> bool {
+        self.conjs.iter().all(|c| matches!(c, Conj::Vec(_)))
+    }
+
+    /// The columns decoded for the consumers.
+    pub fn needed(&self) -> Vec<usize> {
+        (0..self.need.len()).filter(|&c| self.need[c]).collect()
+    }
+
+    /// Hands the rows that pass the filter to `f` a leaf at a time, until it returns false.
+    /// Only for a [`batchable`](Self::batchable) scan.
+    pub fn run_batches(&self, bm: &BufferManager, f: &mut dyn FnMut(&Batch<'_>) -> Result<bool>) -> Result<bool> {
+        debug_assert!(self.batchable());
+        let schema = &self.table.schema;
+        let mut at: Vec<(usize, usize)> = Vec::with_capacity(schema.len());
+        let mut bits = Bits::default();
+        let mut sel: Vec<u32> = Vec::new();
+        let mut go = true;
+        self.table.scan_pages(bm, &mut |pid, page, leaf, start| {
+            let n = leaf.count;
+            if start >= n {
+                return Ok(true);
+            }
+            at.clear();
+            let mut off = crate::access::btree::node::HDR;
+            for c in &schema.columns {
+                at.push((off, off + pax::bitmap_bytes(leaf.cap)));
+                off += pax::column_bytes(c.ty, leaf.cap);
+            }
+            let lf = LeafView { page, leaf, at: &at, schema };
+            let bad = |what: &str| self.table.corrupt_leaf(bm, pid, what);
+            let words = n.div_ceil(64);
+            let mut all = bits.take(words, !0);
+            mask_tail(&mut all, n);
+            for (w, x) in all.iter_mut().enumerate() {
+                if (w + 1) * 64 <= start {
+                    *x = 0;
+                } else if w * 64 < start {
+                    *x &= !0u64 << (start % 64);
+                }
+            }
+            for c in &self.conjs {
+                if let Conj::Vec(p) = c {
+                    let (t, u) = p.eval(&lf, &mut bits, words).map_err(|_| bad("a value is unreadable"))?;
+                    for (a, x) in all.iter_mut().zip(&t) {
+                        *a &= x;
+                    }
+                    bits.give(t);
+                    bits.give(u);
+                }
+            }
+            sel.clear();
+            for (w, &x) in all.iter().enumerate() {
+                let mut x = x;
+                while x != 0 {
+                    sel.push((w * 64 + x.trailing_zeros() as usize) as u32);
+                    x &= x - 1;
+                }
+            }
+            bits.give(all);
+            if sel.is_empty() {
+                return Ok(true);
+            }
+            let more = f(&Batch { lf, sel: &sel, bad: &bad })?;
+            go = more;
+            Ok(more)
+        })?;
+        Ok(go)
+    }
+}
+
 /// Clears the bits at and above `n`.
 fn mask_tail(v: &mut [u64], n: usize) {
     if !n.is_multiple_of(64) {
@@ -395,7 +484,7 @@ impl Bits {
 }
 
 /// Reading a leaf's columns.
-struct LeafView<'a> {
+pub(crate) struct LeafView<'a> {
     page: &'a [u8],
     leaf: &'a Leaf,
     /// Per column: where its null bitmap and its values start.
@@ -404,28 +493,28 @@ struct LeafView<'a> {
 }
 
 /// A value that cannot be read (an impossible string offset, a bad boolean or UTF-8).
-struct Bad;
+pub(crate) struct Bad;
 
 impl<'a> LeafView<'a> {
-    fn null_word(&self, col: usize, w: usize) -> u64 {
+    pub(crate) fn null_word(&self, col: usize, w: usize) -> u64 {
         let at = self.at[col].0 + w * 8;
         u64::from_le_bytes(self.page[at..at + 8].try_into().unwrap())
     }
-    fn is_null(&self, col: usize, i: usize) -> bool {
+    pub(crate) fn is_null(&self, col: usize, i: usize) -> bool {
         self.page[self.at[col].0 + i / 8] >> (i % 8) & 1 == 1
     }
-    fn i64_at(&self, col: usize, i: usize) -> i64 {
+    pub(crate) fn i64_at(&self, col: usize, i: usize) -> i64 {
         let at = self.at[col].1 + i * 8;
         i64::from_le_bytes(self.page[at..at + 8].try_into().unwrap())
     }
-    fn f64_at(&self, col: usize, i: usize) -> f64 {
+    pub(crate) fn f64_at(&self, col: usize, i: usize) -> f64 {
         f64::from_bits(self.i64_at(col, i) as u64)
     }
-    fn date_at(&self, col: usize, i: usize) -> i32 {
+    pub(crate) fn date_at(&self, col: usize, i: usize) -> i32 {
         let at = self.at[col].1 + i * 4;
         i32::from_le_bytes(self.page[at..at + 4].try_into().unwrap())
     }
-    fn bool_at(&self, col: usize, i: usize) -> std::result::Result<bool, Bad> {
+    pub(crate) fn bool_at(&self, col: usize, i: usize) -> std::result::Result<bool, Bad> {
         match self.page[self.at[col].1 + i] {
             0 => Ok(false),
             1 => Ok(true),
@@ -433,7 +522,7 @@ impl<'a> LeafView<'a> {
         }
     }
     /// The bytes of string (or bytes) value `i` of `col`, borrowed from the page.
-    fn bytes_at(&self, col: usize, i: usize) -> std::result::Result<&'a [u8], Bad> {
+    pub(crate) fn bytes_at(&self, col: usize, i: usize) -> std::result::Result<&'a [u8], Bad> {
         let h = self.at[col].1 + i * 16;
         let p = self.page;
         let len = u32::from_le_bytes(p[h..h + 4].try_into().unwrap()) as usize;
@@ -447,7 +536,7 @@ impl<'a> LeafView<'a> {
         Ok(&p[off..off + len])
     }
     /// Value `i` of `col` (not NULL) as a [`Value`] (for the general comparisons).
-    fn value_at(&self, col: usize, i: usize) -> std::result::Result<Value, Bad> {
+    pub(crate) fn value_at(&self, col: usize, i: usize) -> std::result::Result<Value, Bad> {
         Ok(match self.schema.columns[col].ty {
             ColumnType::I64 => Value::I64(self.i64_at(col, i)),
             ColumnType::F64 => Value::F64(self.f64_at(col, i)),
@@ -459,7 +548,7 @@ impl<'a> LeafView<'a> {
     }
 
     /// Decodes the `cols` of row `i` into `row` (reusing its strings' buffers).
-    fn decode(&self, i: usize, cols: &[usize], row: &mut [Value]) -> std::result::Result<(), Bad> {
+    pub(crate) fn decode(&self, i: usize, cols: &[usize], row: &mut [Value]) -> std::result::Result<(), Bad> {
         for &c in cols {
             let slot = &mut row[c];
             if self.is_null(c, i) {

@@ -107,3 +107,367 @@ impl GroupCache {
         &self.kinds
     }
 }
+
+// ---- Aggregation straight over a vectorized scan ----
+//
+// When an aggregation reads a table scan whose whole filter is evaluated leaf-wise, and
+// its arguments are arithmetic over i64/f64 columns and constants (and its group keys,
+// if any, plain columns), each leaf's passing rows are taken as a batch: every argument
+// is computed as a vector (checked i64, f64, NULL propagated) by a small register
+// program, then merged row by row into the states. If computing a vector meets an error
+// (overflow, division by zero) the leaf is redone row at a time with the row evaluator,
+// so the error is the one (and from the row) it always was.
+
+use super::agg::Kind;
+use super::exec::{AggSpec, Plan};
+use super::expr::{ArOp, BExpr};
+use super::rows::encode_value;
+use super::scan::{Batch, ColScan};
+use crate::access::table::{ColumnType, Schema, Value};
+use crate::buffer::BufferManager;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Rt {
+    I,
+    F,
+}
+
+#[derive(Debug)]
+enum Op {
+    LoadI { dst: usize, col: usize },
+    LoadF { dst: usize, col: usize },
+    ConstI { dst: usize, v: i64 },
+    ConstF { dst: usize, v: f64 },
+    ToF { dst: usize, a: usize },
+    ArI { op: ArOp, dst: usize, a: usize, b: usize },
+    ArF { op: ArOp, dst: usize, a: usize, b: usize },
+    NegI { dst: usize, a: usize },
+    NegF { dst: usize, a: usize },
+}
+
+#[derive(Default, Clone)]
+struct Reg {
+    i: Vec<i64>,
+    f: Vec<f64>,
+    null: Vec<bool>,
+}
+
+/// The arguments of an aggregation as one register program.
+struct Prog {
+    ops: Vec<Op>,
+    regs: Vec<Reg>,
+    /// Per aggregate: the register of its argument and its type (`None`: `count(*)`).
+    outs: Vec<Option<(usize, Rt)>>,
+}
+
+fn compile(e: &BExpr, schema: &Schema, ops: &mut Vec<Op>, n: &mut usize) -> Option<(usize, Rt)> {
+    let mut reg = || {
+        *n += 1;
+        *n - 1
+    };
+    Some(match e {
+        BExpr::Col(c, _) => match schema.columns.get(*c)?.ty {
+            ColumnType::I64 => {
+                let dst = reg();
+                ops.push(Op::LoadI { dst, col: *c });
+                (dst, Rt::I)
+            }
+            ColumnType::F64 => {
+                let dst = reg();
+                ops.push(Op::LoadF { dst, col: *c });
+                (dst, Rt::F)
+            }
+            _ => return None,
+        },
+        BExpr::Lit(Value::I64(v)) => {
+            let dst = reg();
+            ops.push(Op::ConstI { dst, v: *v });
+            (dst, Rt::I)
+        }
+        BExpr::Lit(Value::F64(v)) => {
+            let dst = reg();
+            ops.push(Op::ConstF { dst, v: *v });
+            (dst, Rt::F)
+        }
+        BExpr::Neg(x, _) => {
+            let (a, t) = compile(x, schema, ops, n)?;
+            let dst = *n;
+            *n += 1;
+            ops.push(if t == Rt::I { Op::NegI { dst, a } } else { Op::NegF { dst, a } });
+            (dst, t)
+        }
+        BExpr::Arith(op, a, b, _) => {
+            let (ra, ta) = compile(a, schema, ops, n)?;
+            let (rb, tb) = compile(b, schema, ops, n)?;
+            let to_f = |r: usize, t: Rt, ops: &mut Vec<Op>, n: &mut usize| {
+                if t == Rt::F {
+                    return r;
+                }
+                let dst = *n;
+                *n += 1;
+                ops.push(Op::ToF { dst, a: r });
+                dst
+            };
+            if ta == Rt::I && tb == Rt::I {
+                let dst = *n;
+                *n += 1;
+                ops.push(Op::ArI { op: *op, dst, a: ra, b: rb });
+                (dst, Rt::I)
+            } else {
+                let a = to_f(ra, ta, ops, n);
+                let b = to_f(rb, tb, ops, n);
+                let dst = *n;
+                *n += 1;
+                ops.push(Op::ArF { op: *op, dst, a, b });
+                (dst, Rt::F)
+            }
+        }
+        _ => return None,
+    })
+}
+
+impl Prog {
+    fn new(aggs: &[AggSpec], schema: &Schema) -> Option<Prog> {
+        let (mut ops, mut n) = (Vec::new(), 0usize);
+        let mut outs = Vec::with_capacity(aggs.len());
+        for a in aggs {
+            if a.distinct {
+                return None;
+            }
+            outs.push(match &a.arg {
+                None => None,
+                Some(e) => Some(compile(e, schema, &mut ops, &mut n)?),
+            });
+        }
+        Some(Prog { ops, regs: vec![Reg::default(); n], outs })
+    }
+
+    /// Computes every register over the batch's rows; `Err` if a value fails (overflow,
+    /// division by zero).
+    fn eval(&mut self, b: &Batch<'_>) -> std::result::Result<(), ()> {
+        let sel = b.sel;
+        let len = sel.len();
+        for op in &self.ops {
+            let dst = match op {
+                Op::LoadI { dst, .. }
+                | Op::LoadF { dst, .. }
+                | Op::ConstI { dst, .. }
+                | Op::ConstF { dst, .. }
+                | Op::ToF { dst, .. }
+                | Op::ArI { dst, .. }
+                | Op::ArF { dst, .. }
+                | Op::NegI { dst, .. }
+                | Op::NegF { dst, .. } => *dst,
+            };
+            // Operands are earlier registers than `dst`.
+            let (done, rest) = self.regs.split_at_mut(dst);
+            let d = &mut rest[0];
+            d.null.clear();
+            match op {
+                Op::LoadI { col, .. } => {
+                    d.i.clear();
+                    d.i.extend(sel.iter().map(|&i| b.lf.i64_at(*col, i as usize)));
+                    d.null.extend(sel.iter().map(|&i| b.lf.is_null(*col, i as usize)));
+                }
+                Op::LoadF { col, .. } => {
+                    d.f.clear();
+                    d.f.extend(sel.iter().map(|&i| b.lf.f64_at(*col, i as usize)));
+                    d.null.extend(sel.iter().map(|&i| b.lf.is_null(*col, i as usize)));
+                }
+                Op::ConstI { v, .. } => {
+                    d.i.clear();
+                    d.i.resize(len, *v);
+                    d.null.resize(len, false);
+                }
+                Op::ConstF { v, .. } => {
+                    d.f.clear();
+                    d.f.resize(len, *v);
+                    d.null.resize(len, false);
+                }
+                Op::ToF { a, .. } => {
+                    let a = &done[*a];
+                    d.f.clear();
+                    d.f.extend(a.i.iter().map(|&x| x as f64));
+                    d.null.extend_from_slice(&a.null);
+                }
+                Op::NegI { a, .. } => {
+                    let a = &done[*a];
+                    d.i.clear();
+                    d.null.extend_from_slice(&a.null);
+                    for (x, &nl) in a.i.iter().zip(&a.null) {
+                        d.i.push(if nl { 0 } else { x.checked_neg().ok_or(())? });
+                    }
+                }
+                Op::NegF { a, .. } => {
+                    let a = &done[*a];
+                    d.f.clear();
+                    d.f.extend(a.f.iter().map(|&x| -x));
+                    d.null.extend_from_slice(&a.null);
+                }
+                Op::ArI { op, a, b: bb, .. } => {
+                    let (a, bb) = (&done[*a], &done[*bb]);
+                    d.i.clear();
+                    for k in 0..len {
+                        let nl = a.null[k] | bb.null[k];
+                        d.null.push(nl);
+                        d.i.push(if nl {
+                            0
+                        } else {
+                            let (x, y) = (a.i[k], bb.i[k]);
+                            match op {
+                                ArOp::Add => x.checked_add(y),
+                                ArOp::Sub => x.checked_sub(y),
+                                ArOp::Mul => x.checked_mul(y),
+                                ArOp::Div => x.checked_div(y),
+                                ArOp::Rem => x.checked_rem(y),
+                            }
+                            .ok_or(())?
+                        });
+                    }
+                }
+                Op::ArF { op, a, b: bb, .. } => {
+                    let (a, bb) = (&done[*a], &done[*bb]);
+                    d.f.clear();
+                    for k in 0..len {
+                        let nl = a.null[k] | bb.null[k];
+                        d.null.push(nl);
+                        let (x, y) = (a.f[k], bb.f[k]);
+                        if !nl && matches!(op, ArOp::Div | ArOp::Rem) && y == 0.0 {
+                            return Err(());
+                        }
+                        d.f.push(match op {
+                            ArOp::Add => x + y,
+                            ArOp::Sub => x - y,
+                            ArOp::Mul => x * y,
+                            ArOp::Div => x / y,
+                            ArOp::Rem => x % y,
+                        });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Merges row `k` of the batch into `states`.
+    fn merge_row(&self, k: usize, states: &mut [St], kinds: &[AggKind]) -> Result<()> {
+        for ((s, out), kind) in states.iter_mut().zip(&self.outs).zip(kinds) {
+            let Some((r, t)) = *out else {
+                if let St::Count(n) = s {
+                    *n += 1;
+                    continue;
+                }
+                s.merge(St::one(kind.kind, Value::Bool(true)), kind)?;
+                continue;
+            };
+            let reg = &self.regs[r];
+            if reg.null[k] {
+                continue;
+            }
+            match (s, t) {
+                (St::Count(n), _) => *n += 1,
+                (St::SumF(x), Rt::F) => *x = Some(x.unwrap_or(0.0) + reg.f[k]),
+                (St::AvgF(x, n), Rt::F) if kind.kind == Kind::AvgF => {
+                    *x += reg.f[k];
+                    *n += 1;
+                }
+                (s, Rt::F) => s.merge(St::one(kind.kind, Value::F64(reg.f[k])), kind)?,
+                (s, Rt::I) => s.merge(St::one(kind.kind, Value::I64(reg.i[k])), kind)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The scan under an aggregation, if the fused path can take it.
+fn fusable(input: &Plan) -> Option<&ColScan> {
+    match input {
+        Plan::ColScan(s) if s.batchable() => Some(s),
+        _ => None,
+    }
+}
+
+/// A whole-table aggregation (no groups) straight over a vectorized scan, into `states`.
+/// `Ok(false)`: not applicable, nothing done.
+pub fn fused_aggregate(bm: &BufferManager, input: &Plan, aggs: &[AggSpec], kinds: &[AggKind], states: &mut [St]) -> Result<bool> {
+    let Some(scan) = fusable(input) else { return Ok(false) };
+    let Some(mut prog) = Prog::new(aggs, &scan.table.schema) else { return Ok(false) };
+    let needed = scan.needed();
+    let mut row = vec![Value::Null; scan.table.schema.len()];
+    scan.run_batches(bm, &mut |b| {
+        if prog.eval(b).is_ok() {
+            for k in 0..b.sel.len() {
+                prog.merge_row(k, states, kinds)?;
+            }
+            return Ok(true);
+        }
+        for &i in b.sel {
+            b.decode(i as usize, &needed, &mut row)?;
+            for ((s, a), k) in states.iter_mut().zip(aggs).zip(kinds) {
+                let v = match &a.arg {
+                    Some(e) => e.eval(&row)?,
+                    None => Value::Bool(true),
+                };
+                s.merge(St::one(k.kind, v), k)?;
+            }
+        }
+        Ok(true)
+    })?;
+    Ok(true)
+}
+
+/// A grouped aggregation (no DISTINCT) straight over a vectorized scan, into `cache` and
+/// `main`. `Ok(false)`: not applicable, nothing done.
+pub fn fused_grouped(bm: &BufferManager, input: &Plan, keys: &[BExpr], aggs: &[AggSpec], cache: &mut GroupCache, main: &mut HashAgg<'_>) -> Result<bool> {
+    let Some(scan) = fusable(input) else { return Ok(false) };
+    let schema = &scan.table.schema;
+    let mut key_cols = Vec::with_capacity(keys.len());
+    for k in keys {
+        match k {
+            BExpr::Col(c, _) if *c < schema.len() => key_cols.push(*c),
+            _ => return Ok(false),
+        }
+    }
+    let Some(mut prog) = Prog::new(aggs, schema) else { return Ok(false) };
+    let kinds = cache.kinds().to_vec();
+    let needed = scan.needed();
+    let mut row = vec![Value::Null; schema.len()];
+    let (mut kb, mut sb) = (Vec::new(), Vec::new());
+    let mut sts: Vec<St> = Vec::with_capacity(aggs.len());
+    scan.run_batches(bm, &mut |b| {
+        let vector = prog.eval(b).is_ok();
+        for (k, &i) in b.sel.iter().enumerate() {
+            b.decode(i as usize, if vector { &key_cols } else { &needed }, &mut row)?;
+            kb.clear();
+            for &c in &key_cols {
+                encode_value(&row[c], &mut kb);
+            }
+            let into: &mut [St] = match cache.states(&kb, main)? {
+                Some(s) => s,
+                None => {
+                    sts.clear();
+                    sts.extend(kinds.iter().map(|k| St::empty(k.kind)));
+                    &mut sts[..]
+                }
+            };
+            if vector {
+                prog.merge_row(k, into, &kinds)?;
+            } else {
+                for ((s, a), kind) in into.iter_mut().zip(aggs).zip(&kinds) {
+                    let v = match &a.arg {
+                        Some(e) => e.eval(&row)?,
+                        None => Value::Bool(true),
+                    };
+                    s.merge(St::one(kind.kind, v), kind)?;
+                }
+            }
+            if cache.is_off() {
+                sb.clear();
+                encode_states(&sts, &mut sb);
+                main.push(&kb, hash_bytes(&kb), &sb)?;
+            }
+        }
+        Ok(true)
+    })?;
+    Ok(true)
+}
