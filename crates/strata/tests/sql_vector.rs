@@ -380,3 +380,55 @@ fn aggregates_over_batches() {
     ];
     assert_rows(ok, &q(&db, ok), &want);
 }
+
+/// `set_threads`: aggregations straight over a scan run on several workers over morsels
+/// of rows (boundaries inside leaves); the results equal those of one thread (groups
+/// sorted, floats to 1e-9) and errors are still errors.
+#[test]
+fn parallel_aggregation_matches_one_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = rows(7000);
+    let db = open(dir.path(), &data);
+    let with = |sql: &str, threads: usize| -> Result<Vec<Vec<Value>>, strata::Error> {
+        let mut p = strata::sql::prepare(&db.catalog(), sql)?;
+        p.set_threads(threads);
+        let mut out = Vec::new();
+        p.execute(db.buffer(), &mut |row| {
+            out.push(row.to_vec());
+            Ok(true)
+        })?;
+        Ok(out)
+    };
+    for sql in [
+        "SELECT count(*), sum(a), sum(a * b), avg(b), min(a), max(b - 1) FROM t",
+        "SELECT count(*), sum(a) FROM t WHERE d >= DATE '1994-09-01' AND s LIKE '%a%'",
+        "SELECT f, count(*), sum(a * 2), avg(b) FROM t WHERE a > -10 GROUP BY f ORDER BY f",
+        "SELECT s, count(*), sum(a) FROM t GROUP BY s ORDER BY s",
+        "SELECT a, count(*), sum(b) FROM t GROUP BY a ORDER BY a",
+    ] {
+        let one = with(sql, 1).unwrap();
+        for threads in [2, 3, 8] {
+            assert_rows(sql, &with(sql, threads).unwrap(), &one);
+        }
+    }
+    let n: i64 = data.iter().filter_map(|r| r.a).sum();
+    assert_eq!(with("SELECT sum(a) FROM t", 4).unwrap()[0][0], Value::I64(n));
+    // Narrow rows: hundreds per leaf, so morsel boundaries cut leaves in their middle words.
+    let t = db.create_table("nums", Schema::parse("k:i64,v:i64").unwrap()).unwrap();
+    let mut tx = db.begin();
+    t.append(&mut tx, &(0..20_000i64).map(|i| vec![Value::I64(i % 7), Value::I64(i)]).collect::<Vec<_>>()).unwrap();
+    tx.commit().unwrap();
+    for threads in [1, 2, 3] {
+        let got = with("SELECT k, count(*), sum(v) FROM nums WHERE v >= 5 GROUP BY k ORDER BY k", threads).unwrap();
+        let want: Vec<Vec<Value>> = (0..7i64)
+            .map(|k| {
+                let vs: Vec<i64> = (5..20_000i64).filter(|i| i % 7 == k).collect();
+                vec![Value::I64(k), Value::I64(vs.len() as i64), Value::I64(vs.iter().sum())]
+            })
+            .collect();
+        assert_eq!(got, want, "{threads} threads");
+        assert_eq!(with("SELECT count(*), sum(v) FROM nums", threads).unwrap(), vec![vec![Value::I64(20_000), Value::I64(19_999 * 10_000)]]);
+    }
+    let e = with("SELECT sum(100 / a) FROM t", 3).unwrap_err().to_string();
+    assert!(e.contains("division by zero"), "{e}");
+}

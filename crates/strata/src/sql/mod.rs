@@ -236,6 +236,15 @@ impl Prepared {
         &self.plan
     }
 
+    /// Lets the query use up to `threads` worker threads where its plan can (an aggregation
+    /// straight over a table scan: morsels of rows, partial aggregates merged at the end;
+    /// the rest runs on the calling thread). The default is 1. With more than one, the
+    /// groups of a `GROUP BY` without `ORDER BY` may come in another order, and f64 sums
+    /// may differ in their last bits.
+    pub fn set_threads(&mut self, threads: usize) {
+        scan::set_threads(&mut self.plan, threads);
+    }
+
     /// Whether this is an `EXPLAIN`: its rows are the lines of the plan.
     pub fn is_explain(&self) -> bool {
         self.explain.is_some()

@@ -39,6 +39,8 @@ pub struct ColScan {
     pub filter: Option<BExpr>,
     /// Per column of the table: decoded (else left NULL).
     pub need: Vec<bool>,
+    /// Worker threads an aggregation straight over this scan may use (morsels of rows).
+    pub threads: usize,
     conjs: Vec<Conj>,
 }
 
@@ -246,7 +248,7 @@ impl ColScan {
             conjuncts(f, &mut parts);
         }
         let conjs = parts.into_iter().map(|c| compile(&c, &table.schema).map_or(Conj::Row(c), Conj::Vec)).collect();
-        ColScan { name, table, filter, need, conjs }
+        ColScan { name, table, filter, need, threads: 1, conjs }
     }
 
     /// Runs the scan, handing each row that passes the filter to `sink`.
@@ -259,7 +261,7 @@ impl ColScan {
         let mut bits = Bits::default();
         let any_row = self.conjs.iter().any(|c| matches!(c, Conj::Row(_)));
         let mut go = true;
-        self.table.scan_pages(bm, &mut |pid, page, leaf, start| {
+        self.table.scan_pages(bm, 0, &mut |pid, page, leaf, start| {
             let n = leaf.count;
             if start >= n {
                 return Ok(true);
@@ -397,15 +399,25 @@ impl ColScan {
     /// Hands the rows that pass the filter to `f` a leaf at a time, until it returns false.
     /// Only for a [`batchable`](Self::batchable) scan.
     pub fn run_batches(&self, bm: &BufferManager, f: &mut dyn FnMut(&Batch<'_>) -> Result<bool>) -> Result<bool> {
+        self.run_batches_range(bm, 0, u64::MAX, f)
+    }
+
+    /// [`run_batches`](Self::run_batches) over the rows with ids in `from..to` (a morsel).
+    pub fn run_batches_range(&self, bm: &BufferManager, from: u64, to: u64, f: &mut dyn FnMut(&Batch<'_>) -> Result<bool>) -> Result<bool> {
         debug_assert!(self.batchable());
         let schema = &self.table.schema;
         let mut at: Vec<(usize, usize)> = Vec::with_capacity(schema.len());
         let mut bits = Bits::default();
         let mut sel: Vec<u32> = Vec::new();
         let mut go = true;
-        self.table.scan_pages(bm, &mut |pid, page, leaf, start| {
+        self.table.scan_pages(bm, from, &mut |pid, page, leaf, start| {
+            if leaf.first >= to {
+                return Ok(false);
+            }
             let n = leaf.count;
-            if start >= n {
+            // Rows at and above `to` belong to the next morsel.
+            let end = n.min(usize::try_from(to - leaf.first).unwrap_or(usize::MAX));
+            if start >= end {
                 return Ok(true);
             }
             at.clear();
@@ -418,7 +430,7 @@ impl ColScan {
             let bad = |what: &str| self.table.corrupt_leaf(bm, pid, what);
             let words = n.div_ceil(64);
             let mut all = bits.take(words, !0);
-            mask_tail(&mut all, n);
+            mask_tail(&mut all, end);
             for (w, x) in all.iter_mut().enumerate() {
                 if (w + 1) * 64 <= start {
                     *x = 0;
@@ -458,9 +470,11 @@ impl ColScan {
 
 /// Clears the bits at and above `n`.
 fn mask_tail(v: &mut [u64], n: usize) {
-    if !n.is_multiple_of(64) {
-        if let Some(last) = v.get_mut(n / 64) {
-            *last &= (1u64 << (n % 64)) - 1;
+    for (w, x) in v.iter_mut().enumerate() {
+        if w * 64 >= n {
+            *x = 0;
+        } else if (w + 1) * 64 > n {
+            *x &= (1u64 << (n % 64)) - 1;
         }
     }
 }
@@ -891,4 +905,26 @@ pub fn prune(plan: &mut Plan, need: &[bool]) {
 pub fn optimize(plan: &mut Plan) {
     let n = vec![true; width(plan)];
     prune(plan, &n);
+}
+
+/// Lets every aggregation straight over a vectorized scan in `plan` use `threads` workers.
+pub fn set_threads(plan: &mut Plan, threads: usize) {
+    match plan {
+        Plan::ColScan(s) => s.threads = threads.max(1),
+        Plan::Scan { .. } | Plan::OneRow { .. } => {}
+        Plan::Project { input, .. }
+        | Plan::Filter { input, .. }
+        | Plan::Aggregate { input, .. }
+        | Plan::HashAggregate { input, .. }
+        | Plan::Sort { input, .. }
+        | Plan::Limit { input, .. } => set_threads(input, threads),
+        Plan::Exists { input, sub, .. } => {
+            set_threads(input, threads);
+            set_threads(sub, threads);
+        }
+        Plan::HashJoin { left, right, .. } => {
+            set_threads(left, threads);
+            set_threads(right, threads);
+        }
+    }
 }

@@ -387,37 +387,143 @@ fn fusable(input: &Plan) -> Option<&ColScan> {
     }
 }
 
+/// Rows per morsel of a parallel aggregation at most (and at least [`MORSEL_MIN`]; about
+/// 16 morsels per worker in between, so that workers finish together).
+const MORSEL: u64 = 1 << 15;
+const MORSEL_MIN: u64 = 1 << 10;
+
+/// Runs `work(from, to)` over morsels of `0..rows` on `threads` workers, each with its own
+/// state made by `init`; returns the states in worker order.
+fn morsels<T: Send>(threads: usize, rows: u64, init: &(dyn Fn() -> T + Sync), work: &(dyn Fn(&mut T, u64, u64) -> Result<()> + Sync)) -> Result<Vec<T>> {
+    let next = std::sync::atomic::AtomicU64::new(0);
+    let morsel = (rows / (threads as u64 * 16)).clamp(MORSEL_MIN, MORSEL);
+    let run = || -> Result<T> {
+        let mut st = init();
+        loop {
+            let a = next.fetch_add(morsel, std::sync::atomic::Ordering::Relaxed);
+            if a >= rows {
+                return Ok(st);
+            }
+            work(&mut st, a, (a + morsel).min(rows))?;
+        }
+    };
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (1..threads).map(|_| s.spawn(run)).collect();
+        let mut out = vec![run()];
+        for h in hs {
+            out.push(h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+        }
+        out.into_iter().collect()
+    })
+}
+
+/// One batch into whole-table states.
+fn agg_batch(prog: &mut Prog, b: &Batch<'_>, aggs: &[AggSpec], kinds: &[AggKind], states: &mut [St], needed: &[usize], row: &mut [Value]) -> Result<()> {
+    if prog.eval(b).is_ok() {
+        for k in 0..b.sel.len() {
+            prog.merge_row(k, states, kinds)?;
+        }
+        return Ok(());
+    }
+    for &i in b.sel {
+        b.decode(i as usize, needed, row)?;
+        for ((s, a), k) in states.iter_mut().zip(aggs).zip(kinds) {
+            let v = match &a.arg {
+                Some(e) => e.eval(row)?,
+                None => Value::Bool(true),
+            };
+            s.merge(St::one(k.kind, v), k)?;
+        }
+    }
+    Ok(())
+}
+
 /// A whole-table aggregation (no groups) straight over a vectorized scan, into `states`.
 /// `Ok(false)`: not applicable, nothing done.
 pub fn fused_aggregate(bm: &BufferManager, input: &Plan, aggs: &[AggSpec], kinds: &[AggKind], states: &mut [St]) -> Result<bool> {
     let Some(scan) = fusable(input) else { return Ok(false) };
     let Some(mut prog) = Prog::new(aggs, &scan.table.schema) else { return Ok(false) };
     let needed = scan.needed();
-    let mut row = vec![Value::Null; scan.table.schema.len()];
-    scan.run_batches(bm, &mut |b| {
-        if prog.eval(b).is_ok() {
-            for k in 0..b.sel.len() {
-                prog.merge_row(k, states, kinds)?;
-            }
-            return Ok(true);
-        }
-        for &i in b.sel {
-            b.decode(i as usize, &needed, &mut row)?;
-            for ((s, a), k) in states.iter_mut().zip(aggs).zip(kinds) {
-                let v = match &a.arg {
-                    Some(e) => e.eval(&row)?,
-                    None => Value::Bool(true),
-                };
-                s.merge(St::one(k.kind, v), k)?;
+    let width = scan.table.schema.len();
+    if scan.threads > 1 {
+        let init = || (Prog::new(aggs, &scan.table.schema), kinds.iter().map(|k| St::empty(k.kind)).collect::<Vec<St>>(), vec![Value::Null; width]);
+        let work = |st: &mut (Option<Prog>, Vec<St>, Vec<Value>), a: u64, z: u64| -> Result<()> {
+            let (Some(prog), states, row) = st else { return Ok(()) };
+            scan.run_batches_range(bm, a, z, &mut |b| agg_batch(prog, b, aggs, kinds, states, &needed, row).map(|_| true))?;
+            Ok(())
+        };
+        for (_, part, _) in morsels(scan.threads, scan.table.rows(bm)?, &init, &work)? {
+            for ((s, p), k) in states.iter_mut().zip(part).zip(kinds) {
+                s.merge(p, k)?;
             }
         }
-        Ok(true)
-    })?;
+        return Ok(true);
+    }
+    let mut row = vec![Value::Null; width];
+    scan.run_batches(bm, &mut |b| agg_batch(&mut prog, b, aggs, kinds, states, &needed, &mut row).map(|_| true))?;
     Ok(true)
 }
 
+/// What a grouped aggregation over batches works with.
+struct Grouping<'k> {
+    key_cols: Vec<usize>,
+    needed: Vec<usize>,
+    aggs: &'k [AggSpec],
+    kinds: Vec<AggKind>,
+}
+
+/// One batch into the groups of `cache` and `main`.
+#[allow(clippy::too_many_arguments)]
+fn group_batch(
+    g: &Grouping<'_>,
+    prog: &mut Prog,
+    b: &Batch<'_>,
+    cache: &mut GroupCache,
+    main: &mut HashAgg<'_>,
+    row: &mut [Value],
+    kb: &mut Vec<u8>,
+    sb: &mut Vec<u8>,
+    sts: &mut Vec<St>,
+) -> Result<()> {
+    let vector = prog.eval(b).is_ok();
+    for (k, &i) in b.sel.iter().enumerate() {
+        b.decode(i as usize, if vector { &g.key_cols } else { &g.needed }, row)?;
+        kb.clear();
+        for &c in &g.key_cols {
+            encode_value(&row[c], kb);
+        }
+        let into: &mut [St] = match cache.states(kb, main)? {
+            Some(s) => s,
+            None => {
+                sts.clear();
+                sts.extend(g.kinds.iter().map(|k| St::empty(k.kind)));
+                &mut sts[..]
+            }
+        };
+        if vector {
+            prog.merge_row(k, into, &g.kinds)?;
+        } else {
+            for ((s, a), kind) in into.iter_mut().zip(g.aggs).zip(&g.kinds) {
+                let v = match &a.arg {
+                    Some(e) => e.eval(row)?,
+                    None => Value::Bool(true),
+                };
+                s.merge(St::one(kind.kind, v), kind)?;
+            }
+        }
+        if cache.is_off() {
+            sb.clear();
+            encode_states(sts, sb);
+            main.push(kb, hash_bytes(kb), sb)?;
+        }
+    }
+    Ok(())
+}
+
 /// A grouped aggregation (no DISTINCT) straight over a vectorized scan, into `cache` and
-/// `main`. `Ok(false)`: not applicable, nothing done.
+/// `main`. `Ok(false)`: not applicable, nothing done. With several threads, each has its
+/// own pre-aggregation and hash aggregation (temporary pages of the same pool), whose
+/// groups are merged into `main` at the end.
 pub fn fused_grouped(bm: &BufferManager, input: &Plan, keys: &[BExpr], aggs: &[AggSpec], cache: &mut GroupCache, main: &mut HashAgg<'_>) -> Result<bool> {
     let Some(scan) = fusable(input) else { return Ok(false) };
     let schema = &scan.table.schema;
@@ -429,45 +535,40 @@ pub fn fused_grouped(bm: &BufferManager, input: &Plan, keys: &[BExpr], aggs: &[A
         }
     }
     let Some(mut prog) = Prog::new(aggs, schema) else { return Ok(false) };
-    let kinds = cache.kinds().to_vec();
-    let needed = scan.needed();
+    let g = Grouping { key_cols, needed: scan.needed(), aggs, kinds: cache.kinds().to_vec() };
+    if scan.threads > 1 {
+        type Local<'b> = (Option<Prog>, GroupCache, HashAgg<'b>, Vec<Value>, Vec<u8>, Vec<u8>, Vec<St>);
+        let init = || -> Local<'_> {
+            (
+                Prog::new(aggs, schema),
+                GroupCache::new(g.kinds.clone()),
+                HashAgg::new(bm, g.kinds.clone()),
+                vec![Value::Null; schema.len()],
+                Vec::new(),
+                Vec::new(),
+                Vec::new(),
+            )
+        };
+        let work = |st: &mut Local<'_>, a: u64, z: u64| -> Result<()> {
+            let (Some(prog), cache, main, row, kb, sb, sts) = st else { return Ok(()) };
+            scan.run_batches_range(bm, a, z, &mut |b| group_batch(&g, prog, b, cache, main, row, kb, sb, sts).map(|_| true))?;
+            Ok(())
+        };
+        let mut sb = Vec::new();
+        for (_, mut c, mut m, ..) in morsels(scan.threads, scan.table.rows(bm)?, &init, &work)? {
+            c.flush(&mut m)?;
+            m.finish(&mut |key, states| {
+                sb.clear();
+                encode_states(&states, &mut sb);
+                main.push(key, hash_bytes(key), &sb)?;
+                Ok(true)
+            })?;
+        }
+        return Ok(true);
+    }
     let mut row = vec![Value::Null; schema.len()];
     let (mut kb, mut sb) = (Vec::new(), Vec::new());
     let mut sts: Vec<St> = Vec::with_capacity(aggs.len());
-    scan.run_batches(bm, &mut |b| {
-        let vector = prog.eval(b).is_ok();
-        for (k, &i) in b.sel.iter().enumerate() {
-            b.decode(i as usize, if vector { &key_cols } else { &needed }, &mut row)?;
-            kb.clear();
-            for &c in &key_cols {
-                encode_value(&row[c], &mut kb);
-            }
-            let into: &mut [St] = match cache.states(&kb, main)? {
-                Some(s) => s,
-                None => {
-                    sts.clear();
-                    sts.extend(kinds.iter().map(|k| St::empty(k.kind)));
-                    &mut sts[..]
-                }
-            };
-            if vector {
-                prog.merge_row(k, into, &kinds)?;
-            } else {
-                for ((s, a), kind) in into.iter_mut().zip(aggs).zip(&kinds) {
-                    let v = match &a.arg {
-                        Some(e) => e.eval(&row)?,
-                        None => Value::Bool(true),
-                    };
-                    s.merge(St::one(kind.kind, v), kind)?;
-                }
-            }
-            if cache.is_off() {
-                sb.clear();
-                encode_states(&sts, &mut sb);
-                main.push(&kb, hash_bytes(&kb), &sb)?;
-            }
-        }
-        Ok(true)
-    })?;
+    scan.run_batches(bm, &mut |b| group_batch(&g, &mut prog, b, cache, main, &mut row, &mut kb, &mut sb, &mut sts).map(|_| true))?;
     Ok(true)
 }

@@ -222,9 +222,10 @@ impl Table {
     /// and the index of its first row not handed out before (a scan that restarts after a
     /// concurrent change revisits a leaf; rows below `start` were seen already). For
     /// readers that decode only some columns ([`crate::sql`]'s vectorized scan).
-    pub(crate) fn scan_pages(&self, bm: &BufferManager, f: &mut PageVisitor<'_>) -> Result<()> {
-        self.tree.scan_leaves(bm, &0u64.to_be_bytes(), &mut |pid, page, next| {
-            let next = next.try_into().map(u64::from_be_bytes).unwrap_or(0);
+    /// Starts at the leaf holding row `from` (rows below it are not handed out).
+    pub(crate) fn scan_pages(&self, bm: &BufferManager, from: u64, f: &mut PageVisitor<'_>) -> Result<()> {
+        self.tree.scan_leaves(bm, &from.to_be_bytes(), &mut |pid, page, next| {
+            let next = next.try_into().map(u64::from_be_bytes).unwrap_or(from).max(from);
             let leaf = pax::header(page, &self.schema).map_err(|_| self.corrupt(bm, pid, "impossible header"))?;
             let start = next.saturating_sub(leaf.first).min(leaf.count as u64) as usize;
             f(pid, page, &leaf, start)
