@@ -29,7 +29,12 @@
 //! a scan filter), and `+ - *` of two decimal literals is computed exactly (`0.06 + 0.01`
 //! is the `f64` of 0.07): TPC-H Q19 and Q6 as the specification writes them.
 //!
-//! Execution is push-based: a scan hands each row to the operators above it. Operators
+//! Execution is push-based: a scan hands each row to the operators above it. Scans are
+//! column-pruned and vectorized ([`scan`]): only the columns used above are decoded, and
+//! simple filters are evaluated over a leaf's column arrays before any row is decoded; an
+//! aggregation straight over such a scan takes its rows a leaf at a time and computes its
+//! arguments as vectors ([`vagg`], also on several threads with
+//! [`Prepared::set_threads`]), after a small pre-aggregation table. Operators
 //! whose state grows with the input keep it in temporary pages of the pool and spill by
 //! eviction ([`rows::RowRun`]: variable-size byte records): hash aggregation
 //! ([`agg`]: `GROUP BY`, `DISTINCT`, distinct aggregates), sort ([`sort`]: runs and a
