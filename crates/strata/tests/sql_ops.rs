@@ -748,10 +748,13 @@ fn check_subqueries(db: &Database, t: &[R], u: &[R], w: &[R]) {
     let sql = "SELECT id, g FROM u WHERE EXISTS (SELECT 1 FROM t WHERE t.g = u.g AND t.id <> u.id)";
     let want: Vec<Vec<Value>> = u.iter().filter(|b| t.iter().any(|a| eq(&a.g, &b.g) && a.id != b.id)).map(|b| vec![id(b), st(b.g.as_ref())]).collect();
     assert_set(sql, q(db, sql), want, 1);
-    let sql = "SELECT id FROM u WHERE EXISTS (SELECT 1 FROM t WHERE t.id * 0 = u.id * 0 AND t.x > u.x + 1500)";
-    assert_set(sql, q(db, sql), u_where(&|b| t.iter().any(|a| a.x.zip(b.x).is_some_and(|(x, y)| x > y + 1500))), 1);
-    let sql = "SELECT id FROM u WHERE NOT EXISTS (SELECT 1 FROM t WHERE t.id * 0 = u.id * 0 AND t.x > u.x + 1500)";
-    assert_set(sql, q(db, sql), u_where(&|b| !t.iter().any(|a| a.x.zip(b.x).is_some_and(|(x, y)| x > y + 1500))), 1);
+    // One key for all rows: the build side (u, with its long strings g, which the scan must
+    // decode because the result has them) does not fit the pool and is joined in chunks.
+    let u_where_g = |f: &dyn Fn(&R) -> bool| -> Vec<Vec<Value>> { u.iter().filter(|b| f(b)).map(|b| vec![id(b), st(b.g.as_ref())]).collect() };
+    let sql = "SELECT id, g FROM u WHERE EXISTS (SELECT 1 FROM t WHERE t.id * 0 = u.id * 0 AND t.x > u.x + 1500)";
+    assert_set(sql, q(db, sql), u_where_g(&|b| t.iter().any(|a| a.x.zip(b.x).is_some_and(|(x, y)| x > y + 1500))), 1);
+    let sql = "SELECT id, g FROM u WHERE NOT EXISTS (SELECT 1 FROM t WHERE t.id * 0 = u.id * 0 AND t.x > u.x + 1500)";
+    assert_set(sql, q(db, sql), u_where_g(&|b| !t.iter().any(|a| a.x.zip(b.x).is_some_and(|(x, y)| x > y + 1500))), 1);
     let sql = "SELECT id FROM u WHERE k IN (SELECT k FROM t WHERE x > 0)";
     assert_set(sql, q(db, sql), u_where(&|b| t.iter().any(|a| eq(&a.k, &b.k) && a.x.is_some_and(|x| x > 0))), 1);
     let after = strata::sql::spill_counters();

@@ -10,6 +10,7 @@ use super::expr::{BExpr, Pos};
 use super::join::{JoinArgs, JoinKind};
 use super::rows::{corrupt, decode_row, encode_row, encode_sort_key, encode_value, hash_bytes};
 use super::sort::Sorter;
+use super::vagg::GroupCache;
 use crate::access::table::{ColumnType, Table, Value};
 use crate::buffer::BufferManager;
 use crate::error::{Error, Result};
@@ -54,6 +55,9 @@ pub struct SortKey {
 pub enum Plan {
     /// Every row of a table, with the rows that fail `filter` dropped in the scan.
     Scan { name: String, table: Table, filter: Option<BExpr> },
+    /// A table scan that decodes only the columns used above it and filters leaf by leaf
+    /// (what [`super::scan::optimize`] makes of every `Scan`; see [`super::scan`]).
+    ColScan(Box<super::scan::ColScan>),
     /// One row of no columns (`SELECT` without `FROM`), if `filter` holds.
     OneRow { filter: Option<BExpr> },
     /// Expressions over the input's rows.
@@ -116,6 +120,7 @@ impl Plan {
                     None => Ok(go),
                 }
             }
+            Plan::ColScan(s) => s.run(bm, sink),
             Plan::OneRow { filter } => match filter {
                 Some(f) if !holds(f, &[])? => Ok(true),
                 _ => sink(&[]),
@@ -135,6 +140,10 @@ impl Plan {
                 // The same partial states as the grouped aggregation, with one group.
                 let kinds: Vec<AggKind> = aggs.iter().map(|a| AggKind::of(a.func, a.arg_ty, a.pos, &a.label)).collect();
                 let mut states: Vec<St> = kinds.iter().map(|k| St::empty(k.kind)).collect();
+                if super::vagg::fused_aggregate(bm, input, aggs, &kinds, &mut states)? {
+                    let row: Vec<Value> = states.into_iter().map(St::finish).collect();
+                    return sink(&row);
+                }
                 input.run(bm, &mut |row| {
                     for ((s, a), k) in states.iter_mut().zip(aggs).zip(&kinds) {
                         // count(*) has no argument: every row counts (any non-NULL value).
@@ -213,6 +222,7 @@ impl Plan {
     pub fn estimate_rows(&self, bm: &BufferManager) -> Result<u64> {
         Ok(match self {
             Plan::Scan { table, .. } => table.rows(bm)?,
+            Plan::ColScan(s) => s.table.rows(bm)?,
             Plan::OneRow { .. } | Plan::Aggregate { .. } => 1,
             Plan::Project { input, .. }
             | Plan::Filter { input, .. }
@@ -247,7 +257,12 @@ impl Plan {
         let pad = "  ".repeat(depth);
         let list = |v: &mut dyn Iterator<Item = String>| v.collect::<Vec<_>>().join(", ");
         let input = match self {
-            Plan::Scan { name, filter, .. } => {
+            Plan::Scan { .. } | Plan::ColScan(_) => {
+                let (name, filter) = match self {
+                    Plan::ColScan(c) => (&c.name, &c.filter),
+                    Plan::Scan { name, filter, .. } => (name, filter),
+                    _ => unreachable!(),
+                };
                 let _ = write!(s, "{pad}Scan {name}");
                 if let Some(f) = filter {
                     let _ = write!(s, " filter {f}");
@@ -365,36 +380,62 @@ fn run_hash_aggregate(bm: &BufferManager, input: &Plan, keys: &[BExpr], aggs: &[
     let mut dist = aggs.iter().any(|a| a.distinct).then(|| HashAgg::new(bm, Vec::new()));
     let (mut kb, mut sb, mut db) = (Vec::new(), Vec::new(), Vec::new());
     let mut sts: Vec<St> = Vec::with_capacity(aggs.len());
-    input.run(bm, &mut |row| {
-        kb.clear();
-        for k in keys {
-            encode_value(&k.eval(row)?, &mut kb);
-        }
-        sts.clear();
-        for (i, (a, k)) in aggs.iter().zip(&kinds).enumerate() {
-            let v = match &a.arg {
-                None => Value::Bool(true),
-                Some(e) => e.eval(row)?,
-            };
-            if a.distinct {
-                sts.push(St::empty(k.kind));
-                if let (false, Some(d)) = (matches!(v, Value::Null), dist.as_mut()) {
-                    // (group key, which aggregate, value): deduplicated first, counted after.
-                    db.clear();
-                    db.extend_from_slice(&kb);
-                    encode_value(&Value::I64(i as i64), &mut db);
-                    encode_value(&v, &mut db);
-                    d.push(&db, hash_bytes(&db), &[])?;
+    // Without DISTINCT aggregates, rows first meet a small pre-aggregation table.
+    let mut cache = (!aggs.iter().any(|a| a.distinct)).then(|| GroupCache::new(kinds.clone()));
+    let fused = match cache.as_mut() {
+        Some(c) => super::vagg::fused_grouped(bm, input, keys, aggs, c, &mut main)?,
+        None => false,
+    };
+    if !fused {
+        input.run(bm, &mut |row| {
+            kb.clear();
+            for k in keys {
+                match k {
+                    BExpr::Col(i, _) => encode_value(row.get(*i).ok_or_else(|| corrupt("group key column"))?, &mut kb),
+                    k => encode_value(&k.eval(row)?, &mut kb),
                 }
-            } else {
-                sts.push(St::one(k.kind, v));
             }
-        }
-        sb.clear();
-        encode_states(&sts, &mut sb);
-        main.push(&kb, hash_bytes(&kb), &sb)?;
-        Ok(true)
-    })?;
+            if let Some(c) = cache.as_mut() {
+                if let Some(states) = c.states(&kb, &mut main)? {
+                    for ((s, a), k) in states.iter_mut().zip(aggs).zip(&kinds) {
+                        let v = match &a.arg {
+                            None => Value::Bool(true),
+                            Some(e) => e.eval(row)?,
+                        };
+                        s.merge(St::one(k.kind, v), k)?;
+                    }
+                    return Ok(true);
+                }
+            }
+            sts.clear();
+            for (i, (a, k)) in aggs.iter().zip(&kinds).enumerate() {
+                let v = match &a.arg {
+                    None => Value::Bool(true),
+                    Some(e) => e.eval(row)?,
+                };
+                if a.distinct {
+                    sts.push(St::empty(k.kind));
+                    if let (false, Some(d)) = (matches!(v, Value::Null), dist.as_mut()) {
+                        // (group key, which aggregate, value): deduplicated first, counted after.
+                        db.clear();
+                        db.extend_from_slice(&kb);
+                        encode_value(&Value::I64(i as i64), &mut db);
+                        encode_value(&v, &mut db);
+                        d.push(&db, hash_bytes(&db), &[])?;
+                    }
+                } else {
+                    sts.push(St::one(k.kind, v));
+                }
+            }
+            sb.clear();
+            encode_states(&sts, &mut sb);
+            main.push(&kb, hash_bytes(&kb), &sb)?;
+            Ok(true)
+        })?;
+    }
+    if let Some(c) = cache.as_mut() {
+        c.flush(&mut main)?;
+    }
     if let Some(d) = dist {
         let nk = keys.len();
         d.finish(&mut |key, _| {

@@ -68,6 +68,15 @@ pub enum CmpOp {
 }
 
 impl CmpOp {
+    pub(crate) fn flip(self) -> CmpOp {
+        match self {
+            CmpOp::Lt => CmpOp::Gt,
+            CmpOp::Le => CmpOp::Ge,
+            CmpOp::Gt => CmpOp::Lt,
+            CmpOp::Ge => CmpOp::Le,
+            o => o,
+        }
+    }
     fn sym(self) -> &'static str {
         match self {
             CmpOp::Eq => "=",
@@ -78,7 +87,7 @@ impl CmpOp {
             CmpOp::Ge => ">=",
         }
     }
-    fn holds(self, o: Ordering) -> bool {
+    pub(crate) fn holds(self, o: Ordering) -> bool {
         match self {
             CmpOp::Eq => o == Ordering::Equal,
             CmpOp::Ne => o != Ordering::Equal,

@@ -18,8 +18,8 @@
 use super::exec::Plan;
 use super::expr::BExpr;
 use super::rows::{
-    corrupt, decode_row, encode_row, encode_value, hash_bytes, not_temp, part_payload, pow2_floor, rd32, rd64, run_payload, work_payload, wr32, wr64, Cursor,
-    RowRun,
+    corrupt, decode_row, decode_row_into, encode_row, encode_value, hash_bytes, not_temp, part_payload, pow2_floor, rd32, rd64, run_payload, work_payload,
+    wr32, wr64, Cursor, RowRun,
 };
 use crate::access::table::Value;
 use crate::access::TempPage;
@@ -163,6 +163,8 @@ struct Ctx<'p> {
     right_width: usize,
     build_has_null: bool,
     build_rows: u64,
+    /// A probe's buffers: the matching build row's bytes, the joined row.
+    scratch: std::cell::RefCell<(Vec<u8>, Vec<Value>)>,
 }
 
 type Sink<'s> = dyn FnMut(&[Value]) -> Result<bool> + 's;
@@ -276,8 +278,9 @@ impl Ctx<'_> {
             let g = table.page.shared()?;
             rd32(g.data(), (h as usize & (table.nslots - 1)) * 4) as usize
         };
-        let mut brow_bytes = Vec::new();
-        let mut out = Vec::new();
+        // Reused across probes (a probe's sink is the operator above, never this join).
+        let mut scratch = self.scratch.borrow_mut();
+        let (brow_bytes, out) = &mut *scratch;
         while cur != 0 {
             let hit = {
                 let g = table.page.shared()?;
@@ -298,24 +301,23 @@ impl Ctx<'_> {
             if !hit {
                 continue;
             }
-            let brow = decode_row(&brow_bytes)?;
             out.clear();
             if self.build_left {
-                out.extend(brow);
+                decode_row_into(brow_bytes, out)?;
                 out.extend_from_slice(prow);
             } else {
                 out.extend_from_slice(prow);
-                out.extend(brow);
+                decode_row_into(brow_bytes, out)?;
             }
             if let Some(r) = self.residual {
-                if !matches!(r.eval(&out)?, Value::Bool(true)) {
+                if !matches!(r.eval(out)?, Value::Bool(true)) {
                     continue;
                 }
             }
             matched = true;
             match self.kind {
                 JoinKind::Inner | JoinKind::Left => {
-                    if !sink(&out)? {
+                    if !sink(out)? {
                         return Ok((false, true));
                     }
                 }
@@ -347,7 +349,8 @@ pub fn run(bm: &BufferManager, j: &JoinArgs<'_>, sink: &mut Sink<'_>) -> Result<
     // (then the probe rows mark what they match); the others on the right.
     let build_left = matches!(j.kind, JoinKind::Inner | JoinKind::Semi | JoinKind::NotExists) && j.left.estimate_rows(bm)? < j.right.estimate_rows(bm)?;
     let (bplan, bkeys, pplan, pkeys) = if build_left { (j.left, j.left_keys, j.right, j.right_keys) } else { (j.right, j.right_keys, j.left, j.left_keys) };
-    let mut ctx = Ctx { kind: j.kind, build_left, residual: j.residual, right_width: j.right_width, build_has_null: false, build_rows: 0 };
+    let mut ctx =
+        Ctx { kind: j.kind, build_left, residual: j.residual, right_width: j.right_width, build_has_null: false, build_rows: 0, scratch: Default::default() };
     let mut brun = RowRun::new(bm, run_payload(bm));
     let (mut kb, mut rb) = (Vec::new(), Vec::new());
     let marks = ctx.marks();

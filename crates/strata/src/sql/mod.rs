@@ -54,7 +54,12 @@
 //! a scan filter), and `+ - *` of two decimal literals is computed exactly (`0.06 + 0.01`
 //! is the `f64` of 0.07): TPC-H Q19 and Q6 as the specification writes them.
 //!
-//! Execution is push-based: a scan hands each row to the operators above it. Operators
+//! Execution is push-based: a scan hands each row to the operators above it. Scans are
+//! column-pruned and vectorized ([`scan`]): only the columns used above are decoded, and
+//! simple filters are evaluated over a leaf's column arrays before any row is decoded; an
+//! aggregation straight over such a scan takes its rows a leaf at a time and computes its
+//! arguments as vectors ([`vagg`], also on several threads with
+//! [`Prepared::set_threads`]), after a small pre-aggregation table. Operators
 //! whose state grows with the input keep it in temporary pages of the pool and spill by
 //! eviction ([`rows::RowRun`]: variable-size byte records): hash aggregation
 //! ([`agg`]: `GROUP BY`, `DISTINCT`, distinct aggregates), sort ([`sort`]: runs and a
@@ -75,8 +80,10 @@ pub mod exec;
 pub mod expr;
 pub mod join;
 pub mod rows;
+pub mod scan;
 pub mod sort;
 pub mod subquery;
+pub mod vagg;
 
 use sqlparser::dialect::GenericDialect;
 use sqlparser::parser::{Parser, ParserError};
@@ -241,7 +248,8 @@ fn prepare_here(catalog: &Catalog, sql: &str) -> Result<Prepared> {
             return Err(Error::Sql { pos: bind::at(s.span()), msg: "one statement at a time".into() });
         }
     };
-    let (bound, explain) = bind::statement(catalog, stmt)?;
+    let (mut bound, explain) = bind::statement(catalog, stmt)?;
+    scan::optimize(&mut bound.plan);
     if explain {
         let text = bound.plan.explain();
         return Ok(Prepared {
@@ -257,6 +265,15 @@ impl Prepared {
     /// The plan (what `EXPLAIN` prints).
     pub fn plan(&self) -> &Plan {
         &self.plan
+    }
+
+    /// Lets the query use up to `threads` worker threads where its plan can (an aggregation
+    /// straight over a table scan: morsels of rows, partial aggregates merged at the end;
+    /// the rest runs on the calling thread). The default is 1. With more than one, the
+    /// groups of a `GROUP BY` without `ORDER BY` may come in another order, and f64 sums
+    /// may differ in their last bits.
+    pub fn set_threads(&mut self, threads: usize) {
+        scan::set_threads(&mut self.plan, threads);
     }
 
     /// Whether this is an `EXPLAIN`: its rows are the lines of the plan.

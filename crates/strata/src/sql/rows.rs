@@ -120,12 +120,18 @@ pub fn decode_value(b: &mut &[u8]) -> Result<Value> {
 }
 
 /// Decodes all values of `b`.
-pub fn decode_row(mut b: &[u8]) -> Result<Vec<Value>> {
+pub fn decode_row(b: &[u8]) -> Result<Vec<Value>> {
     let mut out = Vec::new();
+    decode_row_into(b, &mut out)?;
+    Ok(out)
+}
+
+/// Decodes all values of `b`, appending them to `out`.
+pub fn decode_row_into(mut b: &[u8], out: &mut Vec<Value>) -> Result<()> {
     while !b.is_empty() {
         out.push(decode_value(&mut b)?);
     }
-    Ok(out)
+    Ok(())
 }
 
 /// A 64-bit hash of `b` (word-at-a-time mixing, MurmurHash3's finaliser).

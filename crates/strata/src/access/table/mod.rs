@@ -47,6 +47,10 @@ use crate::error::{Error, Result};
 use crate::storage::{layout::class_file, PageId};
 use crate::txn::Transaction;
 
+/// What [`Table::scan_pages`] calls with each leaf: its page id, bytes, header and first
+/// row not handed out before.
+pub(crate) type PageVisitor<'a> = dyn FnMut(PageId, &[u8], &pax::Leaf, usize) -> Result<bool> + 'a;
+
 /// A table: its schema and the tree of its rows.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Table {
@@ -211,6 +215,26 @@ impl Table {
             }
             Ok(true)
         })
+    }
+
+    /// Calls `f(pid, page, leaf, start)` for every leaf in row-id order, until `f` returns
+    /// false: the leaf's bytes (a validated copy, or the latched page), its checked header,
+    /// and the index of its first row not handed out before (a scan that restarts after a
+    /// concurrent change revisits a leaf; rows below `start` were seen already). For
+    /// readers that decode only some columns ([`crate::sql`]'s vectorized scan).
+    /// Starts at the leaf holding row `from` (rows below it are not handed out).
+    pub(crate) fn scan_pages(&self, bm: &BufferManager, from: u64, f: &mut PageVisitor<'_>) -> Result<()> {
+        self.tree.scan_leaves(bm, &from.to_be_bytes(), &mut |pid, page, next| {
+            let next = next.try_into().map(u64::from_be_bytes).unwrap_or(from).max(from);
+            let leaf = pax::header(page, &self.schema).map_err(|_| self.corrupt(bm, pid, "impossible header"))?;
+            let start = next.saturating_sub(leaf.first).min(leaf.count as u64) as usize;
+            f(pid, page, &leaf, start)
+        })
+    }
+
+    /// A corruption error naming leaf `pid` of this table.
+    pub(crate) fn corrupt_leaf(&self, bm: &BufferManager, pid: PageId, what: &str) -> Error {
+        self.corrupt(bm, pid, what)
     }
 
     /// The table's rows, tree height, inner nodes, leaves per size class and bytes, from

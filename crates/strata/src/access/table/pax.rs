@@ -39,12 +39,12 @@ fn align8(x: usize) -> usize {
 }
 
 /// Bytes of a null bitmap for `cap` rows.
-fn bitmap_bytes(cap: usize) -> usize {
+pub fn bitmap_bytes(cap: usize) -> usize {
     align8(cap.div_ceil(8))
 }
 
 /// Bytes of one column's area for `cap` rows (bitmap and values).
-fn column_bytes(ty: ColumnType, cap: usize) -> usize {
+pub fn column_bytes(ty: ColumnType, cap: usize) -> usize {
     bitmap_bytes(cap) + align8(cap * ty.fixed_width())
 }
 
@@ -54,7 +54,7 @@ pub fn fixed_end(schema: &Schema, cap: usize) -> usize {
 }
 
 /// Where column `col`'s bitmap and values start in a leaf laid out for `cap` rows.
-fn column_at(schema: &Schema, cap: usize, col: usize) -> (usize, usize) {
+pub fn column_at(schema: &Schema, cap: usize, col: usize) -> (usize, usize) {
     let bitmap = HDR + schema.columns[..col].iter().map(|c| column_bytes(c.ty, cap)).sum::<usize>();
     (bitmap, bitmap + bitmap_bytes(cap))
 }

@@ -1,0 +1,946 @@
+//! Column-pruned, vectorized table scans.
+//!
+//! After binding, [`prune`] walks the plan from the root and works out which columns of
+//! each table scan its consumers read (expressions, keys, join keys, residuals, the scan's
+//! own filter); each [`Plan::Scan`] becomes a [`Plan::ColScan`] that decodes only those
+//! columns. The others stay NULL in the rows it hands on, so rows keep the table's layout
+//! and no column index above the scan changes (and a hash join's or a sort's records of
+//! such rows get smaller).
+//!
+//! A [`ColScan`] works a leaf at a time: the scan filter's top-level conjuncts that are
+//! simple (comparisons of a column with a constant or with another column of the same
+//! type, `IN` lists of constants, `LIKE` with a constant pattern, `IS [NOT] NULL`, boolean
+//! columns, and `AND`/`OR`/`NOT` of those) are evaluated over the leaf's column arrays
+//! into bitmaps of the rows where they are true and where they are unknown (NULL), read
+//! straight from the PAX bytes without decoding rows. Only rows that can pass are decoded,
+//! and only their needed columns, into one reused row (strings reuse their buffers). Any
+//! other conjunct is evaluated row by row, after the simple ones before it, on exactly the
+//! rows where the row-at-a-time filter would evaluate it (SQL's `AND` evaluates a conjunct
+//! only when no earlier one is false), so errors such as a division by zero come from the
+//! same rows as before. The simple conjuncts cannot fail, so evaluating them eagerly over a
+//! whole leaf changes nothing but speed.
+
+use std::cmp::Ordering;
+
+use super::exec::{Plan, Sink};
+use super::expr::{compare, like, BExpr, CmpOp};
+use super::join::JoinKind;
+use crate::access::table::pax::{self, Leaf};
+use crate::access::table::{ColumnType, Schema, Table, Value};
+use crate::buffer::BufferManager;
+use crate::error::{Error, Result};
+
+/// A scan that decodes only the columns its consumers use and filters leaves a column at a
+/// time.
+#[derive(Clone, Debug)]
+pub struct ColScan {
+    pub name: String,
+    pub table: Table,
+    pub filter: Option<BExpr>,
+    /// Per column of the table: decoded (else left NULL).
+    pub need: Vec<bool>,
+    /// Worker threads an aggregation straight over this scan may use (morsels of rows).
+    pub threads: usize,
+    conjs: Vec<Conj>,
+}
+
+#[derive(Clone, Debug)]
+enum Conj {
+    /// Evaluated over a whole leaf.
+    Vec(VPred),
+    /// Evaluated row by row.
+    Row(BExpr),
+}
+
+/// A predicate evaluated over a leaf into bitmaps (true, unknown).
+#[derive(Clone, Debug)]
+enum VPred {
+    Const(Option<bool>),
+    /// A column compared with a non-NULL constant.
+    CmpLit {
+        col: usize,
+        op: CmpOp,
+        lit: Value,
+    },
+    /// Two columns of the same type compared.
+    CmpCols {
+        a: usize,
+        op: CmpOp,
+        b: usize,
+    },
+    IsNull {
+        col: usize,
+        negated: bool,
+    },
+    BoolCol(usize),
+    /// `col [NOT] IN (constants)`: the non-NULL constants, whether one was NULL.
+    InList {
+        col: usize,
+        lits: Vec<Value>,
+        has_null: bool,
+        negated: bool,
+    },
+    Like {
+        col: usize,
+        pattern: Pattern,
+        negated: bool,
+    },
+    And(Box<VPred>, Box<VPred>),
+    Or(Box<VPred>, Box<VPred>),
+    Not(Box<VPred>),
+}
+
+/// A compiled `LIKE` pattern.
+#[derive(Clone, Debug)]
+enum Pattern {
+    /// Only literal characters and `%`: the pieces between the `%`s, whether the pattern
+    /// starts and ends with `%`. Matched on bytes (UTF-8 makes a byte match of a literal
+    /// piece a character match).
+    Pieces { pieces: Vec<Vec<u8>>, open_start: bool, open_end: bool },
+    /// Anything else: [`like`].
+    General { pattern: String, escape: Option<char> },
+}
+
+impl Pattern {
+    fn compile(p: &str, escape: Option<char>) -> Pattern {
+        if p.contains('_') || escape.is_some_and(|e| p.contains(e)) {
+            return Pattern::General { pattern: p.to_owned(), escape };
+        }
+        let pieces: Vec<Vec<u8>> = p.split('%').map(|s| s.as_bytes().to_vec()).collect();
+        Pattern::Pieces { open_start: p.starts_with('%'), open_end: p.ends_with('%'), pieces: pieces.into_iter().filter(|x| !x.is_empty()).collect() }
+    }
+
+    fn matches(&self, t: &[u8]) -> Option<bool> {
+        match self {
+            Pattern::Pieces { pieces, open_start, open_end } => {
+                if pieces.is_empty() {
+                    // "" matches only ""; "%", "%%" anything.
+                    return Some(*open_start || t.is_empty());
+                }
+                let mut lo = 0usize;
+                let mut hi = t.len();
+                let mut inner = &pieces[..];
+                if !open_start {
+                    let first = &pieces[0];
+                    if !t.starts_with(first) {
+                        return Some(false);
+                    }
+                    lo = first.len();
+                    inner = &inner[1..];
+                }
+                if !open_end {
+                    let Some((last, rest)) = inner.split_last() else {
+                        // One piece, no % at all: the whole text.
+                        return Some(lo == t.len());
+                    };
+                    if t.len() < lo + last.len() || !t.ends_with(last) {
+                        return Some(false);
+                    }
+                    hi = t.len() - last.len();
+                    inner = rest;
+                }
+                for piece in inner {
+                    match find(&t[lo..hi], piece) {
+                        Some(at) => lo += at + piece.len(),
+                        None => return Some(false),
+                    }
+                }
+                Some(true)
+            }
+            Pattern::General { pattern, escape } => Some(like(std::str::from_utf8(t).ok()?, pattern, *escape)),
+        }
+    }
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    if needle.len() > hay.len() {
+        return None;
+    }
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+fn comparable_lit(ty: ColumnType, v: &Value) -> bool {
+    match (ty, v) {
+        (ColumnType::I64 | ColumnType::F64, Value::I64(_) | Value::F64(_)) => true,
+        (t, v) => v.ty() == Some(t),
+    }
+}
+
+fn col_of(e: &BExpr, schema: &Schema) -> Option<(usize, ColumnType)> {
+    match e {
+        BExpr::Col(i, _) => schema.columns.get(*i).map(|c| (*i, c.ty)),
+        _ => None,
+    }
+}
+
+/// `e` as a leaf-wise predicate, if it is simple enough.
+fn compile(e: &BExpr, schema: &Schema) -> Option<VPred> {
+    Some(match e {
+        BExpr::Lit(Value::Bool(b)) => VPred::Const(Some(*b)),
+        BExpr::Lit(Value::Null) => VPred::Const(None),
+        BExpr::Col(..) => match col_of(e, schema)? {
+            (i, ColumnType::Bool) => VPred::BoolCol(i),
+            _ => return None,
+        },
+        BExpr::Cmp(op, a, b) => match (&**a, &**b) {
+            (BExpr::Col(..), BExpr::Lit(v)) | (BExpr::Lit(v), BExpr::Col(..)) => {
+                let (col, ty) = col_of(if matches!(**a, BExpr::Col(..)) { a } else { b }, schema)?;
+                let op = if matches!(**a, BExpr::Col(..)) { *op } else { op.flip() };
+                if matches!(v, Value::Null) {
+                    return Some(VPred::Const(None));
+                }
+                if !comparable_lit(ty, v) {
+                    return None;
+                }
+                VPred::CmpLit { col, op, lit: v.clone() }
+            }
+            (BExpr::Col(..), BExpr::Col(..)) => {
+                let ((x, tx), (y, ty)) = (col_of(a, schema)?, col_of(b, schema)?);
+                if tx != ty {
+                    return None;
+                }
+                VPred::CmpCols { a: x, op: *op, b: y }
+            }
+            _ => return None,
+        },
+        BExpr::And(a, b) => VPred::And(Box::new(compile(a, schema)?), Box::new(compile(b, schema)?)),
+        BExpr::Or(a, b) => VPred::Or(Box::new(compile(a, schema)?), Box::new(compile(b, schema)?)),
+        BExpr::Not(a) => VPred::Not(Box::new(compile(a, schema)?)),
+        BExpr::IsNull(x, negated) => VPred::IsNull { col: col_of(x, schema)?.0, negated: *negated },
+        BExpr::InList(x, list, negated) => {
+            let (col, ty) = col_of(x, schema)?;
+            let mut lits = Vec::new();
+            let mut has_null = false;
+            for e in list {
+                match e {
+                    BExpr::Lit(Value::Null) => has_null = true,
+                    BExpr::Lit(v) if comparable_lit(ty, v) => lits.push(v.clone()),
+                    _ => return None,
+                }
+            }
+            VPred::InList { col, lits, has_null, negated: *negated }
+        }
+        BExpr::Like { expr, pattern, escape, negated, .. } => {
+            let (col, ty) = col_of(expr, schema)?;
+            match (ty, &**pattern) {
+                (ColumnType::Str, BExpr::Lit(Value::Str(p))) => VPred::Like { col, pattern: Pattern::compile(p, *escape), negated: *negated },
+                _ => return None,
+            }
+        }
+        _ => return None,
+    })
+}
+
+fn conjuncts(e: &BExpr, out: &mut Vec<BExpr>) {
+    match e {
+        BExpr::And(a, b) => {
+            conjuncts(a, out);
+            conjuncts(b, out);
+        }
+        e => out.push(e.clone()),
+    }
+}
+
+impl ColScan {
+    pub fn new(name: String, table: Table, filter: Option<BExpr>, need: Vec<bool>) -> ColScan {
+        let mut parts = Vec::new();
+        if let Some(f) = &filter {
+            conjuncts(f, &mut parts);
+        }
+        let conjs = parts.into_iter().map(|c| compile(&c, &table.schema).map_or(Conj::Row(c), Conj::Vec)).collect();
+        ColScan { name, table, filter, need, threads: 1, conjs }
+    }
+
+    /// Runs the scan, handing each row that passes the filter to `sink`.
+    pub fn run(&self, bm: &BufferManager, sink: &mut Sink<'_>) -> Result<bool> {
+        let schema = &self.table.schema;
+        let ncols = schema.len();
+        let mut row: Vec<Value> = vec![Value::Null; ncols];
+        let mut at: Vec<(usize, usize)> = Vec::with_capacity(ncols);
+        let needed: Vec<usize> = (0..ncols).filter(|&c| self.need[c]).collect();
+        let mut bits = Bits::default();
+        let any_row = self.conjs.iter().any(|c| matches!(c, Conj::Row(_)));
+        let mut go = true;
+        self.table.scan_pages(bm, 0, &mut |pid, page, leaf, start| {
+            let n = leaf.count;
+            if start >= n {
+                return Ok(true);
+            }
+            at.clear();
+            let mut off = crate::access::btree::node::HDR;
+            for c in &schema.columns {
+                at.push((off, off + pax::bitmap_bytes(leaf.cap)));
+                off += pax::column_bytes(c.ty, leaf.cap);
+            }
+            let lf = LeafView { page, leaf, at: &at, schema };
+            let bad = |what: &str| self.table.corrupt_leaf(bm, pid, what);
+            let words = n.div_ceil(64);
+            // Per vectorized conjunct: (true, unknown) bitmaps; `all`: rows where all of
+            // them are true.
+            let mut all = bits.take(words, !0);
+            mask_tail(&mut all, n);
+            for w in all.iter_mut().take(start / 64) {
+                *w = 0;
+            }
+            if !start.is_multiple_of(64) {
+                all[start / 64] &= !0u64 << (start % 64);
+            }
+            let mut per: Vec<(Vec<u64>, Vec<u64>)> = Vec::new();
+            for c in &self.conjs {
+                if let Conj::Vec(p) = c {
+                    let (t, u) = p.eval(&lf, &mut bits, words).map_err(|_| bad("a value is unreadable"))?;
+                    for (a, x) in all.iter_mut().zip(&t) {
+                        *a &= x;
+                    }
+                    if any_row {
+                        per.push((t, u));
+                    } else {
+                        bits.give(t);
+                        bits.give(u);
+                    }
+                    if !any_row && all.iter().all(|&w| w == 0) {
+                        break;
+                    }
+                }
+            }
+            if !any_row {
+                for (w, &x) in all.iter().enumerate() {
+                    let mut x = x;
+                    while x != 0 {
+                        let i = w * 64 + x.trailing_zeros() as usize;
+                        x &= x - 1;
+                        lf.decode(i, &needed, &mut row).map_err(|_| bad(&format!("row {} is unreadable", leaf.first + i as u64)))?;
+                        if !sink(&row)? {
+                            go = false;
+                            return Ok(false);
+                        }
+                    }
+                }
+            } else {
+                'rows: for i in start..n {
+                    let (w, b) = (i / 64, 1u64 << (i % 64));
+                    let mut all_true = true;
+                    let mut decoded = false;
+                    let mut k = 0;
+                    for c in &self.conjs {
+                        match c {
+                            Conj::Vec(_) => {
+                                let (t, u) = &per[k];
+                                k += 1;
+                                if t[w] & b != 0 {
+                                } else if u[w] & b != 0 {
+                                    all_true = false;
+                                } else {
+                                    continue 'rows;
+                                }
+                            }
+                            Conj::Row(e) => {
+                                if !decoded {
+                                    lf.decode(i, &needed, &mut row).map_err(|_| bad(&format!("row {} is unreadable", leaf.first + i as u64)))?;
+                                    decoded = true;
+                                }
+                                match e.eval(&row)? {
+                                    Value::Bool(true) => {}
+                                    Value::Bool(false) => continue 'rows,
+                                    _ => all_true = false,
+                                }
+                            }
+                        }
+                    }
+                    if all_true {
+                        if !decoded {
+                            lf.decode(i, &needed, &mut row).map_err(|_| bad(&format!("row {} is unreadable", leaf.first + i as u64)))?;
+                        }
+                        if !sink(&row)? {
+                            go = false;
+                            return Ok(false);
+                        }
+                    }
+                }
+                for (t, u) in per.drain(..) {
+                    bits.give(t);
+                    bits.give(u);
+                }
+            }
+            bits.give(all);
+            Ok(true)
+        })?;
+        Ok(go)
+    }
+}
+
+/// A leaf's rows that passed the scan filter (see [`ColScan::run_batches`]).
+pub struct Batch<'a> {
+    pub(crate) lf: LeafView<'a>,
+    /// The rows, by index within the leaf, in order.
+    pub sel: &'a [u32],
+    bad: &'a dyn Fn(&str) -> Error,
+}
+
+impl Batch<'_> {
+    /// Decodes the `cols` of row `i` of the leaf into `row`.
+    pub fn decode(&self, i: usize, cols: &[usize], row: &mut [Value]) -> Result<()> {
+        self.lf.decode(i, cols, row).map_err(|_| (self.bad)(&format!("row {} is unreadable", self.lf.leaf.first + i as u64)))
+    }
+}
+
+impl ColScan {
+    /// Whether the whole filter is evaluated leaf-wise (then [`run_batches`](Self::run_batches)
+    /// may be used).
+    pub fn batchable(&self) -> bool {
+        self.conjs.iter().all(|c| matches!(c, Conj::Vec(_)))
+    }
+
+    /// The columns decoded for the consumers.
+    pub fn needed(&self) -> Vec<usize> {
+        (0..self.need.len()).filter(|&c| self.need[c]).collect()
+    }
+
+    /// Hands the rows that pass the filter to `f` a leaf at a time, until it returns false.
+    /// Only for a [`batchable`](Self::batchable) scan.
+    pub fn run_batches(&self, bm: &BufferManager, f: &mut dyn FnMut(&Batch<'_>) -> Result<bool>) -> Result<bool> {
+        self.run_batches_range(bm, 0, u64::MAX, f)
+    }
+
+    /// [`run_batches`](Self::run_batches) over the rows with ids in `from..to` (a morsel).
+    pub fn run_batches_range(&self, bm: &BufferManager, from: u64, to: u64, f: &mut dyn FnMut(&Batch<'_>) -> Result<bool>) -> Result<bool> {
+        debug_assert!(self.batchable());
+        let schema = &self.table.schema;
+        let mut at: Vec<(usize, usize)> = Vec::with_capacity(schema.len());
+        let mut bits = Bits::default();
+        let mut sel: Vec<u32> = Vec::new();
+        let mut go = true;
+        self.table.scan_pages(bm, from, &mut |pid, page, leaf, start| {
+            if leaf.first >= to {
+                return Ok(false);
+            }
+            let n = leaf.count;
+            // Rows at and above `to` belong to the next morsel.
+            let end = n.min(usize::try_from(to - leaf.first).unwrap_or(usize::MAX));
+            if start >= end {
+                return Ok(true);
+            }
+            at.clear();
+            let mut off = crate::access::btree::node::HDR;
+            for c in &schema.columns {
+                at.push((off, off + pax::bitmap_bytes(leaf.cap)));
+                off += pax::column_bytes(c.ty, leaf.cap);
+            }
+            let lf = LeafView { page, leaf, at: &at, schema };
+            let bad = |what: &str| self.table.corrupt_leaf(bm, pid, what);
+            let words = n.div_ceil(64);
+            let mut all = bits.take(words, !0);
+            mask_tail(&mut all, end);
+            for (w, x) in all.iter_mut().enumerate() {
+                if (w + 1) * 64 <= start {
+                    *x = 0;
+                } else if w * 64 < start {
+                    *x &= !0u64 << (start % 64);
+                }
+            }
+            for c in &self.conjs {
+                if let Conj::Vec(p) = c {
+                    let (t, u) = p.eval(&lf, &mut bits, words).map_err(|_| bad("a value is unreadable"))?;
+                    for (a, x) in all.iter_mut().zip(&t) {
+                        *a &= x;
+                    }
+                    bits.give(t);
+                    bits.give(u);
+                }
+            }
+            sel.clear();
+            for (w, &x) in all.iter().enumerate() {
+                let mut x = x;
+                while x != 0 {
+                    sel.push((w * 64 + x.trailing_zeros() as usize) as u32);
+                    x &= x - 1;
+                }
+            }
+            bits.give(all);
+            if sel.is_empty() {
+                return Ok(true);
+            }
+            let more = f(&Batch { lf, sel: &sel, bad: &bad })?;
+            go = more;
+            Ok(more)
+        })?;
+        Ok(go)
+    }
+}
+
+/// Clears the bits at and above `n`.
+fn mask_tail(v: &mut [u64], n: usize) {
+    for (w, x) in v.iter_mut().enumerate() {
+        if w * 64 >= n {
+            *x = 0;
+        } else if (w + 1) * 64 > n {
+            *x &= (1u64 << (n % 64)) - 1;
+        }
+    }
+}
+
+/// A free list of bitmaps (a leaf's worth of words each).
+#[derive(Default)]
+struct Bits {
+    free: Vec<Vec<u64>>,
+}
+
+impl Bits {
+    fn take(&mut self, words: usize, fill: u64) -> Vec<u64> {
+        let mut v = self.free.pop().unwrap_or_default();
+        v.clear();
+        v.resize(words, fill);
+        v
+    }
+    fn give(&mut self, v: Vec<u64>) {
+        self.free.push(v);
+    }
+}
+
+/// Reading a leaf's columns.
+pub(crate) struct LeafView<'a> {
+    page: &'a [u8],
+    leaf: &'a Leaf,
+    /// Per column: where its null bitmap and its values start.
+    at: &'a [(usize, usize)],
+    schema: &'a Schema,
+}
+
+/// A value that cannot be read (an impossible string offset, a bad boolean or UTF-8).
+pub(crate) struct Bad;
+
+impl<'a> LeafView<'a> {
+    pub(crate) fn null_word(&self, col: usize, w: usize) -> u64 {
+        let at = self.at[col].0 + w * 8;
+        u64::from_le_bytes(self.page[at..at + 8].try_into().unwrap())
+    }
+    pub(crate) fn is_null(&self, col: usize, i: usize) -> bool {
+        self.page[self.at[col].0 + i / 8] >> (i % 8) & 1 == 1
+    }
+    pub(crate) fn i64_at(&self, col: usize, i: usize) -> i64 {
+        let at = self.at[col].1 + i * 8;
+        i64::from_le_bytes(self.page[at..at + 8].try_into().unwrap())
+    }
+    pub(crate) fn f64_at(&self, col: usize, i: usize) -> f64 {
+        f64::from_bits(self.i64_at(col, i) as u64)
+    }
+    pub(crate) fn date_at(&self, col: usize, i: usize) -> i32 {
+        let at = self.at[col].1 + i * 4;
+        i32::from_le_bytes(self.page[at..at + 4].try_into().unwrap())
+    }
+    pub(crate) fn bool_at(&self, col: usize, i: usize) -> std::result::Result<bool, Bad> {
+        match self.page[self.at[col].1 + i] {
+            0 => Ok(false),
+            1 => Ok(true),
+            _ => Err(Bad),
+        }
+    }
+    /// The bytes of string (or bytes) value `i` of `col`, borrowed from the page.
+    pub(crate) fn bytes_at(&self, col: usize, i: usize) -> std::result::Result<&'a [u8], Bad> {
+        let h = self.at[col].1 + i * 16;
+        let p = self.page;
+        let len = u32::from_le_bytes(p[h..h + 4].try_into().unwrap()) as usize;
+        if len <= 12 {
+            return Ok(&p[h + 4..h + 4 + len]);
+        }
+        let off = u64::from_le_bytes(p[h + 8..h + 16].try_into().unwrap()) as usize;
+        if off < self.leaf.var || off.checked_add(len).is_none_or(|e| e > p.len()) || p[off..off + 4] != p[h + 4..h + 8] {
+            return Err(Bad);
+        }
+        Ok(&p[off..off + len])
+    }
+    /// Value `i` of `col` (not NULL) as a [`Value`] (for the general comparisons).
+    pub(crate) fn value_at(&self, col: usize, i: usize) -> std::result::Result<Value, Bad> {
+        Ok(match self.schema.columns[col].ty {
+            ColumnType::I64 => Value::I64(self.i64_at(col, i)),
+            ColumnType::F64 => Value::F64(self.f64_at(col, i)),
+            ColumnType::Date => Value::Date(self.date_at(col, i)),
+            ColumnType::Bool => Value::Bool(self.bool_at(col, i)?),
+            ColumnType::Str => Value::Str(std::str::from_utf8(self.bytes_at(col, i)?).map_err(|_| Bad)?.to_owned()),
+            ColumnType::Bytes => Value::Bytes(self.bytes_at(col, i)?.to_vec()),
+        })
+    }
+
+    /// Decodes the `cols` of row `i` into `row` (reusing its strings' buffers).
+    pub(crate) fn decode(&self, i: usize, cols: &[usize], row: &mut [Value]) -> std::result::Result<(), Bad> {
+        for &c in cols {
+            let slot = &mut row[c];
+            if self.is_null(c, i) {
+                *slot = Value::Null;
+                continue;
+            }
+            match self.schema.columns[c].ty {
+                ColumnType::I64 => *slot = Value::I64(self.i64_at(c, i)),
+                ColumnType::F64 => *slot = Value::F64(self.f64_at(c, i)),
+                ColumnType::Date => *slot = Value::Date(self.date_at(c, i)),
+                ColumnType::Bool => *slot = Value::Bool(self.bool_at(c, i)?),
+                ColumnType::Str => {
+                    let s = std::str::from_utf8(self.bytes_at(c, i)?).map_err(|_| Bad)?;
+                    match slot {
+                        Value::Str(buf) => {
+                            buf.clear();
+                            buf.push_str(s);
+                        }
+                        _ => *slot = Value::Str(s.to_owned()),
+                    }
+                }
+                ColumnType::Bytes => {
+                    let b = self.bytes_at(c, i)?;
+                    match slot {
+                        Value::Bytes(buf) => {
+                            buf.clear();
+                            buf.extend_from_slice(b);
+                        }
+                        _ => *slot = Value::Bytes(b.to_vec()),
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Sets bit `i` of `out` for each row `i < n` where `f(i)`.
+#[inline]
+fn bits_by(n: usize, out: &mut [u64], mut f: impl FnMut(usize) -> bool) {
+    for (w, o) in out.iter_mut().enumerate() {
+        let base = w * 64;
+        let end = (n - base).min(64);
+        let mut x = 0u64;
+        for j in 0..end {
+            x |= (f(base + j) as u64) << j;
+        }
+        *o = x;
+    }
+}
+
+/// Like [`bits_by`] for a test that can fail.
+fn try_bits_by(n: usize, out: &mut [u64], mut f: impl FnMut(usize) -> std::result::Result<bool, Bad>) -> std::result::Result<(), Bad> {
+    for (w, o) in out.iter_mut().enumerate() {
+        let base = w * 64;
+        let end = (n - base).min(64);
+        let mut x = 0u64;
+        for j in 0..end {
+            x |= (f(base + j)? as u64) << j;
+        }
+        *o = x;
+    }
+    Ok(())
+}
+
+impl VPred {
+    /// (true, unknown) bitmaps over the leaf's rows (bits at and above the row count are
+    /// meaningless).
+    fn eval(&self, lf: &LeafView<'_>, bits: &mut Bits, words: usize) -> std::result::Result<(Vec<u64>, Vec<u64>), Bad> {
+        let n = lf.leaf.count;
+        let mut t = bits.take(words, 0);
+        let mut u = bits.take(words, 0);
+        let nulls = |u: &mut Vec<u64>, col: usize| {
+            for (w, x) in u.iter_mut().enumerate() {
+                *x = lf.null_word(col, w);
+            }
+        };
+        match self {
+            VPred::Const(Some(true)) => t.fill(!0),
+            VPred::Const(Some(false)) => {}
+            VPred::Const(None) => u.fill(!0),
+            VPred::CmpLit { col, op, lit } => {
+                let (col, op) = (*col, *op);
+                match (lf.schema.columns[col].ty, lit) {
+                    (ColumnType::I64, Value::I64(y)) => bits_by(n, &mut t, |i| op.holds(lf.i64_at(col, i).cmp(y))),
+                    (ColumnType::F64, Value::F64(y)) => bits_by(n, &mut t, |i| lf.f64_at(col, i).partial_cmp(y).is_some_and(|o| op.holds(o))),
+                    // An i64 within ±2^53 converts to f64 exactly, so the comparison is the
+                    // exact one of `compare`.
+                    (ColumnType::F64, Value::I64(y)) if y.unsigned_abs() <= 1 << 53 => {
+                        let y = *y as f64;
+                        bits_by(n, &mut t, |i| lf.f64_at(col, i).partial_cmp(&y).is_some_and(|o| op.holds(o)))
+                    }
+                    (ColumnType::Date, Value::Date(y)) => bits_by(n, &mut t, |i| op.holds(lf.date_at(col, i).cmp(y))),
+                    (ColumnType::Str, Value::Str(y)) => {
+                        let y = y.as_bytes();
+                        try_bits_by(n, &mut t, |i| Ok(lf.is_null(col, i) || op.holds(lf.bytes_at(col, i)?.cmp(y))))?
+                    }
+                    (ColumnType::Bytes, Value::Bytes(y)) => try_bits_by(n, &mut t, |i| Ok(lf.is_null(col, i) || op.holds(lf.bytes_at(col, i)?.cmp(y))))?,
+                    _ => try_bits_by(n, &mut t, |i| Ok(!lf.is_null(col, i) && compare(&lf.value_at(col, i)?, lit).is_some_and(|o| op.holds(o))))?,
+                }
+                nulls(&mut u, col);
+                for (a, x) in t.iter_mut().zip(&u) {
+                    *a &= !x;
+                }
+            }
+            VPred::CmpCols { a, op, b } => {
+                let (a, b, op) = (*a, *b, *op);
+                match lf.schema.columns[a].ty {
+                    ColumnType::I64 => bits_by(n, &mut t, |i| op.holds(lf.i64_at(a, i).cmp(&lf.i64_at(b, i)))),
+                    ColumnType::F64 => bits_by(n, &mut t, |i| lf.f64_at(a, i).partial_cmp(&lf.f64_at(b, i)).is_some_and(|o| op.holds(o))),
+                    ColumnType::Date => bits_by(n, &mut t, |i| op.holds(lf.date_at(a, i).cmp(&lf.date_at(b, i)))),
+                    ColumnType::Str | ColumnType::Bytes => {
+                        try_bits_by(n, &mut t, |i| Ok(lf.is_null(a, i) || lf.is_null(b, i) || op.holds(lf.bytes_at(a, i)?.cmp(lf.bytes_at(b, i)?))))?
+                    }
+                    ColumnType::Bool => {
+                        try_bits_by(n, &mut t, |i| Ok(lf.is_null(a, i) || lf.is_null(b, i) || op.holds(lf.bool_at(a, i)?.cmp(&lf.bool_at(b, i)?))))?
+                    }
+                }
+                for (w, x) in u.iter_mut().enumerate() {
+                    *x = lf.null_word(a, w) | lf.null_word(b, w);
+                }
+                for (a, x) in t.iter_mut().zip(&u) {
+                    *a &= !x;
+                }
+            }
+            VPred::IsNull { col, negated } => {
+                nulls(&mut t, *col);
+                if *negated {
+                    for x in t.iter_mut() {
+                        *x = !*x;
+                    }
+                }
+            }
+            VPred::BoolCol(col) => {
+                let col = *col;
+                try_bits_by(n, &mut t, |i| Ok(!lf.is_null(col, i) && lf.bool_at(col, i)?))?;
+                nulls(&mut u, col);
+            }
+            VPred::InList { col, lits, has_null, negated } => {
+                let col = *col;
+                // Bit set: the value equals a constant of the list.
+                let mut found = bits.take(words, 0);
+                let r = match lf.schema.columns[col].ty {
+                    ColumnType::Str | ColumnType::Bytes => {
+                        let keys: Vec<&[u8]> = lits
+                            .iter()
+                            .filter_map(|v| match v {
+                                Value::Str(s) => Some(s.as_bytes()),
+                                Value::Bytes(b) => Some(&b[..]),
+                                _ => None,
+                            })
+                            .collect();
+                        try_bits_by(n, &mut found, |i| {
+                            Ok(!lf.is_null(col, i) && {
+                                let b = lf.bytes_at(col, i)?;
+                                keys.contains(&b)
+                            })
+                        })
+                    }
+                    ColumnType::I64 if lits.iter().all(|v| matches!(v, Value::I64(_))) => {
+                        let keys: Vec<i64> = lits.iter().filter_map(|v| if let Value::I64(x) = v { Some(*x) } else { None }).collect();
+                        bits_by(n, &mut found, |i| keys.contains(&lf.i64_at(col, i)));
+                        Ok(())
+                    }
+                    _ => try_bits_by(n, &mut found, |i| {
+                        Ok(!lf.is_null(col, i) && {
+                            let v = lf.value_at(col, i)?;
+                            lits.iter().any(|l| compare(&v, l) == Some(Ordering::Equal))
+                        })
+                    }),
+                };
+                if r.is_err() {
+                    bits.give(found);
+                    return Err(Bad);
+                }
+                nulls(&mut u, col);
+                // Non-NULL values: found → !negated; else NULL if the list has a NULL, else negated.
+                for w in 0..words {
+                    let (f, nl) = (found[w] & !u[w], u[w]);
+                    let (tt, uu) = if *has_null {
+                        (if *negated { 0 } else { f }, nl | !f)
+                    } else if *negated {
+                        (!f & !nl, nl)
+                    } else {
+                        (f, nl)
+                    };
+                    t[w] = tt;
+                    u[w] = uu;
+                }
+                bits.give(found);
+            }
+            VPred::Like { col, pattern, negated } => {
+                let col = *col;
+                try_bits_by(n, &mut t, |i| Ok(!lf.is_null(col, i) && (pattern.matches(lf.bytes_at(col, i)?).ok_or(Bad)? != *negated)))?;
+                nulls(&mut u, col);
+            }
+            VPred::And(a, b) | VPred::Or(a, b) => {
+                let (ta, ua) = a.eval(lf, bits, words)?;
+                let (tb, ub) = b.eval(lf, bits, words)?;
+                let and = matches!(self, VPred::And(..));
+                for w in 0..words {
+                    let (fa, fb) = (!ta[w] & !ua[w], !tb[w] & !ub[w]);
+                    let (tt, ff) = if and { (ta[w] & tb[w], fa | fb) } else { (ta[w] | tb[w], fa & fb) };
+                    t[w] = tt;
+                    u[w] = !tt & !ff;
+                }
+                for v in [ta, ua, tb, ub] {
+                    bits.give(v);
+                }
+            }
+            VPred::Not(a) => {
+                let (ta, ua) = a.eval(lf, bits, words)?;
+                for w in 0..words {
+                    t[w] = !ta[w] & !ua[w];
+                    u[w] = ua[w];
+                }
+                bits.give(ta);
+                bits.give(ua);
+            }
+        }
+        Ok((t, u))
+    }
+}
+
+/// The number of columns `plan` produces.
+pub fn width(plan: &Plan) -> usize {
+    match plan {
+        Plan::Scan { table, .. } => table.schema.len(),
+        Plan::ColScan(s) => s.table.schema.len(),
+        Plan::OneRow { .. } => 0,
+        Plan::Project { exprs, .. } => exprs.len(),
+        Plan::Filter { input, .. } | Plan::Sort { input, .. } | Plan::Limit { input, .. } | Plan::Exists { input, .. } | Plan::Scalars { input, .. } => {
+            width(input)
+        }
+        Plan::Aggregate { aggs, .. } => aggs.len(),
+        Plan::HashAggregate { keys, aggs, .. } => keys.len() + aggs.len(),
+        Plan::HashJoin { left, kind, right_width, .. } => match kind {
+            JoinKind::Inner | JoinKind::Left => width(left) + right_width,
+            JoinKind::Semi | JoinKind::Anti | JoinKind::NotExists => width(left),
+        },
+    }
+}
+
+fn mark(e: &BExpr, need: &mut [bool]) {
+    let mut cols = Vec::new();
+    e.cols(&mut cols);
+    for c in cols {
+        if let Some(n) = need.get_mut(c) {
+            *n = true;
+        }
+    }
+}
+
+/// Rewrites every table scan of `plan` into a [`ColScan`] that decodes only the columns
+/// read above it. `need[i]`: column `i` of `plan`'s rows is used by its consumer (the
+/// root's consumer uses them all).
+pub fn prune(plan: &mut Plan, need: &[bool]) {
+    match plan {
+        Plan::Scan { name, table, filter } => {
+            let mut n = vec![false; table.schema.len()];
+            for (i, x) in need.iter().enumerate().take(n.len()) {
+                n[i] = *x;
+            }
+            if let Some(f) = filter {
+                mark(f, &mut n);
+            }
+            *plan = Plan::ColScan(Box::new(ColScan::new(std::mem::take(name), table.clone(), filter.take(), n)));
+        }
+        Plan::ColScan(_) | Plan::OneRow { .. } => {}
+        Plan::Project { input, exprs } => {
+            let mut n = vec![false; width(input)];
+            for e in exprs.iter() {
+                mark(e, &mut n);
+            }
+            prune(input, &n);
+        }
+        Plan::Filter { input, pred } => {
+            let mut n = need.to_vec();
+            n.resize(width(input), false);
+            mark(pred, &mut n);
+            prune(input, &n);
+        }
+        Plan::Aggregate { input, aggs } => {
+            let mut n = vec![false; width(input)];
+            for a in aggs.iter() {
+                if let Some(e) = &a.arg {
+                    mark(e, &mut n);
+                }
+            }
+            prune(input, &n);
+        }
+        Plan::HashAggregate { input, keys, aggs } => {
+            let mut n = vec![false; width(input)];
+            for e in keys.iter().chain(aggs.iter().filter_map(|a| a.arg.as_ref())) {
+                mark(e, &mut n);
+            }
+            prune(input, &n);
+        }
+        Plan::Sort { input, keys, .. } => {
+            let mut n = need.to_vec();
+            n.resize(width(input), false);
+            for k in keys.iter() {
+                if let Some(x) = n.get_mut(k.col) {
+                    *x = true;
+                }
+            }
+            prune(input, &n);
+        }
+        Plan::Limit { input, .. } => {
+            let mut n = need.to_vec();
+            n.resize(width(input), false);
+            prune(input, &n);
+        }
+        Plan::Exists { input, sub, .. } => {
+            let mut n = need.to_vec();
+            n.resize(width(input), false);
+            prune(input, &n);
+            let ns = vec![false; width(sub)];
+            prune(sub, &ns);
+        }
+        Plan::Scalars { subs, input } => {
+            // A scalar subquery's value is its first column; EXISTS reads none.
+            for sub in subs.iter_mut() {
+                let ns: Vec<bool> = (0..width(&sub.plan)).map(|i| i == 0 && !sub.exists).collect();
+                prune(&mut sub.plan, &ns);
+            }
+            prune(input, need);
+        }
+        Plan::HashJoin { left, right, left_keys, right_keys, residual, .. } => {
+            let (lw, rw) = (width(left), width(right));
+            let mut all = need.to_vec();
+            all.resize(lw + rw, false);
+            if let Some(r) = residual {
+                mark(r, &mut all);
+            }
+            let (mut nl, mut nr) = (all[..lw].to_vec(), all[lw..].to_vec());
+            for e in left_keys.iter() {
+                mark(e, &mut nl);
+            }
+            for e in right_keys.iter() {
+                mark(e, &mut nr);
+            }
+            prune(left, &nl);
+            prune(right, &nr);
+        }
+    }
+}
+
+/// [`prune`] from the root: every column of the result is used.
+pub fn optimize(plan: &mut Plan) {
+    let n = vec![true; width(plan)];
+    prune(plan, &n);
+}
+
+/// Lets every aggregation straight over a vectorized scan in `plan` use `threads` workers.
+pub fn set_threads(plan: &mut Plan, threads: usize) {
+    match plan {
+        Plan::ColScan(s) => s.threads = threads.max(1),
+        Plan::Scan { .. } | Plan::OneRow { .. } => {}
+        Plan::Project { input, .. }
+        | Plan::Filter { input, .. }
+        | Plan::Aggregate { input, .. }
+        | Plan::HashAggregate { input, .. }
+        | Plan::Sort { input, .. }
+        | Plan::Limit { input, .. } => set_threads(input, threads),
+        Plan::Exists { input, sub, .. } => {
+            set_threads(input, threads);
+            set_threads(sub, threads);
+        }
+        Plan::Scalars { subs, input } => {
+            for sub in subs.iter_mut() {
+                set_threads(&mut sub.plan, threads);
+            }
+            set_threads(input, threads);
+        }
+        Plan::HashJoin { left, right, .. } => {
+            set_threads(left, threads);
+            set_threads(right, threads);
+        }
+    }
+}

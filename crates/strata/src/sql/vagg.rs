@@ -1,0 +1,574 @@
+//! Pre-aggregation in front of the hash aggregation of [`super::agg`]: a small table on
+//! the Rust heap, of at most [`GROUPS`] groups and [`KEY_BYTES`] bytes of keys, merges the
+//! rows of the groups it holds as decoded partial states ([`St`]), without the encoding,
+//! temporary-page probe and decoding that each row costs [`HashAgg::push`]. When it is full
+//! it hands its groups to the hash aggregation (in the order they arrived, so groups reach
+//! it in the order of their first rows, as without it) and starts over; when its groups
+//! turned out to see fewer than two rows each it steps aside for the rest of the input
+//! (nearly unique keys gain nothing from it). Partial states merge (see [`St::merge`]),
+//! so the results are those of the hash aggregation alone (f64 sums added in another
+//! association; an i64 sum is an error exactly when its value overflows).
+
+use super::agg::{encode_states, AggKind, HashAgg, St};
+use super::rows::hash_bytes;
+use crate::error::Result;
+
+/// Groups held at most.
+pub const GROUPS: usize = 1024;
+/// Bytes of keys held at most.
+pub const KEY_BYTES: usize = 256 << 10;
+
+const SLOTS: usize = GROUPS * 4;
+
+/// The pre-aggregation table.
+pub struct GroupCache {
+    kinds: Vec<AggKind>,
+    /// Open addressing: group index + 1, 0 empty.
+    slots: Vec<u32>,
+    /// Per group: hash, key offset, key length.
+    groups: Vec<(u64, usize, usize)>,
+    keys: Vec<u8>,
+    /// `kinds.len()` states per group.
+    states: Vec<St>,
+    rows: u64,
+    off: bool,
+    sb: Vec<u8>,
+}
+
+impl GroupCache {
+    pub fn new(kinds: Vec<AggKind>) -> GroupCache {
+        GroupCache { kinds, slots: vec![0; SLOTS], groups: Vec::new(), keys: Vec::new(), states: Vec::new(), rows: 0, off: false, sb: Vec::new() }
+    }
+
+    /// Whether rows should bypass the cache (go to the hash aggregation one by one).
+    pub fn is_off(&self) -> bool {
+        self.off
+    }
+
+    /// The states of the group of `key` (created empty if new), flushing into `main` first
+    /// when the cache is full. `None`: the cache is off, push the row directly.
+    pub fn states(&mut self, key: &[u8], main: &mut HashAgg<'_>) -> Result<Option<&mut [St]>> {
+        if self.off {
+            return Ok(None);
+        }
+        let h = hash_bytes(key);
+        let mut s = (h as usize) & (SLOTS - 1);
+        loop {
+            match self.slots[s] as usize {
+                0 => break,
+                g => {
+                    let (gh, o, l) = self.groups[g - 1];
+                    if gh == h && &self.keys[o..o + l] == key {
+                        self.rows += 1;
+                        let n = self.kinds.len();
+                        return Ok(Some(&mut self.states[(g - 1) * n..g * n]));
+                    }
+                }
+            }
+            s = (s + 1) & (SLOTS - 1);
+        }
+        if self.groups.len() >= GROUPS || self.keys.len() + key.len() > KEY_BYTES {
+            let (rows, groups) = (self.rows, self.groups.len() as u64);
+            self.flush(main)?;
+            if rows < 2 * groups {
+                self.off = true;
+                return Ok(None);
+            }
+            return self.states(key, main);
+        }
+        self.rows += 1;
+        let g = self.groups.len();
+        self.groups.push((h, self.keys.len(), key.len()));
+        self.keys.extend_from_slice(key);
+        self.slots[s] = (g + 1) as u32;
+        let n = self.kinds.len();
+        self.states.extend(self.kinds.iter().map(|k| St::empty(k.kind)));
+        Ok(Some(&mut self.states[g * n..(g + 1) * n]))
+    }
+
+    /// Hands every group to `main` (in arrival order) and empties the cache.
+    pub fn flush(&mut self, main: &mut HashAgg<'_>) -> Result<()> {
+        let n = self.kinds.len();
+        for (g, &(h, o, l)) in self.groups.iter().enumerate() {
+            self.sb.clear();
+            encode_states(&self.states[g * n..(g + 1) * n], &mut self.sb);
+            main.push(&self.keys[o..o + l], h, &self.sb)?;
+        }
+        self.groups.clear();
+        self.keys.clear();
+        self.states.clear();
+        self.slots.fill(0);
+        self.rows = 0;
+        Ok(())
+    }
+
+    /// The aggregates' kinds.
+    pub fn kinds(&self) -> &[AggKind] {
+        &self.kinds
+    }
+}
+
+// ---- Aggregation straight over a vectorized scan ----
+//
+// When an aggregation reads a table scan whose whole filter is evaluated leaf-wise, and
+// its arguments are arithmetic over i64/f64 columns and constants (and its group keys,
+// if any, plain columns), each leaf's passing rows are taken as a batch: every argument
+// is computed as a vector (checked i64, f64, NULL propagated) by a small register
+// program, then merged row by row into the states. If computing a vector meets an error
+// (overflow, division by zero) the leaf is redone row at a time with the row evaluator,
+// so the error is the one (and from the row) it always was.
+
+use super::agg::Kind;
+use super::exec::{AggSpec, Plan};
+use super::expr::{ArOp, BExpr};
+use super::rows::encode_value;
+use super::scan::{Batch, ColScan};
+use crate::access::table::{ColumnType, Schema, Value};
+use crate::buffer::BufferManager;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Rt {
+    I,
+    F,
+}
+
+#[derive(Debug)]
+enum Op {
+    LoadI { dst: usize, col: usize },
+    LoadF { dst: usize, col: usize },
+    ConstI { dst: usize, v: i64 },
+    ConstF { dst: usize, v: f64 },
+    ToF { dst: usize, a: usize },
+    ArI { op: ArOp, dst: usize, a: usize, b: usize },
+    ArF { op: ArOp, dst: usize, a: usize, b: usize },
+    NegI { dst: usize, a: usize },
+    NegF { dst: usize, a: usize },
+}
+
+#[derive(Default, Clone)]
+struct Reg {
+    i: Vec<i64>,
+    f: Vec<f64>,
+    null: Vec<bool>,
+}
+
+/// The arguments of an aggregation as one register program.
+struct Prog {
+    ops: Vec<Op>,
+    regs: Vec<Reg>,
+    /// Per aggregate: the register of its argument and its type (`None`: `count(*)`).
+    outs: Vec<Option<(usize, Rt)>>,
+}
+
+fn compile(e: &BExpr, schema: &Schema, ops: &mut Vec<Op>, n: &mut usize) -> Option<(usize, Rt)> {
+    let mut reg = || {
+        *n += 1;
+        *n - 1
+    };
+    Some(match e {
+        BExpr::Col(c, _) => match schema.columns.get(*c)?.ty {
+            ColumnType::I64 => {
+                let dst = reg();
+                ops.push(Op::LoadI { dst, col: *c });
+                (dst, Rt::I)
+            }
+            ColumnType::F64 => {
+                let dst = reg();
+                ops.push(Op::LoadF { dst, col: *c });
+                (dst, Rt::F)
+            }
+            _ => return None,
+        },
+        BExpr::Lit(Value::I64(v)) => {
+            let dst = reg();
+            ops.push(Op::ConstI { dst, v: *v });
+            (dst, Rt::I)
+        }
+        BExpr::Lit(Value::F64(v)) => {
+            let dst = reg();
+            ops.push(Op::ConstF { dst, v: *v });
+            (dst, Rt::F)
+        }
+        BExpr::Neg(x, _) => {
+            let (a, t) = compile(x, schema, ops, n)?;
+            let dst = *n;
+            *n += 1;
+            ops.push(if t == Rt::I { Op::NegI { dst, a } } else { Op::NegF { dst, a } });
+            (dst, t)
+        }
+        BExpr::Arith(op, a, b, _) => {
+            let (ra, ta) = compile(a, schema, ops, n)?;
+            let (rb, tb) = compile(b, schema, ops, n)?;
+            let to_f = |r: usize, t: Rt, ops: &mut Vec<Op>, n: &mut usize| {
+                if t == Rt::F {
+                    return r;
+                }
+                let dst = *n;
+                *n += 1;
+                ops.push(Op::ToF { dst, a: r });
+                dst
+            };
+            if ta == Rt::I && tb == Rt::I {
+                let dst = *n;
+                *n += 1;
+                ops.push(Op::ArI { op: *op, dst, a: ra, b: rb });
+                (dst, Rt::I)
+            } else {
+                let a = to_f(ra, ta, ops, n);
+                let b = to_f(rb, tb, ops, n);
+                let dst = *n;
+                *n += 1;
+                ops.push(Op::ArF { op: *op, dst, a, b });
+                (dst, Rt::F)
+            }
+        }
+        _ => return None,
+    })
+}
+
+impl Prog {
+    fn new(aggs: &[AggSpec], schema: &Schema) -> Option<Prog> {
+        let (mut ops, mut n) = (Vec::new(), 0usize);
+        let mut outs = Vec::with_capacity(aggs.len());
+        for a in aggs {
+            if a.distinct {
+                return None;
+            }
+            outs.push(match &a.arg {
+                None => None,
+                Some(e) => Some(compile(e, schema, &mut ops, &mut n)?),
+            });
+        }
+        Some(Prog { ops, regs: vec![Reg::default(); n], outs })
+    }
+
+    /// Computes every register over the batch's rows; `Err` if a value fails (overflow,
+    /// division by zero).
+    fn eval(&mut self, b: &Batch<'_>) -> std::result::Result<(), ()> {
+        let sel = b.sel;
+        let len = sel.len();
+        for op in &self.ops {
+            let dst = match op {
+                Op::LoadI { dst, .. }
+                | Op::LoadF { dst, .. }
+                | Op::ConstI { dst, .. }
+                | Op::ConstF { dst, .. }
+                | Op::ToF { dst, .. }
+                | Op::ArI { dst, .. }
+                | Op::ArF { dst, .. }
+                | Op::NegI { dst, .. }
+                | Op::NegF { dst, .. } => *dst,
+            };
+            // Operands are earlier registers than `dst`.
+            let (done, rest) = self.regs.split_at_mut(dst);
+            let d = &mut rest[0];
+            d.null.clear();
+            match op {
+                Op::LoadI { col, .. } => {
+                    d.i.clear();
+                    d.i.extend(sel.iter().map(|&i| b.lf.i64_at(*col, i as usize)));
+                    d.null.extend(sel.iter().map(|&i| b.lf.is_null(*col, i as usize)));
+                }
+                Op::LoadF { col, .. } => {
+                    d.f.clear();
+                    d.f.extend(sel.iter().map(|&i| b.lf.f64_at(*col, i as usize)));
+                    d.null.extend(sel.iter().map(|&i| b.lf.is_null(*col, i as usize)));
+                }
+                Op::ConstI { v, .. } => {
+                    d.i.clear();
+                    d.i.resize(len, *v);
+                    d.null.resize(len, false);
+                }
+                Op::ConstF { v, .. } => {
+                    d.f.clear();
+                    d.f.resize(len, *v);
+                    d.null.resize(len, false);
+                }
+                Op::ToF { a, .. } => {
+                    let a = &done[*a];
+                    d.f.clear();
+                    d.f.extend(a.i.iter().map(|&x| x as f64));
+                    d.null.extend_from_slice(&a.null);
+                }
+                Op::NegI { a, .. } => {
+                    let a = &done[*a];
+                    d.i.clear();
+                    d.null.extend_from_slice(&a.null);
+                    for (x, &nl) in a.i.iter().zip(&a.null) {
+                        d.i.push(if nl { 0 } else { x.checked_neg().ok_or(())? });
+                    }
+                }
+                Op::NegF { a, .. } => {
+                    let a = &done[*a];
+                    d.f.clear();
+                    d.f.extend(a.f.iter().map(|&x| -x));
+                    d.null.extend_from_slice(&a.null);
+                }
+                Op::ArI { op, a, b: bb, .. } => {
+                    let (a, bb) = (&done[*a], &done[*bb]);
+                    d.i.clear();
+                    for k in 0..len {
+                        let nl = a.null[k] | bb.null[k];
+                        d.null.push(nl);
+                        d.i.push(if nl {
+                            0
+                        } else {
+                            let (x, y) = (a.i[k], bb.i[k]);
+                            match op {
+                                ArOp::Add => x.checked_add(y),
+                                ArOp::Sub => x.checked_sub(y),
+                                ArOp::Mul => x.checked_mul(y),
+                                ArOp::Div => x.checked_div(y),
+                                ArOp::Rem => x.checked_rem(y),
+                            }
+                            .ok_or(())?
+                        });
+                    }
+                }
+                Op::ArF { op, a, b: bb, .. } => {
+                    let (a, bb) = (&done[*a], &done[*bb]);
+                    d.f.clear();
+                    for k in 0..len {
+                        let nl = a.null[k] | bb.null[k];
+                        d.null.push(nl);
+                        let (x, y) = (a.f[k], bb.f[k]);
+                        if !nl && matches!(op, ArOp::Div | ArOp::Rem) && y == 0.0 {
+                            return Err(());
+                        }
+                        d.f.push(match op {
+                            ArOp::Add => x + y,
+                            ArOp::Sub => x - y,
+                            ArOp::Mul => x * y,
+                            ArOp::Div => x / y,
+                            ArOp::Rem => x % y,
+                        });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Merges row `k` of the batch into `states`.
+    fn merge_row(&self, k: usize, states: &mut [St], kinds: &[AggKind]) -> Result<()> {
+        for ((s, out), kind) in states.iter_mut().zip(&self.outs).zip(kinds) {
+            let Some((r, t)) = *out else {
+                if let St::Count(n) = s {
+                    *n += 1;
+                    continue;
+                }
+                s.merge(St::one(kind.kind, Value::Bool(true)), kind)?;
+                continue;
+            };
+            let reg = &self.regs[r];
+            if reg.null[k] {
+                continue;
+            }
+            match (s, t) {
+                (St::Count(n), _) => *n += 1,
+                (St::SumF(x), Rt::F) => *x = Some(x.unwrap_or(0.0) + reg.f[k]),
+                (St::AvgF(x, n), Rt::F) if kind.kind == Kind::AvgF => {
+                    *x += reg.f[k];
+                    *n += 1;
+                }
+                (s, Rt::F) => s.merge(St::one(kind.kind, Value::F64(reg.f[k])), kind)?,
+                (s, Rt::I) => s.merge(St::one(kind.kind, Value::I64(reg.i[k])), kind)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The scan under an aggregation, if the fused path can take it.
+fn fusable(input: &Plan) -> Option<&ColScan> {
+    match input {
+        Plan::ColScan(s) if s.batchable() => Some(s),
+        _ => None,
+    }
+}
+
+/// Rows per morsel of a parallel aggregation at most (and at least [`MORSEL_MIN`]; about
+/// 16 morsels per worker in between, so that workers finish together).
+const MORSEL: u64 = 1 << 15;
+const MORSEL_MIN: u64 = 1 << 10;
+
+/// Runs `work(from, to)` over morsels of `0..rows` on `threads` workers, each with its own
+/// state made by `init`; returns the states in worker order.
+fn morsels<T: Send>(threads: usize, rows: u64, init: &(dyn Fn() -> T + Sync), work: &(dyn Fn(&mut T, u64, u64) -> Result<()> + Sync)) -> Result<Vec<T>> {
+    let next = std::sync::atomic::AtomicU64::new(0);
+    let morsel = (rows / (threads as u64 * 16)).clamp(MORSEL_MIN, MORSEL);
+    let run = || -> Result<T> {
+        let mut st = init();
+        loop {
+            let a = next.fetch_add(morsel, std::sync::atomic::Ordering::Relaxed);
+            if a >= rows {
+                return Ok(st);
+            }
+            work(&mut st, a, (a + morsel).min(rows))?;
+        }
+    };
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (1..threads).map(|_| s.spawn(run)).collect();
+        let mut out = vec![run()];
+        for h in hs {
+            out.push(h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+        }
+        out.into_iter().collect()
+    })
+}
+
+/// One batch into whole-table states.
+fn agg_batch(prog: &mut Prog, b: &Batch<'_>, aggs: &[AggSpec], kinds: &[AggKind], states: &mut [St], needed: &[usize], row: &mut [Value]) -> Result<()> {
+    if prog.eval(b).is_ok() {
+        for k in 0..b.sel.len() {
+            prog.merge_row(k, states, kinds)?;
+        }
+        return Ok(());
+    }
+    for &i in b.sel {
+        b.decode(i as usize, needed, row)?;
+        for ((s, a), k) in states.iter_mut().zip(aggs).zip(kinds) {
+            let v = match &a.arg {
+                Some(e) => e.eval(row)?,
+                None => Value::Bool(true),
+            };
+            s.merge(St::one(k.kind, v), k)?;
+        }
+    }
+    Ok(())
+}
+
+/// A whole-table aggregation (no groups) straight over a vectorized scan, into `states`.
+/// `Ok(false)`: not applicable, nothing done.
+pub fn fused_aggregate(bm: &BufferManager, input: &Plan, aggs: &[AggSpec], kinds: &[AggKind], states: &mut [St]) -> Result<bool> {
+    let Some(scan) = fusable(input) else { return Ok(false) };
+    let Some(mut prog) = Prog::new(aggs, &scan.table.schema) else { return Ok(false) };
+    let needed = scan.needed();
+    let width = scan.table.schema.len();
+    if scan.threads > 1 {
+        let init = || (Prog::new(aggs, &scan.table.schema), kinds.iter().map(|k| St::empty(k.kind)).collect::<Vec<St>>(), vec![Value::Null; width]);
+        let work = |st: &mut (Option<Prog>, Vec<St>, Vec<Value>), a: u64, z: u64| -> Result<()> {
+            let (Some(prog), states, row) = st else { return Ok(()) };
+            scan.run_batches_range(bm, a, z, &mut |b| agg_batch(prog, b, aggs, kinds, states, &needed, row).map(|_| true))?;
+            Ok(())
+        };
+        for (_, part, _) in morsels(scan.threads, scan.table.rows(bm)?, &init, &work)? {
+            for ((s, p), k) in states.iter_mut().zip(part).zip(kinds) {
+                s.merge(p, k)?;
+            }
+        }
+        return Ok(true);
+    }
+    let mut row = vec![Value::Null; width];
+    scan.run_batches(bm, &mut |b| agg_batch(&mut prog, b, aggs, kinds, states, &needed, &mut row).map(|_| true))?;
+    Ok(true)
+}
+
+/// What a grouped aggregation over batches works with.
+struct Grouping<'k> {
+    key_cols: Vec<usize>,
+    needed: Vec<usize>,
+    aggs: &'k [AggSpec],
+    kinds: Vec<AggKind>,
+}
+
+/// One batch into the groups of `cache` and `main`.
+#[allow(clippy::too_many_arguments)]
+fn group_batch(
+    g: &Grouping<'_>,
+    prog: &mut Prog,
+    b: &Batch<'_>,
+    cache: &mut GroupCache,
+    main: &mut HashAgg<'_>,
+    row: &mut [Value],
+    kb: &mut Vec<u8>,
+    sb: &mut Vec<u8>,
+    sts: &mut Vec<St>,
+) -> Result<()> {
+    let vector = prog.eval(b).is_ok();
+    for (k, &i) in b.sel.iter().enumerate() {
+        b.decode(i as usize, if vector { &g.key_cols } else { &g.needed }, row)?;
+        kb.clear();
+        for &c in &g.key_cols {
+            encode_value(&row[c], kb);
+        }
+        let into: &mut [St] = match cache.states(kb, main)? {
+            Some(s) => s,
+            None => {
+                sts.clear();
+                sts.extend(g.kinds.iter().map(|k| St::empty(k.kind)));
+                &mut sts[..]
+            }
+        };
+        if vector {
+            prog.merge_row(k, into, &g.kinds)?;
+        } else {
+            for ((s, a), kind) in into.iter_mut().zip(g.aggs).zip(&g.kinds) {
+                let v = match &a.arg {
+                    Some(e) => e.eval(row)?,
+                    None => Value::Bool(true),
+                };
+                s.merge(St::one(kind.kind, v), kind)?;
+            }
+        }
+        if cache.is_off() {
+            sb.clear();
+            encode_states(sts, sb);
+            main.push(kb, hash_bytes(kb), sb)?;
+        }
+    }
+    Ok(())
+}
+
+/// A grouped aggregation (no DISTINCT) straight over a vectorized scan, into `cache` and
+/// `main`. `Ok(false)`: not applicable, nothing done. With several threads, each has its
+/// own pre-aggregation and hash aggregation (temporary pages of the same pool), whose
+/// groups are merged into `main` at the end.
+pub fn fused_grouped(bm: &BufferManager, input: &Plan, keys: &[BExpr], aggs: &[AggSpec], cache: &mut GroupCache, main: &mut HashAgg<'_>) -> Result<bool> {
+    let Some(scan) = fusable(input) else { return Ok(false) };
+    let schema = &scan.table.schema;
+    let mut key_cols = Vec::with_capacity(keys.len());
+    for k in keys {
+        match k {
+            BExpr::Col(c, _) if *c < schema.len() => key_cols.push(*c),
+            _ => return Ok(false),
+        }
+    }
+    let Some(mut prog) = Prog::new(aggs, schema) else { return Ok(false) };
+    let g = Grouping { key_cols, needed: scan.needed(), aggs, kinds: cache.kinds().to_vec() };
+    if scan.threads > 1 {
+        type Local<'b> = (Option<Prog>, GroupCache, HashAgg<'b>, Vec<Value>, Vec<u8>, Vec<u8>, Vec<St>);
+        let init = || -> Local<'_> {
+            (
+                Prog::new(aggs, schema),
+                GroupCache::new(g.kinds.clone()),
+                HashAgg::new(bm, g.kinds.clone()),
+                vec![Value::Null; schema.len()],
+                Vec::new(),
+                Vec::new(),
+                Vec::new(),
+            )
+        };
+        let work = |st: &mut Local<'_>, a: u64, z: u64| -> Result<()> {
+            let (Some(prog), cache, main, row, kb, sb, sts) = st else { return Ok(()) };
+            scan.run_batches_range(bm, a, z, &mut |b| group_batch(&g, prog, b, cache, main, row, kb, sb, sts).map(|_| true))?;
+            Ok(())
+        };
+        let mut sb = Vec::new();
+        for (_, mut c, mut m, ..) in morsels(scan.threads, scan.table.rows(bm)?, &init, &work)? {
+            c.flush(&mut m)?;
+            m.finish(&mut |key, states| {
+                sb.clear();
+                encode_states(&states, &mut sb);
+                main.push(key, hash_bytes(key), &sb)?;
+                Ok(true)
+            })?;
+        }
+        return Ok(true);
+    }
+    let mut row = vec![Value::Null; schema.len()];
+    let (mut kb, mut sb) = (Vec::new(), Vec::new());
+    let mut sts: Vec<St> = Vec::with_capacity(aggs.len());
+    scan.run_batches(bm, &mut |b| group_batch(&g, &mut prog, b, cache, main, &mut row, &mut kb, &mut sb, &mut sts).map(|_| true))?;
+    Ok(true)
+}
