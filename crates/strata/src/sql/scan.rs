@@ -266,12 +266,7 @@ impl ColScan {
             if start >= n {
                 return Ok(true);
             }
-            at.clear();
-            let mut off = crate::access::btree::node::HDR;
-            for c in &schema.columns {
-                at.push((off, off + pax::bitmap_bytes(leaf.cap)));
-                off += pax::column_bytes(c.ty, leaf.cap);
-            }
+            column_offsets(schema, leaf.cap, &mut at);
             let lf = LeafView { page, leaf, at: &at, schema };
             let bad = |what: &str| self.table.corrupt_leaf(bm, pid, what);
             let words = n.div_ceil(64);
@@ -420,12 +415,7 @@ impl ColScan {
             if start >= end {
                 return Ok(true);
             }
-            at.clear();
-            let mut off = crate::access::btree::node::HDR;
-            for c in &schema.columns {
-                at.push((off, off + pax::bitmap_bytes(leaf.cap)));
-                off += pax::column_bytes(c.ty, leaf.cap);
-            }
+            column_offsets(schema, leaf.cap, &mut at);
             let lf = LeafView { page, leaf, at: &at, schema };
             let bad = |what: &str| self.table.corrupt_leaf(bm, pid, what);
             let words = n.div_ceil(64);
@@ -784,6 +774,17 @@ impl VPred {
             }
         }
         Ok((t, u))
+    }
+}
+
+/// Where each column of a PAX leaf with room for `cap` rows starts in the page: its NULL
+/// bitmap's offset and its values' offset, into `at` (cleared first).
+fn column_offsets(schema: &Schema, cap: usize, at: &mut Vec<(usize, usize)>) {
+    at.clear();
+    let mut off = crate::access::btree::node::HDR;
+    for c in &schema.columns {
+        at.push((off, off + pax::bitmap_bytes(cap)));
+        off += pax::column_bytes(c.ty, cap);
     }
 }
 
