@@ -28,6 +28,14 @@ use crate::sharded::PageMap;
 use crate::storage::wal::Wal;
 use crate::storage::PageId;
 
+/// Log bytes between two probes of the file system's free space (see
+/// [`Durability::checkpoint_due`]).
+const SPACE_PROBE_EVERY: u64 = 256 << 10;
+
+/// Less log than this never triggers a checkpoint for lack of space (no checkpoint storm
+/// on a disk that is full for other reasons).
+const MIN_SPACE_CHECKPOINT: u64 = 256 << 10;
+
 /// The write-ahead log with its dirty-page table, active transactions and checkpoint state.
 pub(crate) struct Durability {
     /// The write-ahead log.
@@ -46,6 +54,9 @@ pub(crate) struct Durability {
     /// before a commit triggers the next.
     last_checkpoint: AtomicU64,
     checkpoint_every: u64,
+    /// The log position at which `checkpoint_due` next asks the file system for its free
+    /// space (every [`SPACE_PROBE_EVERY`] bytes of log).
+    next_space_probe: AtomicU64,
     /// The start LSN of the checkpoint record on disk (`None` before the first).
     stored_start: Mutex<Option<u64>>,
     /// Whether a persistent page became dirty since the last checkpoint that stored a record
@@ -68,6 +79,7 @@ impl Durability {
             checkpoint_lock: Mutex::new(()),
             last_checkpoint: AtomicU64::new(end),
             checkpoint_every,
+            next_space_probe: AtomicU64::new(end),
             stored_start: Mutex::new(stored_start),
             changed: AtomicBool::new(false),
         }
@@ -146,9 +158,20 @@ impl Durability {
     // ------------------------------------------------------------ checkpoints
 
     /// Whether more than the configured volume of log accumulated since the last checkpoint
-    /// began.
+    /// began, or (on a small or nearly full disk) more than a quarter of the free space: the
+    /// log must not fill the disk before a checkpoint lets it be truncated. `u64::MAX` as
+    /// the configured volume turns automatic checkpoints off altogether.
     pub(crate) fn checkpoint_due(&self) -> bool {
-        self.wal.end().saturating_sub(self.last_checkpoint.load(Ordering::Relaxed)) >= self.checkpoint_every
+        let end = self.wal.end();
+        let since = end.saturating_sub(self.last_checkpoint.load(Ordering::Relaxed));
+        if since >= self.checkpoint_every {
+            return true;
+        }
+        if self.checkpoint_every == u64::MAX || since < MIN_SPACE_CHECKPOINT || end < self.next_space_probe.load(Ordering::Relaxed) {
+            return false;
+        }
+        self.next_space_probe.store(end + SPACE_PROBE_EVERY, Ordering::Relaxed);
+        self.wal.free_space().is_some_and(|free| since >= free / 4)
     }
 
     /// A checkpoint begins now: returns the log position it starts from, and whether a

@@ -374,3 +374,43 @@ fn catalog_and_allocation_table_replacements_on_a_full_disk_keep_the_old_version
     assert!(db.table("b").is_err());
     db.check().unwrap();
 }
+
+/// A small disk: the log keeps itself small. With automatic checkpoints off, committing a
+/// few MiB of rows (in many transactions) into a file system with 4 MiB free fills it (the
+/// log and the data compete for the space); with the defaults (a checkpoint also when the log
+/// since the last one exceeds a quarter of the free space, and log segments of an eighth of
+/// it) the same commits fit.
+#[test]
+fn on_a_small_disk_the_log_checkpoints_before_it_fills_the_disk() {
+    const BATCHES: u64 = 30;
+    const BATCH: u64 = 1000;
+    for automatic in [false, true] {
+        let f = Fixture::new();
+        let cfg = || if automatic { f.config() } else { f.config().checkpoint_every(u64::MAX) };
+        let db = Database::create(cfg()).unwrap();
+        db.create_table("t", schema()).unwrap();
+        db.close().unwrap();
+        f.limit(Some(4 << 20));
+        // Opened on the small disk: the log's segment size follows the free space.
+        let db = Database::open(cfg()).unwrap();
+        let t = db.table("t").unwrap();
+        let mut outcome = Ok(());
+        for b in 0..BATCHES {
+            let mut tx = db.begin();
+            let rows: Vec<_> = (b * BATCH..(b + 1) * BATCH).map(row).collect();
+            outcome = t.append(&mut tx, &rows).and_then(|_| tx.commit());
+            if outcome.is_err() {
+                break;
+            }
+        }
+        if automatic {
+            outcome.unwrap_or_else(|e| panic!("{e} with {:?} bytes left", f.fb.faults.space_left()));
+            db.close().unwrap();
+            let db = f.open();
+            assert_eq!(rows_of(&db, "t"), BATCHES * BATCH);
+            db.check().unwrap();
+        } else {
+            assert_disk_full(outcome);
+        }
+    }
+}

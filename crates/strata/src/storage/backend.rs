@@ -382,6 +382,31 @@ pub trait StorageBackend: Send + Sync + fmt::Debug {
     fn open_read_only(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn StorageFile>> {
         self.open(path, mode, false)
     }
+    /// Bytes an unprivileged writer may still write on the file system that holds `path`
+    /// (`statvfs`: available blocks x fragment size), if known. Lets the log keep itself
+    /// small on a small disk.
+    fn free_space(&self, path: &Path) -> Option<u64> {
+        statvfs_free(path)
+    }
+}
+
+/// `statvfs(path)`'s available bytes.
+pub(crate) fn statvfs_free(path: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `c` is a NUL-terminated path that outlives the call; `st` is a properly sized
+    // and aligned out-parameter that statvfs fills on success (and only then is it read).
+    let r = unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) };
+    if r != 0 {
+        return None;
+    }
+    // SAFETY: statvfs returned 0, so it initialised `st`.
+    let st = unsafe { st.assume_init() };
+    // The field types are u64 on 64-bit Linux, narrower elsewhere.
+    #[allow(clippy::unnecessary_cast)]
+    let (blocks, size) = (st.f_bavail as u64, st.f_frsize as u64);
+    Some(blocks.saturating_mul(size))
 }
 
 /// The real filesystem, with `O_DIRECT` for page data.
@@ -785,6 +810,13 @@ impl StorageBackend for FaultyBackend {
     fn open_read_only(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn StorageFile>> {
         let inner = self.inner.open_read_only(path, mode)?;
         Ok(Arc::new(FaultyFile { inner, faults: self.faults.clone() }))
+    }
+    fn free_space(&self, path: &Path) -> Option<u64> {
+        match (self.faults.space_left(), self.inner.free_space(path)) {
+            (Some(left), Some(real)) => Some(left.min(real)),
+            (Some(left), None) => Some(left),
+            (None, real) => real,
+        }
     }
 }
 

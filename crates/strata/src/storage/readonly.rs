@@ -148,6 +148,9 @@ impl StorageBackend for ReadOnlyBackend {
     fn io_name(&self) -> String {
         format!("{} (read-only)", self.inner.io_name())
     }
+    fn free_space(&self, path: &Path) -> Option<u64> {
+        self.inner.free_space(path)
+    }
     fn lock_dir(&self, dir: &Path) -> crate::Result<Option<DirLock>> {
         self.inner.lock_dir_shared(dir)
     }

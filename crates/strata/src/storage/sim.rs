@@ -460,6 +460,10 @@ impl StorageFile for SimHandle {
 }
 
 impl StorageBackend for SimBackend {
+    fn free_space(&self, _path: &Path) -> Option<u64> {
+        // A simulated file system of unlimited size.
+        None
+    }
     fn open(&self, path: &Path, _mode: OpenMode, create: bool) -> io::Result<Arc<dyn StorageFile>> {
         let mut s = self.state.lock();
         if s.dirs.contains(path) {

@@ -45,6 +45,10 @@ pub const WAL_DIR: &str = "wal";
 pub const FIRST_LSN: u64 = 1;
 /// Default segment size.
 pub const DEFAULT_SEGMENT_SIZE: u64 = 16 << 20;
+
+/// The smallest segment size an open picks on a small disk (an eighth of the free space, but
+/// not less than this; never more than configured).
+pub const MIN_SEGMENT_ON_SMALL_DISK: u64 = 256 << 10;
 /// An appender flushes the tail itself once it holds this many bytes.
 const TAIL_FLUSH_BYTES: usize = 4 << 20;
 const CHECKPOINT_FILE: &str = "checkpoint";
@@ -211,7 +215,12 @@ impl Wal {
             backend.sync_dir(&wal_dir).map_err(|e| Error::io("fsync directory", &wal_dir, e))?;
         }
         segments.insert(segment);
-        Ok(Wal::at_end(backend, wal_dir, opts.segment_size.max(4096), opts.group_commit, segments, (segment, file), end, false))
+        // On a small disk, smaller segments: truncation gives space back a segment at a time.
+        let segment_size = match backend.free_space(&wal_dir) {
+            Some(free) => opts.segment_size.min((free / 8).max(MIN_SEGMENT_ON_SMALL_DISK)),
+            None => opts.segment_size,
+        };
+        Ok(Wal::at_end(backend, wal_dir, segment_size.max(4096), opts.group_commit, segments, (segment, file), end, false))
     }
 
     /// A log whose next record goes to `end`, in the open segment file `current`.
@@ -462,6 +471,11 @@ impl Wal {
         t.segment = lsn;
         self.segments.lock().insert(lsn);
         Ok(())
+    }
+
+    /// Bytes that may still be written on the log's file system, if known.
+    pub fn free_space(&self) -> Option<u64> {
+        self.backend.free_space(&self.dir)
     }
 
     /// Bytes of log on disk (all segments).
