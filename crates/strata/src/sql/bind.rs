@@ -13,7 +13,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use super::agg::{AggKind, St};
-use super::exec::{AggFunc, AggSpec, Plan, SortKey};
+use super::exec::{join_estimate, sampled_domain, AggFunc, AggSpec, Plan, SortKey};
 use super::expr::{can_cast, err, tname, ArOp, BExpr, CmpOp, DatePart, Func1, Pos};
 use super::join::JoinKind;
 use super::subquery::{Param, ScalarSub};
@@ -233,6 +233,8 @@ fn coerce_to(e: Typed, want: Option<ColumnType>, pos: Pos) -> Result<Typed> {
 /// computed before the rows ([`Plan::Scalars`]), the `WITH` queries in scope.
 struct Cx<'c> {
     catalog: &'c Catalog,
+    /// The buffer manager, when given: inner joins are ordered by sampled row estimates.
+    bm: Option<&'c crate::buffer::BufferManager>,
     scalars: RefCell<Vec<ScalarSub>>,
     /// The parameter of each subquery bound as one, by its place in the text (a subquery
     /// looked at twice, or a `WITH` query inlined twice, is computed once).
@@ -871,9 +873,10 @@ pub struct Bound {
 }
 
 /// Binds one statement.
-pub fn statement(catalog: &Catalog, stmt: &Statement) -> Result<(Bound, bool)> {
+pub fn statement<'c>(catalog: &'c Catalog, bm: Option<&'c crate::buffer::BufferManager>, stmt: &Statement) -> Result<(Bound, bool)> {
     let cx = Cx {
         catalog,
+        bm,
         scalars: RefCell::new(Vec::new()),
         memo: RefCell::new(HashMap::new()),
         ctes: RefCell::new(Vec::new()),
@@ -2031,6 +2034,39 @@ fn from_where(cx: &Cx<'_>, from: &[ast::TableWithJoins], selection: Option<&Expr
     Ok(FromWhere { plan, scope, corr })
 }
 
+/// When every equality that joins relation `r` to those in `order` compares columns of
+/// values that repeat in samples of both tables (see [`sampled_domain`]), the numbers of
+/// distinct values (`r`'s, the other side's): the join pairs each row with the other side's rows of the
+/// same value (`rows * rows / distinct`), where a key joined with a foreign key keeps the
+/// rows of the foreign key's side. `None` when the planner has no buffer manager.
+fn many_to_many(b: &Binder<'_>, plans: &[Option<Plan>], pool: &[Conj], order: &[usize], r: usize) -> Result<Option<(f64, f64)>> {
+    let Some(bm) = b.cx.bm else { return Ok(None) };
+    let scope = b.scope;
+    let domain = |e: &BExpr, q: usize| -> Result<Option<f64>> {
+        let Some(Plan::Scan { table, .. }) = plans.get(q).and_then(|p| p.as_ref()) else { return Ok(None) };
+        let off = scope.rels[q].offset;
+        let mut e = e.clone();
+        e.map_cols(&|i| i - off);
+        sampled_domain(bm, table, &e)
+    };
+    let mut most: Option<(f64, f64)> = None;
+    for c in pool.iter().filter(|c| !c.applied) {
+        let Some((x, lx, y, ly)) = c.equi.as_ref() else { continue };
+        let (mine, other, oq) = if ly.as_slice() == [r] && lx.len() == 1 && order.contains(&lx[0]) {
+            (y, x, lx[0])
+        } else if lx.as_slice() == [r] && ly.len() == 1 && order.contains(&ly[0]) {
+            (x, y, ly[0])
+        } else {
+            continue;
+        };
+        match (domain(mine, r)?, domain(other, oq)?) {
+            (Some(a), Some(o)) => most = Some(most.map_or((a, o), |(x, y): (f64, f64)| (x.max(a), y.max(o)))),
+            _ => return Ok(None),
+        }
+    }
+    Ok(most)
+}
+
 fn join_tree(b: &Binder<'_>, plans: Vec<Plan>, steps: &[Step<'_>], mut pool: Vec<Conj>) -> Result<Plan> {
     let scope = b.scope;
     let n = scope.rels.len();
@@ -2053,22 +2089,91 @@ fn join_tree(b: &Binder<'_>, plans: Vec<Plan>, steps: &[Step<'_>], mut pool: Vec
             c.applied = true;
         }
     }
-    // The order: as written with LEFT joins; else each next relation one that an equality
-    // connects to those joined so far (the first written, if none is).
+    // The order: as written with LEFT joins. Else, with the buffer manager at hand, by
+    // estimates of the relations' rows after their filters (see `Plan::estimate`): first
+    // the relation with the fewest, then each time the relation that an equality connects
+    // to those joined so far whose join gives the fewest estimated rows (a cross product
+    // only when no relation is connected). Without it: each next relation one that an
+    // equality connects to those joined so far (the first written, if none is).
     let mut order: Vec<usize> = Vec::with_capacity(n);
+    let connects = |r: usize, c: &Conj, order: &[usize]| {
+        c.equi.as_ref().is_some_and(|(_, lx, _, ly)| {
+            (lx.iter().all(|x| order.contains(x)) && ly.as_slice() == [r]) || (ly.iter().all(|y| order.contains(y)) && lx.as_slice() == [r])
+        })
+    };
+    let est: Option<Vec<(f64, f64)>> = match (has_left, b.cx.bm) {
+        (false, Some(bm)) => {
+            let mut v = Vec::with_capacity(n);
+            for p in &rel_plans {
+                v.push(p.as_ref().map_or(Ok((1.0, 1.0)), |p| p.estimate(bm))?);
+            }
+            Some(v)
+        }
+        _ => None,
+    };
     if has_left {
         order.extend(steps.iter().map(|s| s.rel));
+    } else if let Some(est) = &est {
+        let smallest = |rs: &mut dyn Iterator<Item = usize>| rs.min_by(|a, b| est[*a].0.total_cmp(&est[*b].0).then(a.cmp(b)));
+        // The greedy order from one first relation, and its cost: the sum of the estimated
+        // rows of its joins (a many-to-many join's counted twice).
+        let greedy = |first: usize| -> Result<(Vec<usize>, f64)> {
+            let mut order = vec![first];
+            let (mut cur, mut cost) = (est[first], 0.0);
+            while order.len() < n {
+                let rest: Vec<usize> = (0..n).filter(|r| !order.contains(r)).collect();
+                let connected: Vec<usize> = rest.iter().copied().filter(|&r| pool.iter().any(|c| !c.applied && connects(r, c, &order))).collect();
+                let mut joined = Vec::with_capacity(connected.len());
+                for &r in &connected {
+                    // A join of repeating values: each side keeps the share of the
+                    // distinct values that its filters keep. Weighed at twice the estimate
+                    // (a less certain guess than a key's) against the other candidates.
+                    let share = |(rows, base): (f64, f64)| (rows / base.max(1.0)).min(1.0);
+                    joined.push(match many_to_many(b, &rel_plans, &pool, &order, r)? {
+                        Some((dr, dq)) => {
+                            let d = (dr * share(est[r])).max(dq * share(cur)).max(1.0);
+                            ((cur.0 * est[r].0 / d).max(1.0), cur.1.max(est[r].1), 2.0)
+                        }
+                        None => {
+                            let (rows, base) = join_estimate(cur, est[r], true);
+                            (rows, base, 1.0)
+                        }
+                    });
+                }
+                let weighed = |i: usize| joined[i].0 * joined[i].2;
+                let next = (0..connected.len()).min_by(|&a, &b| {
+                    weighed(a).total_cmp(&weighed(b)).then(est[connected[a]].0.total_cmp(&est[connected[b]].0)).then(connected[a].cmp(&connected[b]))
+                });
+                let (next, after, w) = match next {
+                    Some(i) => (connected[i], (joined[i].0, joined[i].1), joined[i].2),
+                    None => {
+                        let r = smallest(&mut rest.iter().copied()).unwrap_or(rest[0]);
+                        (r, join_estimate(cur, est[r], false), 1.0)
+                    }
+                };
+                cur = after;
+                cost += cur.0 * w;
+                order.push(next);
+            }
+            Ok((order, cost))
+        };
+        // Every relation as the first (few relations: cheap), the smallest first at equal
+        // costs.
+        let mut firsts: Vec<usize> = (0..n).collect();
+        firsts.sort_by(|a, b| est[*a].0.total_cmp(&est[*b].0).then(a.cmp(b)));
+        let mut best: Option<(Vec<usize>, f64)> = None;
+        for f in firsts {
+            let (o, c) = greedy(f)?;
+            if best.as_ref().is_none_or(|(_, bc)| c < *bc) {
+                best = Some((o, c));
+            }
+        }
+        order = best.map(|(o, _)| o).unwrap_or_default();
     } else {
         order.push(steps[0].rel);
         while order.len() < n {
-            let joined = |r: usize, order: &[usize]| order.contains(&r);
-            let connects = |r: usize, c: &Conj| {
-                c.equi.as_ref().is_some_and(|(_, lx, _, ly)| {
-                    (lx.iter().all(|x| joined(*x, &order)) && ly.as_slice() == [r]) || (ly.iter().all(|y| joined(*y, &order)) && lx.as_slice() == [r])
-                })
-            };
             let rest: Vec<usize> = (0..n).filter(|r| !order.contains(r)).collect();
-            let next = rest.iter().copied().find(|&r| pool.iter().any(|c| !c.applied && connects(r, c))).unwrap_or(rest[0]);
+            let next = rest.iter().copied().find(|&r| pool.iter().any(|c| !c.applied && connects(r, c, &order))).unwrap_or(rest[0]);
             order.push(next);
         }
     }
