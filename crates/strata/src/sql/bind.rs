@@ -2034,13 +2034,16 @@ fn from_where(cx: &Cx<'_>, from: &[ast::TableWithJoins], selection: Option<&Expr
     Ok(FromWhere { plan, scope, corr })
 }
 
-/// When every equality that joins relation `r` to those in `order` compares columns of
-/// values that repeat in samples of both tables (see [`sampled_domain`]), the numbers of
-/// distinct values (`r`'s, the other side's): the join pairs each row with the other side's rows of the
-/// same value (`rows * rows / distinct`), where a key joined with a foreign key keeps the
-/// rows of the foreign key's side. `None` when the planner has no buffer manager.
-fn many_to_many(b: &Binder<'_>, plans: &[Option<Plan>], pool: &[Conj], order: &[usize], r: usize) -> Result<Option<(f64, f64)>> {
-    let Some(bm) = b.cx.bm else { return Ok(None) };
+/// An equality joining a relation: the distinct values on its side and on the other's
+/// (`None`: key-like), and the other side's relation.
+type Edge = (Option<f64>, Option<f64>, usize);
+
+/// The equalities that join relation `r` to those in `order`, each as the numbers of
+/// distinct values on `r`'s side and on the other side when they repeat in a sample of
+/// the table (see [`sampled_domain`]; `None`: key-like values), with the other side's
+/// relation. Empty when the planner has no buffer manager.
+fn edges(b: &Binder<'_>, plans: &[Option<Plan>], pool: &[Conj], order: &[usize], r: usize) -> Result<Vec<Edge>> {
+    let Some(bm) = b.cx.bm else { return Ok(Vec::new()) };
     let scope = b.scope;
     let domain = |e: &BExpr, q: usize| -> Result<Option<f64>> {
         let Some(Plan::Scan { table, .. }) = plans.get(q).and_then(|p| p.as_ref()) else { return Ok(None) };
@@ -2049,7 +2052,7 @@ fn many_to_many(b: &Binder<'_>, plans: &[Option<Plan>], pool: &[Conj], order: &[
         e.map_cols(&|i| i - off);
         sampled_domain(bm, table, &e)
     };
-    let mut most: Option<(f64, f64)> = None;
+    let mut out = Vec::new();
     for c in pool.iter().filter(|c| !c.applied) {
         let Some((x, lx, y, ly)) = c.equi.as_ref() else { continue };
         let (mine, other, oq) = if ly.as_slice() == [r] && lx.len() == 1 && order.contains(&lx[0]) {
@@ -2059,12 +2062,9 @@ fn many_to_many(b: &Binder<'_>, plans: &[Option<Plan>], pool: &[Conj], order: &[
         } else {
             continue;
         };
-        match (domain(mine, r)?, domain(other, oq)?) {
-            (Some(a), Some(o)) => most = Some(most.map_or((a, o), |(x, y): (f64, f64)| (x.max(a), y.max(o)))),
-            _ => return Ok(None),
-        }
+        out.push((domain(mine, r)?, domain(other, oq)?, oq));
     }
-    Ok(most)
+    Ok(out)
 }
 
 fn join_tree(b: &Binder<'_>, plans: Vec<Plan>, steps: &[Step<'_>], mut pool: Vec<Conj>) -> Result<Plan> {
@@ -2125,15 +2125,34 @@ fn join_tree(b: &Binder<'_>, plans: Vec<Plan>, steps: &[Step<'_>], mut pool: Vec
                 let connected: Vec<usize> = rest.iter().copied().filter(|&r| pool.iter().any(|c| !c.applied && connects(r, c, &order))).collect();
                 let mut joined = Vec::with_capacity(connected.len());
                 for &r in &connected {
-                    // A join of repeating values: each side keeps the share of the
-                    // distinct values that its filters keep. Weighed at twice the estimate
-                    // (a less certain guess than a key's) against the other candidates.
+                    // Rows: cur * r / divisor, the product of the divisors of the
+                    // relations joined to (the largest of a relation's equalities): a
+                    // key (values that do not repeat in a sample) joined with a foreign key
+                    // divides by the key's table's rows (each row of the other side finds
+                    // at most one; neither side repeating: the smaller table's rows, a
+                    // foreign key's repeats can hide in a sample); values that repeat on both sides divide by the number
+                    // of distinct values each side's filters keep (weighed at twice the
+                    // estimate when no key bounds it: a less certain guess than a key's).
                     let share = |(rows, base): (f64, f64)| (rows / base.max(1.0)).min(1.0);
-                    joined.push(match many_to_many(b, &rel_plans, &pool, &order, r)? {
-                        Some((dr, dq)) => {
-                            let d = (dr * share(est[r])).max(dq * share(cur)).max(1.0);
-                            ((cur.0 * est[r].0 / d).max(1.0), cur.1.max(est[r].1), 2.0)
+                    let mut per: Vec<(usize, f64, f64)> = Vec::new();
+                    for (dr, dq, q) in edges(b, &rel_plans, &pool, &order, r)? {
+                        let (d, w) = match (dr, dq) {
+                            (Some(dr), Some(dq)) => ((dr * share(est[r])).max(dq * share(cur)).max(1.0), 2.0),
+                            (None, Some(_)) => (est[r].1, 1.0),
+                            (Some(_), None) => (est[q].1, 1.0),
+                            (None, None) => (est[r].1.min(est[q].1), 1.0),
+                        };
+                        // Several equalities with one relation (a composite key): the
+                        // largest divisor; with different relations: they multiply.
+                        match per.iter_mut().find(|(p, ..)| *p == q) {
+                            Some(e) if d > e.1 => *e = (q, d, w),
+                            Some(_) => {}
+                            None => per.push((q, d, w)),
                         }
+                    }
+                    let div = per.iter().fold(None, |acc: Option<(f64, f64)>, &(_, d, w)| Some(acc.map_or((d, w), |(x, v)| (x * d, v.min(w)))));
+                    joined.push(match div {
+                        Some((d, w)) => ((cur.0 * est[r].0 / d.max(1.0)).max(1.0), cur.1.max(est[r].1), w),
                         None => {
                             let (rows, base) = join_estimate(cur, est[r], true);
                             (rows, base, 1.0)

@@ -398,7 +398,7 @@ pub fn join_estimate((l, bl): (f64, f64), (r, br): (f64, f64), keyed: bool) -> (
 
 /// Rows sampled per window of a filtered scan's estimate (three windows: the first rows,
 /// the middle and the last ones).
-const SAMPLE_WINDOW: u64 = 1024;
+const SAMPLE_WINDOW: u64 = 256;
 
 /// Sampled shares by database directory, table, row count and filter (a scan is estimated
 /// once, however often the planner and the joins ask).
