@@ -115,7 +115,7 @@ impl Shell {
 
     fn run(&self, sql: &str) -> Result<(), Error> {
         let started = Instant::now();
-        let q = strata::sql::prepare(&self.db.catalog(), sql)?;
+        let q = strata::sql::prepare_in(&self.db.catalog(), Some(self.db.buffer()), sql)?;
         let stdout = io::stdout();
         if q.is_explain() {
             let mut out = stdout.lock();

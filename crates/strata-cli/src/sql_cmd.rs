@@ -229,7 +229,7 @@ pub fn sql(a: SqlArgs) -> Result<(), Error> {
     }
     let db = Database::open(crate::cmd::config(&a.dir, a.pool, true))?;
     let started = Instant::now();
-    let mut q = strata::sql::prepare(&db.catalog(), &text)?;
+    let mut q = strata::sql::prepare_in(&db.catalog(), Some(db.buffer()), &text)?;
     q.set_threads(a.threads);
     let stdout = io::stdout();
     if q.is_explain() && !a.json && !a.csv {

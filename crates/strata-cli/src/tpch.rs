@@ -166,7 +166,7 @@ pub fn demo(dir: &Path, pool: u64, sf: f64) -> Result<(), Error> {
     for (name, sql) in QUERIES {
         println!("-- TPC-H {}", name.to_uppercase());
         let t = Instant::now();
-        let q = strata::sql::prepare(&db.catalog(), sql)?;
+        let q = strata::sql::prepare_in(&db.catalog(), Some(db.buffer()), sql)?;
         let mut rows = Vec::new();
         crate::sql_cmd::print_result(&db, &q, pool, t, Some(&mut rows))?;
         times.push((name, t.elapsed().as_secs_f64()));

@@ -13,7 +13,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use super::agg::{AggKind, St};
-use super::exec::{AggFunc, AggSpec, Plan, SortKey};
+use super::exec::{join_estimate, sampled_domain, AggFunc, AggSpec, Plan, SortKey};
 use super::expr::{can_cast, err, tname, ArOp, BExpr, CmpOp, DatePart, Func1, Pos};
 use super::join::JoinKind;
 use super::subquery::{Param, ScalarSub};
@@ -233,6 +233,8 @@ fn coerce_to(e: Typed, want: Option<ColumnType>, pos: Pos) -> Result<Typed> {
 /// computed before the rows ([`Plan::Scalars`]), the `WITH` queries in scope.
 struct Cx<'c> {
     catalog: &'c Catalog,
+    /// The buffer manager, when given: inner joins are ordered by sampled row estimates.
+    bm: Option<&'c crate::buffer::BufferManager>,
     scalars: RefCell<Vec<ScalarSub>>,
     /// The parameter of each subquery bound as one, by its place in the text (a subquery
     /// looked at twice, or a `WITH` query inlined twice, is computed once).
@@ -871,9 +873,10 @@ pub struct Bound {
 }
 
 /// Binds one statement.
-pub fn statement(catalog: &Catalog, stmt: &Statement) -> Result<(Bound, bool)> {
+pub fn statement<'c>(catalog: &'c Catalog, bm: Option<&'c crate::buffer::BufferManager>, stmt: &Statement) -> Result<(Bound, bool)> {
     let cx = Cx {
         catalog,
+        bm,
         scalars: RefCell::new(Vec::new()),
         memo: RefCell::new(HashMap::new()),
         ctes: RefCell::new(Vec::new()),
@@ -2031,6 +2034,39 @@ fn from_where(cx: &Cx<'_>, from: &[ast::TableWithJoins], selection: Option<&Expr
     Ok(FromWhere { plan, scope, corr })
 }
 
+/// An equality joining a relation: the distinct values on its side and on the other's
+/// (`None`: key-like), and the other side's relation.
+type Edge = (Option<f64>, Option<f64>, usize);
+
+/// The equalities that join relation `r` to those in `order`, each as the numbers of
+/// distinct values on `r`'s side and on the other side when they repeat in a sample of
+/// the table (see [`sampled_domain`]; `None`: key-like values), with the other side's
+/// relation. Empty when the planner has no buffer manager.
+fn edges(b: &Binder<'_>, plans: &[Option<Plan>], pool: &[Conj], order: &[usize], r: usize) -> Result<Vec<Edge>> {
+    let Some(bm) = b.cx.bm else { return Ok(Vec::new()) };
+    let scope = b.scope;
+    let domain = |e: &BExpr, q: usize| -> Result<Option<f64>> {
+        let Some(Plan::Scan { table, .. }) = plans.get(q).and_then(|p| p.as_ref()) else { return Ok(None) };
+        let off = scope.rels[q].offset;
+        let mut e = e.clone();
+        e.map_cols(&|i| i - off);
+        sampled_domain(bm, table, &e)
+    };
+    let mut out = Vec::new();
+    for c in pool.iter().filter(|c| !c.applied) {
+        let Some((x, lx, y, ly)) = c.equi.as_ref() else { continue };
+        let (mine, other, oq) = if ly.as_slice() == [r] && lx.len() == 1 && order.contains(&lx[0]) {
+            (y, x, lx[0])
+        } else if lx.as_slice() == [r] && ly.len() == 1 && order.contains(&ly[0]) {
+            (x, y, ly[0])
+        } else {
+            continue;
+        };
+        out.push((domain(mine, r)?, domain(other, oq)?, oq));
+    }
+    Ok(out)
+}
+
 fn join_tree(b: &Binder<'_>, plans: Vec<Plan>, steps: &[Step<'_>], mut pool: Vec<Conj>) -> Result<Plan> {
     let scope = b.scope;
     let n = scope.rels.len();
@@ -2053,22 +2089,110 @@ fn join_tree(b: &Binder<'_>, plans: Vec<Plan>, steps: &[Step<'_>], mut pool: Vec
             c.applied = true;
         }
     }
-    // The order: as written with LEFT joins; else each next relation one that an equality
-    // connects to those joined so far (the first written, if none is).
+    // The order: as written with LEFT joins. Else, with the buffer manager at hand, by
+    // estimates of the relations' rows after their filters (see `Plan::estimate`): first
+    // the relation with the fewest, then each time the relation that an equality connects
+    // to those joined so far whose join gives the fewest estimated rows (a cross product
+    // only when no relation is connected). Without it: each next relation one that an
+    // equality connects to those joined so far (the first written, if none is).
     let mut order: Vec<usize> = Vec::with_capacity(n);
+    let connects = |r: usize, c: &Conj, order: &[usize]| {
+        c.equi.as_ref().is_some_and(|(_, lx, _, ly)| {
+            (lx.iter().all(|x| order.contains(x)) && ly.as_slice() == [r]) || (ly.iter().all(|y| order.contains(y)) && lx.as_slice() == [r])
+        })
+    };
+    let est: Option<Vec<(f64, f64)>> = match (has_left, b.cx.bm) {
+        (false, Some(bm)) => {
+            let mut v = Vec::with_capacity(n);
+            for p in &rel_plans {
+                v.push(p.as_ref().map_or(Ok((1.0, 1.0)), |p| p.estimate(bm))?);
+            }
+            Some(v)
+        }
+        _ => None,
+    };
     if has_left {
         order.extend(steps.iter().map(|s| s.rel));
+    } else if let Some(est) = &est {
+        let smallest = |rs: &mut dyn Iterator<Item = usize>| rs.min_by(|a, b| est[*a].0.total_cmp(&est[*b].0).then(a.cmp(b)));
+        // The greedy order from one first relation, and its cost: the sum of the estimated
+        // rows of its joins (a many-to-many join's counted twice).
+        let greedy = |first: usize| -> Result<(Vec<usize>, f64)> {
+            let mut order = vec![first];
+            let (mut cur, mut cost) = (est[first], 0.0);
+            while order.len() < n {
+                let rest: Vec<usize> = (0..n).filter(|r| !order.contains(r)).collect();
+                let connected: Vec<usize> = rest.iter().copied().filter(|&r| pool.iter().any(|c| !c.applied && connects(r, c, &order))).collect();
+                let mut joined = Vec::with_capacity(connected.len());
+                for &r in &connected {
+                    // Rows: cur * r / divisor, the product of the divisors of the
+                    // relations joined to (the largest of a relation's equalities): a
+                    // key (values that do not repeat in a sample) joined with a foreign key
+                    // divides by the key's table's rows (each row of the other side finds
+                    // at most one; neither side repeating: the smaller table's rows, a
+                    // foreign key's repeats can hide in a sample); values that repeat on both sides divide by the number
+                    // of distinct values each side's filters keep (weighed at twice the
+                    // estimate when no key bounds it: a less certain guess than a key's).
+                    let share = |(rows, base): (f64, f64)| (rows / base.max(1.0)).min(1.0);
+                    let mut per: Vec<(usize, f64, f64)> = Vec::new();
+                    for (dr, dq, q) in edges(b, &rel_plans, &pool, &order, r)? {
+                        let (d, w) = match (dr, dq) {
+                            (Some(dr), Some(dq)) => ((dr * share(est[r])).max(dq * share(cur)).max(1.0), 2.0),
+                            (None, Some(_)) => (est[r].1, 1.0),
+                            (Some(_), None) => (est[q].1, 1.0),
+                            (None, None) => (est[r].1.min(est[q].1), 1.0),
+                        };
+                        // Several equalities with one relation (a composite key): the
+                        // largest divisor; with different relations: they multiply.
+                        match per.iter_mut().find(|(p, ..)| *p == q) {
+                            Some(e) if d > e.1 => *e = (q, d, w),
+                            Some(_) => {}
+                            None => per.push((q, d, w)),
+                        }
+                    }
+                    let div = per.iter().fold(None, |acc: Option<(f64, f64)>, &(_, d, w)| Some(acc.map_or((d, w), |(x, v)| (x * d, v.min(w)))));
+                    joined.push(match div {
+                        Some((d, w)) => ((cur.0 * est[r].0 / d.max(1.0)).max(1.0), cur.1.max(est[r].1), w),
+                        None => {
+                            let (rows, base) = join_estimate(cur, est[r], true);
+                            (rows, base, 1.0)
+                        }
+                    });
+                }
+                let weighed = |i: usize| joined[i].0 * joined[i].2;
+                let next = (0..connected.len()).min_by(|&a, &b| {
+                    weighed(a).total_cmp(&weighed(b)).then(est[connected[a]].0.total_cmp(&est[connected[b]].0)).then(connected[a].cmp(&connected[b]))
+                });
+                let (next, after, w) = match next {
+                    Some(i) => (connected[i], (joined[i].0, joined[i].1), joined[i].2),
+                    None => {
+                        let r = smallest(&mut rest.iter().copied()).unwrap_or(rest[0]);
+                        (r, join_estimate(cur, est[r], false), 1.0)
+                    }
+                };
+                cur = after;
+                cost += cur.0 * w;
+                order.push(next);
+            }
+            Ok((order, cost))
+        };
+        // Every relation as the first (few relations: cheap), the smallest first at equal
+        // costs.
+        let mut firsts: Vec<usize> = (0..n).collect();
+        firsts.sort_by(|a, b| est[*a].0.total_cmp(&est[*b].0).then(a.cmp(b)));
+        let mut best: Option<(Vec<usize>, f64)> = None;
+        for f in firsts {
+            let (o, c) = greedy(f)?;
+            if best.as_ref().is_none_or(|(_, bc)| c < *bc) {
+                best = Some((o, c));
+            }
+        }
+        order = best.map(|(o, _)| o).unwrap_or_default();
     } else {
         order.push(steps[0].rel);
         while order.len() < n {
-            let joined = |r: usize, order: &[usize]| order.contains(&r);
-            let connects = |r: usize, c: &Conj| {
-                c.equi.as_ref().is_some_and(|(_, lx, _, ly)| {
-                    (lx.iter().all(|x| joined(*x, &order)) && ly.as_slice() == [r]) || (ly.iter().all(|y| joined(*y, &order)) && lx.as_slice() == [r])
-                })
-            };
             let rest: Vec<usize> = (0..n).filter(|r| !order.contains(r)).collect();
-            let next = rest.iter().copied().find(|&r| pool.iter().any(|c| !c.applied && connects(r, c))).unwrap_or(rest[0]);
+            let next = rest.iter().copied().find(|&r| pool.iter().any(|c| !c.applied && connects(r, c, &order))).unwrap_or(rest[0]);
             order.push(next);
         }
     }

@@ -2,7 +2,7 @@
 //! the semi and anti joins of `IN (SELECT ...)` / `NOT IN (SELECT ...)`).
 //!
 //! The build side (for inner, semi and `NOT EXISTS` joins the side with fewer rows,
-//! estimated from the tables' row counts; otherwise the right side; a semi or anti join
+//! estimated by [`Plan::estimate`] (filtered scans sampled); otherwise the right side; a semi or anti join
 //! that builds on the left marks the entries that right rows match, then gives the
 //! marked or unmarked left rows) is written to a [`RowRun`] as `(hash, key, row)`
 //! records, rows with a NULL key left out (they match nothing). If it fits an eighth of

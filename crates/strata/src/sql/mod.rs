@@ -219,18 +219,25 @@ fn count_operators(sql: &str) -> Result<()> {
 /// Parses and binds one statement (`SELECT ...` or `EXPLAIN SELECT ...`; a trailing `;` is
 /// allowed) against the tables of `catalog`. Errors are [`Error::Sql`] with the position.
 pub fn prepare(catalog: &Catalog, sql: &str) -> Result<Prepared> {
+    prepare_in(catalog, None, sql)
+}
+
+/// [`prepare`] with the database's buffer manager: inner joins are then ordered by
+/// estimates of the rows each relation has after its filters (a small sample of its rows;
+/// see [`exec::Plan::estimate_rows`]), not by the tables' sizes alone.
+pub fn prepare_in(catalog: &Catalog, bm: Option<&crate::buffer::BufferManager>, sql: &str) -> Result<Prepared> {
     count_operators(sql)?;
     std::thread::scope(|s| {
-        let worker = std::thread::Builder::new().name("sql-prepare".into()).stack_size(PREPARE_STACK).spawn_scoped(s, || prepare_here(catalog, sql));
+        let worker = std::thread::Builder::new().name("sql-prepare".into()).stack_size(PREPARE_STACK).spawn_scoped(s, || prepare_here(catalog, bm, sql));
         match worker {
             Ok(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
             // No thread to be had: parse here (the operator bound keeps it shallow).
-            Err(_) => prepare_here(catalog, sql),
+            Err(_) => prepare_here(catalog, bm, sql),
         }
     })
 }
 
-fn prepare_here(catalog: &Catalog, sql: &str) -> Result<Prepared> {
+fn prepare_here(catalog: &Catalog, bm: Option<&crate::buffer::BufferManager>, sql: &str) -> Result<Prepared> {
     let dialect = GenericDialect {};
     let stmts =
         Parser::new(&dialect).with_recursion_limit(MAX_DEPTH).try_with_sql(sql).and_then(|mut p| p.parse_statements()).map_err(|e| match parse_error(e) {
@@ -248,7 +255,7 @@ fn prepare_here(catalog: &Catalog, sql: &str) -> Result<Prepared> {
             return Err(Error::Sql { pos: bind::at(s.span()), msg: "one statement at a time".into() });
         }
     };
-    let (mut bound, explain) = bind::statement(catalog, stmt)?;
+    let (mut bound, explain) = bind::statement(catalog, bm, stmt)?;
     scan::optimize(&mut bound.plan);
     if explain {
         let text = bound.plan.explain();

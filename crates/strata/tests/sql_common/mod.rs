@@ -8,7 +8,7 @@ use strata::{Database, Error};
 
 /// The rows of `sql` on `db`, or its error.
 pub fn run(db: &Database, sql: &str) -> Result<Vec<Vec<Value>>, Error> {
-    let q = strata::sql::prepare(&db.catalog(), sql)?;
+    let q = strata::sql::prepare_in(&db.catalog(), Some(db.buffer()), sql)?;
     let mut out = Vec::new();
     q.execute(db.buffer(), &mut |row| {
         out.push(row.to_vec());
