@@ -753,7 +753,13 @@ impl StorageFile for FaultyFile {
         Ok(())
     }
     fn reserve(&self, offset: u64, len: u64) -> io::Result<()> {
-        self.inner.reserve(offset, len)?;
+        match self.inner.reserve(offset, len) {
+            // The modelled file system can reserve even where the one below cannot, so that
+            // tests behave alike on every host.
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::Unsupported => {}
+            Err(e) => return Err(e),
+        }
         self.faults.grow(self.inner.path(), || self.inner.len().unwrap_or(0), offset + len)
     }
     fn is_direct(&self) -> bool {
