@@ -208,13 +208,7 @@ impl Database {
         if let Err(e) = self.store_catalog(&next) {
             // Give the new pages back (if that fails too, e.g. on a full disk, they stay
             // allocated but unreferenced: `check` reports them, harmless).
-            let mut pages = Vec::new();
-            if table.check(&self.bm, &mut |pid| pages.push(pid)).is_ok() {
-                let mut tx = self.begin();
-                if pages.iter().all(|&pid| tx.free(pid).is_ok()) {
-                    let _ = tx.commit();
-                }
-            }
+            let _ = self.free_table_pages(&table);
             return Err(e);
         }
         *catalog = next;
@@ -263,6 +257,11 @@ impl Database {
             *catalog = next;
             table
         };
+        self.free_table_pages(&table)
+    }
+
+    /// Frees every page of `table` in one transaction (durable when this returns).
+    fn free_table_pages(&self, table: &Table) -> Result<()> {
         let mut pages = Vec::new();
         table.check(&self.bm, &mut |pid| pages.push(pid))?;
         let mut tx = self.begin();

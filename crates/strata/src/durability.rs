@@ -118,7 +118,10 @@ impl Durability {
     /// from `lsn` on (`None`: from the current end of the log, for unlogged writes).
     pub(crate) fn note_dirty(&self, pid: PageId, lsn: Option<u64>) {
         let lsn = lsn.unwrap_or_else(|| self.wal.end());
-        self.changed.store(true, Ordering::Relaxed);
+        // Loaded first: writers dirtying pages do not all store to one cache line.
+        if !self.changed.load(Ordering::Relaxed) {
+            self.changed.store(true, Ordering::Relaxed);
+        }
         self.dirty.insert_if_absent(pid, lsn);
     }
 

@@ -273,13 +273,7 @@ impl ColScan {
             // Per vectorized conjunct: (true, unknown) bitmaps; `all`: rows where all of
             // them are true.
             let mut all = bits.take(words, !0);
-            mask_tail(&mut all, n);
-            for w in all.iter_mut().take(start / 64) {
-                *w = 0;
-            }
-            if !start.is_multiple_of(64) {
-                all[start / 64] &= !0u64 << (start % 64);
-            }
+            mask_range(&mut all, start, n);
             let mut per: Vec<(Vec<u64>, Vec<u64>)> = Vec::new();
             for c in &self.conjs {
                 if let Conj::Vec(p) = c {
@@ -420,14 +414,7 @@ impl ColScan {
             let bad = |what: &str| self.table.corrupt_leaf(bm, pid, what);
             let words = n.div_ceil(64);
             let mut all = bits.take(words, !0);
-            mask_tail(&mut all, end);
-            for (w, x) in all.iter_mut().enumerate() {
-                if (w + 1) * 64 <= start {
-                    *x = 0;
-                } else if w * 64 < start {
-                    *x &= !0u64 << (start % 64);
-                }
-            }
+            mask_range(&mut all, start, end);
             for c in &self.conjs {
                 if let Conj::Vec(p) = c {
                     let (t, u) = p.eval(&lf, &mut bits, words).map_err(|_| bad("a value is unreadable"))?;
@@ -459,6 +446,18 @@ impl ColScan {
 }
 
 /// Clears the bits at and above `n`.
+/// Clears the bits of rows below `start` and at or above `end`.
+fn mask_range(v: &mut [u64], start: usize, end: usize) {
+    mask_tail(v, end);
+    for (w, x) in v.iter_mut().enumerate() {
+        if (w + 1) * 64 <= start {
+            *x = 0;
+        } else if w * 64 < start {
+            *x &= !0u64 << (start % 64);
+        }
+    }
+}
+
 fn mask_tail(v: &mut [u64], n: usize) {
     for (w, x) in v.iter_mut().enumerate() {
         if w * 64 >= n {

@@ -612,7 +612,10 @@ impl Faults {
     fn grow(&self, path: &Path, len: impl FnOnce() -> u64, end: u64) -> io::Result<()> {
         let mut m = self.space.lock();
         let m = &mut *m;
-        let held = m.held.entry(path.to_owned()).or_insert_with(len);
+        if !m.held.contains_key(path) {
+            m.held.insert(path.to_owned(), len());
+        }
+        let held = m.held.get_mut(path).expect("inserted above");
         if end > *held {
             if let Some(left) = &mut m.left {
                 let need = end - *held;
