@@ -17,6 +17,7 @@ const SHARDS: usize = 32;
 
 /// This thread's stripe number (threads take consecutive numbers as they first ask), for
 /// structures striped by thread: counters, the striped lock.
+#[inline]
 pub(crate) fn stripe() -> usize {
     use std::cell::Cell;
     static NEXT: AtomicUsize = AtomicUsize::new(0);

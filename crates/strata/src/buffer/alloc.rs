@@ -42,15 +42,29 @@ impl BufferManager {
         Ok(slot.get_or_init(|| sp))
     }
 
+    /// The space of `pid` if its index is addressable (the hit path's lookup: no error is
+    /// built).
+    #[inline]
+    pub(super) fn addressable_space(&self, pid: PageId) -> Option<&Space> {
+        self.spaces.get(pid.space()).and_then(|s| s.get()).filter(|sp| sp.addressable(pid.index()))
+    }
+
     /// The space of `pid` and check that its index is addressable.
     #[inline]
     pub(super) fn lookup(&self, pid: PageId) -> Result<&Space> {
-        let sp =
-            self.spaces.get(pid.space()).and_then(|s| s.get()).ok_or(Error::InvalidPageId { pid, reason: "no page of this size class was ever allocated" })?;
-        if !sp.addressable(pid.index()) {
-            return Err(Error::InvalidPageId { pid, reason: "index beyond any allocated page" });
+        if let Some(sp) = self.addressable_space(pid) {
+            return Ok(sp);
         }
-        Ok(sp)
+        Err(self.lookup_error(pid))
+    }
+
+    /// Why `pid` has no addressable space.
+    #[cold]
+    fn lookup_error(&self, pid: PageId) -> Error {
+        match self.spaces.get(pid.space()).and_then(|s| s.get()) {
+            None => Error::InvalidPageId { pid, reason: "no page of this size class was ever allocated" },
+            Some(_) => Error::InvalidPageId { pid, reason: "index beyond any allocated page" },
+        }
     }
 
     pub(super) fn ensure_addressable(&self, sp: &Space, index: u64) -> Result<()> {

@@ -8,7 +8,7 @@
 use super::budget::Backoff;
 use super::guard::{ExclusiveGuard, OptimisticGuard, Restart, SharedGuard};
 use super::manager::BufferManager;
-use super::state::{PageState, EVICTED, LOCKED};
+use super::state::{PageState, EVICTED, LOCKED, MAX_SHARED, UNLOCKED};
 use crate::error::{Error, Result};
 use crate::storage::{PageId, PAGE_HEADER_SIZE};
 
@@ -66,7 +66,26 @@ impl BufferManager {
     }
 
     /// Latches `pid` exclusively, loading it if needed.
+    #[inline]
     pub fn fix_exclusive(&self, pid: PageId) -> Result<ExclusiveGuard<'_>> {
+        // The hit path, inlined into the caller: a resident page nobody latches or marks.
+        if let Some(sp) = self.addressable_space(pid).filter(|_| !self.read_only) {
+            let index = pid.index();
+            let st = sp.state(index);
+            let w = st.load();
+            if w.state() == UNLOCKED && st.try_lock_exclusive(w) {
+                self.counters.hits.add_cheap(1);
+                return Ok(ExclusiveGuard { bm: self, sp, index, frame: sp.frame(index), _not_send: Default::default() });
+            }
+        }
+        self.fix_exclusive_slow(pid)
+    }
+
+    /// [`fix_exclusive`](Self::fix_exclusive) when the hit path does not apply: errors,
+    /// misses, latched, marked and prefetched pages.
+    #[cold]
+    #[inline(never)]
+    fn fix_exclusive_slow(&self, pid: PageId) -> Result<ExclusiveGuard<'_>> {
         self.refuse_if_read_only("latching pages for changes")?;
         let sp = self.lookup(pid)?;
         let index = pid.index();
@@ -124,7 +143,26 @@ impl BufferManager {
     }
 
     /// Latches `pid` shared, loading it if needed.
+    #[inline]
     pub fn fix_shared(&self, pid: PageId) -> Result<SharedGuard<'_>> {
+        // The hit path, inlined into the caller: a resident page, unlatched or shared, not
+        // marked or prefetched.
+        if let Some(sp) = self.addressable_space(pid) {
+            let index = pid.index();
+            let st = sp.state(index);
+            let w = st.load();
+            if (UNLOCKED..MAX_SHARED).contains(&w.state()) && st.try_lock_shared(w) {
+                self.counters.hits.add_cheap(1);
+                return Ok(SharedGuard { sp, index, frame: sp.frame(index), _not_send: Default::default() });
+            }
+        }
+        self.fix_shared_slow(pid)
+    }
+
+    /// [`fix_shared`](Self::fix_shared) when the hit path does not apply.
+    #[cold]
+    #[inline(never)]
+    fn fix_shared_slow(&self, pid: PageId) -> Result<SharedGuard<'_>> {
         let sp = self.lookup(pid)?;
         let index = pid.index();
         let st = sp.state(index);
@@ -167,7 +205,25 @@ impl BufferManager {
     }
 
     /// Starts an optimistic read of `pid`, loading it if needed. No latch is held.
+    #[inline]
     pub fn fix_optimistic(&self, pid: PageId) -> Result<OptimisticGuard<'_>> {
+        // The hit path, inlined into the caller: a resident page, unlatched or shared, not
+        // marked or prefetched. Nothing is written but this thread's hit counter.
+        if let Some(sp) = self.addressable_space(pid).filter(|_| !pid.is_temp()) {
+            let index = pid.index();
+            let w = sp.state(index).load();
+            if (UNLOCKED..=MAX_SHARED).contains(&w.state()) {
+                self.counters.hits.add_cheap(1);
+                return Ok(OptimisticGuard { bm: self, sp, index, frame: sp.frame(index), seen: w });
+            }
+        }
+        self.fix_optimistic_slow(pid)
+    }
+
+    /// [`fix_optimistic`](Self::fix_optimistic) when the hit path does not apply.
+    #[cold]
+    #[inline(never)]
+    fn fix_optimistic_slow(&self, pid: PageId) -> Result<OptimisticGuard<'_>> {
         if pid.is_temp() {
             // Their owners write them through `&mut [u8]` (ExclusiveGuard::data_mut).
             return Err(Error::InvalidPageId { pid, reason: "temporary pages are private to their owner and cannot be read optimistically" });

@@ -138,6 +138,7 @@ unsafe fn atomic_copy_in(frame: *mut u8, at: usize, src: &[u8]) {
 /// # Safety
 /// The caller holds a shared or exclusive latch on the page for `'a` and no `&mut` to the
 /// same memory exists (see the module documentation, point 3).
+#[inline]
 unsafe fn payload<'a>(frame: *mut u8, page_size: usize) -> &'a [u8] {
     // SAFETY: forwarded to the caller; the frame is mapped and page_size bytes long.
     unsafe { std::slice::from_raw_parts(frame.add(PAGE_HEADER_SIZE), page_size - PAGE_HEADER_SIZE) }
@@ -153,15 +154,18 @@ pub struct SharedGuard<'a> {
 
 impl<'a> SharedGuard<'a> {
     /// The page's id.
+    #[inline]
     pub fn pid(&self) -> PageId {
         self.sp.pid(self.index)
     }
     /// The payload (the page minus its 32-byte header).
+    #[inline]
     pub fn data(&self) -> &[u8] {
         // SAFETY: this guard holds a shared latch for its lifetime; no writer can exist.
         unsafe { payload(self.frame, self.sp.page_size() as usize) }
     }
     /// Payload length in bytes.
+    #[inline]
     pub fn len(&self) -> usize {
         self.sp.page_size() as usize - PAGE_HEADER_SIZE
     }
@@ -172,6 +176,7 @@ impl<'a> SharedGuard<'a> {
 }
 
 impl Drop for SharedGuard<'_> {
+    #[inline]
     fn drop(&mut self) {
         self.sp.state(self.index).unlock_shared();
     }
@@ -188,10 +193,12 @@ pub struct ExclusiveGuard<'a> {
 
 impl<'a> ExclusiveGuard<'a> {
     /// The page's id.
+    #[inline]
     pub fn pid(&self) -> PageId {
         self.sp.pid(self.index)
     }
     /// Payload length in bytes.
+    #[inline]
     pub fn len(&self) -> usize {
         self.sp.page_size() as usize - PAGE_HEADER_SIZE
     }
@@ -200,6 +207,7 @@ impl<'a> ExclusiveGuard<'a> {
         false
     }
     /// The payload (the page minus its 32-byte header).
+    #[inline]
     pub fn data(&self) -> &[u8] {
         // SAFETY: this guard holds the exclusive latch; the returned slice borrows `self`,
         // so the `&mut self` write methods cannot run while it lives.
@@ -294,6 +302,7 @@ impl ExclusiveGuard<'_> {
 }
 
 impl Drop for ExclusiveGuard<'_> {
+    #[inline]
     fn drop(&mut self) {
         self.note_dirty();
         self.sp.state(self.index).unlock_exclusive_modified();
@@ -311,10 +320,12 @@ pub struct OptimisticGuard<'a> {
 
 impl<'a> OptimisticGuard<'a> {
     /// The page's id.
+    #[inline]
     pub fn pid(&self) -> PageId {
         self.sp.pid(self.index)
     }
     /// Payload length in bytes.
+    #[inline]
     pub fn len(&self) -> usize {
         self.sp.page_size() as usize - PAGE_HEADER_SIZE
     }
@@ -322,6 +333,7 @@ impl<'a> OptimisticGuard<'a> {
     pub fn is_empty(&self) -> bool {
         false
     }
+    #[inline]
     fn state(&self) -> &PageState {
         self.sp.state(self.index)
     }

@@ -19,6 +19,7 @@ impl Default for Counter {
     }
 }
 
+#[inline]
 fn stripe() -> usize {
     crate::sharded::stripe() % STRIPES
 }
