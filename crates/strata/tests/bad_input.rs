@@ -117,7 +117,7 @@ fn expect_page_corruption<T>(r: strata::Result<T>, file: &Path, pid: PageId) -> 
     }
 }
 
-fn faulty() -> (Arc<FaultyBackend>, Arc<strata::storage::backend::Faults>) {
+fn faulty() -> (Arc<FaultyBackend>, Arc<strata::storage::Faults>) {
     let fb = Arc::new(FaultyBackend::new(Arc::new(FileBackend::default())));
     let faults = fb.faults.clone();
     (fb, faults)

@@ -6,7 +6,9 @@ pub mod join;
 pub mod scan;
 pub mod sort;
 pub(crate) mod spill;
+#[cfg(any(test, feature = "testing"))]
 pub mod torture;
+#[cfg(any(test, feature = "testing"))]
 pub mod torture_tree;
 
 pub use bfs::{bfs, BfsResult};

@@ -1,7 +1,9 @@
 //! The storage layer: everything that touches files.
 //!
 //! * [`backend`]: the [`StorageBackend`]/[`StorageFile`] traits every byte to disk goes
-//!   through (O_DIRECT by default, buffered fallback), plus a fault-injecting wrapper.
+//!   through (O_DIRECT by default, buffered fallback).
+//! * `faulty` and `sim` (feature `testing`): a fault-injecting wrapper (errnos, a file
+//!   system that fills up) and a simulated file system that captures crash images.
 //! * [`dirlock`]: the database directory's lock (one open of a database at a time).
 //! * [`layout`]: page ids, size classes and where a page lives in which file.
 //! * [`page`]: the on-disk page header (CRC-32C, page id, LSN) and its verification.
@@ -16,24 +18,30 @@ pub mod alloc_table;
 pub mod backend;
 pub mod dirlock;
 pub mod doublewrite;
+#[cfg(any(test, feature = "testing"))]
+pub mod faulty;
 pub mod layout;
 pub mod meta;
 pub mod page;
 pub mod readonly;
 pub mod reserve;
+#[cfg(any(test, feature = "testing"))]
 pub mod sim;
 #[cfg(target_os = "linux")]
 pub mod uring;
 pub mod wal;
 
 pub use alloc_table::{AllocTable, ClassBitmap};
-pub use backend::{AlignedBuf, FaultyBackend, FileBackend, IoBufMut, StorageBackend, StorageFile};
+pub use backend::{AlignedBuf, FileBackend, IoBufMut, StorageBackend, StorageFile};
 pub use backend::{ReadReq, WriteReq};
 pub use dirlock::DirLock;
+#[cfg(any(test, feature = "testing"))]
+pub use faulty::{Faults, FaultyBackend};
 pub use layout::{PageId, SizeClasses, MAX_CLASSES};
 pub use meta::Meta;
 pub use page::PAGE_HEADER_SIZE;
 pub use readonly::ReadOnlyBackend;
+#[cfg(any(test, feature = "testing"))]
 pub use sim::{Capture, CrashMode, SimBackend};
 #[cfg(target_os = "linux")]
 pub use uring::UringBackend;
