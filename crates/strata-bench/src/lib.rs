@@ -102,6 +102,22 @@ impl IoCounters {
     }
 }
 
+/// The memory an engine holds for pages right now (for timelines such as mixed-size's).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemoryUse {
+    /// Physical bytes of resident pages by page size: `(page size, bytes)`.
+    pub resident: Vec<(u64, u64)>,
+    /// Virtual bytes reserved for frames.
+    pub virtual_bytes: u64,
+}
+
+impl MemoryUse {
+    /// Resident bytes of pages of `page_size`.
+    pub fn resident_of(&self, page_size: u64) -> u64 {
+        self.resident.iter().filter(|(s, _)| *s == page_size).map(|(_, b)| b).sum()
+    }
+}
+
 /// Read access to the pages of a data set, implemented by strata and every baseline.
 ///
 /// Readers get the page's *payload*: the bytes after strata's 32-byte page header, so that
@@ -148,6 +164,12 @@ pub trait PageStore: Sync {
 
     /// A snapshot of the engine's counters.
     fn counters(&self) -> IoCounters;
+
+    /// The memory the engine holds for pages now, where it can tell (None: it cannot, e.g.
+    /// mmap, whose memory is the OS page cache's).
+    fn memory(&self) -> Option<MemoryUse> {
+        None
+    }
 
     /// Engine-specific facts for the JSON output (cache capacity, whether memory is capped,
     /// whether I/O is direct, ...).

@@ -173,3 +173,137 @@ pub fn plot(report: &Value, path: &Path) -> Result<(), String> {
     root.present().map_err(e)?;
     Ok(())
 }
+
+/// One engine's memory timeline across the phases of a run: samples `(seconds since the
+/// first phase started, small bytes, large bytes, virtual bytes)` and where each phase began.
+struct Timeline {
+    samples: Vec<(f64, f64, f64, f64)>,
+    phases: Vec<(f64, String)>,
+}
+
+/// The memory timelines (`memory_timeline` of mixed-size) of each engine over the runs of
+/// the report's first thread count, phase after phase.
+fn timelines(runs: &[Value]) -> Vec<(String, Timeline)> {
+    let threads = runs.first().map(|r| r["params"]["threads"].clone());
+    let mut out: Vec<(String, Timeline)> = Vec::new();
+    for r in runs.iter().filter(|r| Some(&r["params"]["threads"]) == threads.as_ref()) {
+        let phase = r["params"]["phase"].as_str().unwrap_or("?").to_string();
+        for (name, e) in r["engines"].as_object().into_iter().flatten() {
+            let i = match out.iter().position(|(n, _)| n == name) {
+                Some(i) => i,
+                None => {
+                    out.push((name.clone(), Timeline { samples: Vec::new(), phases: Vec::new() }));
+                    out.len() - 1
+                }
+            };
+            let t = &mut out[i].1;
+            let offset = t.samples.last().map_or(0.0, |s| s.0);
+            let failed = e.get("failed").is_some();
+            t.phases.push((offset, if failed { format!("{phase}: failed") } else { phase.clone() }));
+            for row in e["memory_timeline"]["samples"].as_array().into_iter().flatten() {
+                let v = |k: usize| row.get(k).and_then(Value::as_f64).unwrap_or(0.0);
+                t.samples.push((offset + v(0), v(1), v(2), v(3)));
+            }
+        }
+    }
+    out
+}
+
+/// Draws the memory timelines of a `mixed-size` report as a PNG at `path`: per engine, the
+/// physical memory of resident small and large pages (stacked) over the phases, against
+/// the pool. Other reports have no timeline: an error says so.
+pub fn plot_memory(report: &Value, path: &Path) -> Result<(), String> {
+    register_font();
+    let runs = report.get("runs").and_then(Value::as_array).cloned().unwrap_or_default();
+    let engines: Vec<(String, Timeline)> = timelines(&runs).into_iter().filter(|(_, t)| t.samples.len() > 1).collect();
+    if engines.is_empty() {
+        return Err("nothing to plot: the report has no memory timelines (bench mixed-size records them)".into());
+    }
+    let p = &runs[0]["params"];
+    let pool = p["pool_bytes"].as_f64().unwrap_or(0.0) / MIB;
+    let sizes: Vec<u64> = p["page_size"].as_array().into_iter().flatten().filter_map(Value::as_u64).collect();
+    let (small, large) = (sizes.first().copied().unwrap_or(0), sizes.get(1).copied().unwrap_or(0));
+    let ymax = engines.iter().flat_map(|(_, t)| t.samples.iter().map(|s| (s.1 + s.2) / MIB)).fold(pool, f64::max) * 1.6;
+    let e = |e: DrawingAreaErrorKind<_>| format!("plot {}: {e}", path.display());
+    let root = BitMapBackend::new(path, (560 * engines.len() as u32, 520)).into_drawing_area();
+    root.fill(&WHITE).map_err(e)?;
+    let title = format!(
+        "strata bench mixed-size: memory of resident pages over the phases ({} threads, {} + {} pages, pool {})",
+        p["threads"],
+        short_size(small),
+        short_size(large),
+        short_size(p["pool_bytes"].as_u64().unwrap_or(0))
+    );
+    let (top, panels) = root.split_vertically(36);
+    top.titled(&title, (FONT, 17)).map_err(e)?;
+    for ((name, t), area) in engines.iter().zip(panels.split_evenly((1, engines.len()))) {
+        let xmax = t.samples.last().map_or(1.0, |s| s.0).max(0.001);
+        let (vmin, vmax) = t.samples.iter().fold((f64::MAX, 0f64), |(a, b), s| (a.min(s.3), b.max(s.3)));
+        let caption = format!(
+            "{name} (virtual reserved {}{})",
+            short_size(vmin as u64),
+            if vmax > vmin { format!("..{}", short_size(vmax as u64)) } else { String::new() }
+        );
+        let mut chart = ChartBuilder::on(&area)
+            .caption(caption, (FONT, 15))
+            .margin(10)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0f64..xmax, 0f64..ymax)
+            .map_err(e)?;
+        chart
+            .configure_mesh()
+            .max_light_lines(0)
+            .x_desc("seconds (phases one after the other)")
+            .y_desc("MiB resident")
+            .label_style((FONT, 13))
+            .axis_desc_style((FONT, 14))
+            .draw()
+            .map_err(e)?;
+        let large_color = COLORS[0];
+        let small_color = COLORS[1];
+        // (Areas and lines as polygons and paths: plotters' series types need features the
+        // workspace does not build.)
+        let large_area: Vec<(f64, f64)> = [(0.0, 0.0)].into_iter().chain(t.samples.iter().map(|s| (s.0, s.2 / MIB))).chain([(xmax, 0.0)]).collect();
+        chart
+            .draw_series([Polygon::new(large_area, large_color.mix(0.45))])
+            .map_err(e)?
+            .label(format!("{} pages", short_size(large)))
+            .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], large_color.mix(0.45).filled()));
+        // Small pages stacked on the large ones: the band between the two lines.
+        let small_band: Vec<(f64, f64)> = t.samples.iter().map(|s| (s.0, s.2 / MIB)).chain(t.samples.iter().rev().map(|s| (s.0, (s.1 + s.2) / MIB))).collect();
+        chart
+            .draw_series([Polygon::new(small_band, small_color.mix(0.45))])
+            .map_err(e)?
+            .label(format!("{} pages (stacked)", short_size(small)))
+            .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], small_color.mix(0.45).filled()));
+        chart
+            .draw_series([PathElement::new(t.samples.iter().map(|s| (s.0, (s.1 + s.2) / MIB)).collect::<Vec<_>>(), small_color.stroke_width(2))])
+            .map_err(e)?;
+        chart
+            .draw_series([PathElement::new(vec![(0.0, pool), (xmax, pool)], RED.stroke_width(2))])
+            .map_err(e)?
+            .label("pool")
+            .legend(|(x, y)| PathElement::new([(x, y), (x + 14, y)], RED.stroke_width(2)));
+        // Phase boundaries, each phase named just above the pool line (a phase the engine
+        // failed has no samples: its name sits at the end of the timeline, in red).
+        for (at, phase) in &t.phases {
+            chart.draw_series([PathElement::new(vec![(*at, 0.0), (*at, pool * 1.12)], BLACK.mix(0.5))]).map_err(e)?;
+            let (x, color) = if phase.ends_with("failed") { ((*at).min(xmax * 0.7), RED) } else { (*at + xmax * 0.01, BLACK) };
+            chart.draw_series([Text::new(phase.clone(), (x, pool * 1.1), (FONT, 13).into_font().color(&color))]).map_err(e)?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .margin(30)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .label_font((FONT, 13))
+            .draw()
+            .map_err(e)?;
+    }
+    root.present().map_err(e)?;
+    Ok(())
+}
+
+const MIB: f64 = (1u64 << 20) as f64;

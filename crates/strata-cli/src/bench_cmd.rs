@@ -89,6 +89,9 @@ pub fn bench(a: BenchArgs) -> Result<(), Error> {
     let report = strata_bench::run(&a.name, &opts).map_err(Error::InvalidInput)?;
     if let Some(path) = &a.plot {
         strata_bench::plot::plot(&report, path).map_err(Error::InvalidInput)?;
+        if a.name == "mixed-size" {
+            strata_bench::plot::plot_memory(&report, &memory_plot_path(path)).map_err(Error::InvalidInput)?;
+        }
     }
     if a.json {
         println!("{report}");
@@ -96,6 +99,9 @@ pub fn bench(a: BenchArgs) -> Result<(), Error> {
         print!("{}", strata_bench::benchmarks::text_summary(&report));
         if let Some(path) = &a.plot {
             println!("plot written to {}", path.display());
+            if a.name == "mixed-size" {
+                println!("memory timeline written to {}", memory_plot_path(path).display());
+            }
         }
     }
     Ok(())
@@ -110,4 +116,10 @@ pub fn bench_child(name: &str, spec: &str) -> Result<(), Error> {
     };
     println!("{out}");
     Ok(())
+}
+
+/// Where `bench mixed-size --plot FILE.png` draws its memory timeline: FILE-memory.png.
+fn memory_plot_path(plot: &std::path::Path) -> std::path::PathBuf {
+    let stem = plot.file_stem().map_or_else(|| "plot".into(), |s| s.to_string_lossy().into_owned());
+    plot.with_file_name(format!("{stem}-memory.png"))
 }

@@ -138,8 +138,40 @@ fn bench_scan() {
 
 #[test]
 fn bench_mixed_size() {
-    let v = bench(&["mixed-size", "--pool", "4MiB", "--ops", "40", "--threads", "1"]);
+    let png_dir = tempfile::tempdir().unwrap();
+    let png = png_dir.path().join("mixed.png");
+    let v = bench(&["mixed-size", "--pool", "4MiB", "--ops", "40", "--threads", "1", "--plot", png.to_str().unwrap()]);
     let runs = check_shape(&v, "mixed-size", &["strata", "static-split"]);
+    // The memory timeline: the bar chart and a second PNG beside it.
+    for path in [png.clone(), png_dir.path().join("mixed-memory.png")] {
+        let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert!(bytes.starts_with(b"\x89PNG"), "{} is a PNG", path.display());
+    }
+    let pool = 4u64 << 20;
+    let timeline = |r: &Value, engine: &str| -> Vec<Vec<u64>> {
+        let t = &r["engines"][engine]["memory_timeline"];
+        assert_eq!(t["page_sizes"], serde_json::json!([4096, 262144]), "{r}");
+        let rows: Vec<Vec<u64>> = t["samples"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{engine} has a memory timeline: {r}"))
+            .iter()
+            .map(|row| row.as_array().unwrap().iter().skip(1).map(|x| x.as_u64().unwrap()).collect())
+            .collect();
+        assert!(rows.len() >= 2 && rows.iter().all(|row| row.len() == 3), "{r}");
+        rows
+    };
+    for r in &runs {
+        // The cap, sampled over time: strata's resident pages never exceed the pool.
+        for row in timeline(r, "strata") {
+            assert!(row[0] + row[1] <= pool, "strata resident {row:?} over the {pool}-byte pool: {r}");
+        }
+    }
+    // static-split's large pages never outgrow their quarter; strata's do, when the work
+    // needs them (the working set is 80 % of the memory, 90 % of it in large pages).
+    let large_pool = pool / 4;
+    assert!(timeline(&runs[0], "static-split").iter().all(|row| row[1] <= large_pool), "{}", runs[0]);
+    let strata_large = timeline(&runs[0], "strata").last().unwrap()[1];
+    assert!(strata_large > large_pool, "strata holds {strata_large} bytes of large pages, more than the split's {large_pool}: {}", runs[0]);
     let phases: Vec<&str> = runs.iter().map(|r| r["params"]["phase"].as_str().unwrap()).collect();
     assert_eq!(phases, ["large-heavy", "small-heavy", "large-pinned"]);
     for r in &runs {

@@ -13,7 +13,8 @@
 //! long the engine takes to adapt), then read pages at random, weighted by bytes. An engine
 //! that cannot hold what a phase needs reports `{"failed": reason}` for it.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
 
@@ -74,7 +75,9 @@ pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
             let mut engines = Map::new();
             for (name, store) in [("strata", strata.as_ref().map(|s| s as &dyn PageStore)), ("static-split", split.as_ref().map(|s| s as &dyn PageStore))] {
                 ctx.progress(|| format!("t{threads} {}: {name}", ph.name));
-                let r = store.map_err(|e| e.clone()).and_then(|store| run_phase(store, ph, small, large, threads, seconds, o.ops));
+                let r = store
+                    .map_err(|e| e.clone())
+                    .and_then(|store| sampled(store, [small, large], || run_phase(store, ph, small, large, threads, seconds, o.ops)));
                 engines.insert(name.into(), engine_value(r));
             }
             let ws = ph.small * small + ph.large * large;
@@ -99,6 +102,50 @@ pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
     }
     ctx.notes.push("mixed-size: both engines live through the phases in order (large-heavy, small-heavy, large-pinned) with the same total memory; shift_seconds is the time to read the new working set once after the shift. An operation reads one page (pinned phase: holds a group of large pages at once).".into());
     Ok(runs)
+}
+
+/// How often [`sampled`] records the engine's memory.
+const SAMPLE_EVERY: Duration = Duration::from_millis(25);
+
+/// Runs `phase` while a second thread records `store`'s memory every [`SAMPLE_EVERY`], and
+/// adds the series to its figures as `memory_timeline`: `samples` of `[seconds since the
+/// phase started, resident bytes of each of page_sizes..., virtual bytes]` (physical memory
+/// of resident pages by page size, and the virtual memory reserved for frames).
+fn sampled(store: &dyn PageStore, page_sizes: [u64; 2], phase: impl FnOnce() -> EResult<Map<String, Value>>) -> EResult<Map<String, Value>> {
+    let done = AtomicBool::new(false);
+    let start = Instant::now();
+    let sample = |samples: &mut Vec<Value>| {
+        if let Some(m) = store.memory() {
+            let mut row = vec![json!((start.elapsed().as_secs_f64() * 1e3).round() / 1e3)];
+            row.extend(page_sizes.iter().map(|&s| json!(m.resident_of(s))));
+            row.push(json!(m.virtual_bytes));
+            samples.push(Value::Array(row));
+        }
+    };
+    let (result, samples) = std::thread::scope(|sc| {
+        let sampler = sc.spawn(|| {
+            let mut samples = Vec::new();
+            while !done.load(Ordering::Acquire) {
+                sample(&mut samples);
+                std::thread::park_timeout(SAMPLE_EVERY);
+            }
+            samples
+        });
+        let result = phase();
+        done.store(true, Ordering::Release);
+        sampler.thread().unpark();
+        let mut samples = sampler.join().unwrap_or_default();
+        sample(&mut samples);
+        (result, samples)
+    });
+    let mut m = result?;
+    if samples.len() > 1 {
+        m.insert(
+            "memory_timeline".into(),
+            json!({"page_sizes": page_sizes, "columns": ["seconds", "resident_small_bytes", "resident_large_bytes", "virtual_bytes"], "samples": samples}),
+        );
+    }
+    Ok(m)
 }
 
 fn run_phase(store: &dyn PageStore, ph: Phase, small: u64, large: u64, threads: usize, seconds: f64, ops: Option<u64>) -> EResult<Map<String, Value>> {

@@ -6,7 +6,7 @@
 
 use super::hashpool::{HashPool, Pinned};
 use crate::dataset::DataFile;
-use crate::{EResult, EngineError, IoCounters, Page, PageStore};
+use crate::{EResult, EngineError, IoCounters, MemoryUse, Page, PageStore};
 
 /// Two [`HashPool`]s splitting one budget.
 pub struct StaticSplit {
@@ -77,6 +77,14 @@ impl PageStore for StaticSplit {
             misses: Some(a.misses.unwrap_or(0) + b.misses.unwrap_or(0)),
             bytes_read: a.bytes_read + b.bytes_read,
         }
+    }
+
+    fn memory(&self) -> Option<MemoryUse> {
+        let pools = [&self.small, &self.large];
+        Some(MemoryUse {
+            resident: pools.iter().map(|p| (p.frame_size() as u64, (p.mapped_pages() * p.frame_size()) as u64)).collect(),
+            virtual_bytes: pools.iter().map(|p| (p.capacity() * p.frame_size()) as u64).sum(),
+        })
     }
 
     fn describe(&self) -> serde_json::Map<String, serde_json::Value> {

@@ -6,7 +6,7 @@ use strata::buffer::{FilePages, ReadAhead};
 use strata::{BufferManager, Config, PageId, SharedGuard};
 
 use crate::dataset::DataSet;
-use crate::{EResult, EngineError, IoCounters, Page, PageStore};
+use crate::{EResult, EngineError, IoCounters, MemoryUse, Page, PageStore};
 
 #[derive(Clone, Copy)]
 struct FileInfo {
@@ -161,6 +161,18 @@ impl PageStore for StrataStore {
     fn counters(&self) -> IoCounters {
         let s = self.bm.stats();
         IoCounters { hits: Some(s.hits), misses: Some(s.misses), bytes_read: s.bytes_read }
+    }
+
+    fn memory(&self) -> Option<MemoryUse> {
+        let s = self.bm.stats();
+        let mut resident: Vec<(u64, u64)> = Vec::new();
+        for c in s.classes.iter().filter(|c| c.resident_bytes > 0) {
+            match resident.iter_mut().find(|(size, _)| *size == c.page_size) {
+                Some((_, b)) => *b += c.resident_bytes,
+                None => resident.push((c.page_size, c.resident_bytes)),
+            }
+        }
+        Some(MemoryUse { resident, virtual_bytes: s.reserved_bytes })
     }
 
     fn describe(&self) -> serde_json::Map<String, serde_json::Value> {
