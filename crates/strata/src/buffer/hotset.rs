@@ -102,8 +102,7 @@ impl BufferManager {
         for (&(pid, sp), answer) in latched.iter().zip(tier.get_many(&request)) {
             let st = sp.state(pid.index());
             if self.install_remote(sp, pid.index(), answer) {
-                sp.resident_bytes.fetch_add(sp.page_size(), Ordering::Relaxed);
-                self.resident.read().insert(pid);
+                self.install(sp, pid.index());
                 st.unlock_exclusive_unchanged(false);
                 report.loaded += 1;
             } else {

@@ -1,12 +1,13 @@
-//! The miss path: loading one page into its frame (from the remote tier or the disk,
-//! verified), and prefetching many with coalesced, batched reads.
+//! The miss path: loading one page into its frame, and prefetching many with coalesced,
+//! batched reads. Every load takes one route: charge the frame, fill it from a source (the
+//! remote tier where it holds the page's current image, else the disk), verify, install.
 
 use std::sync::atomic::Ordering;
 
 use super::manager::BufferManager;
 use super::space::Space;
 use crate::error::{Error, Result};
-use crate::storage::page::{self};
+use crate::storage::page;
 use crate::storage::{IoBufMut, PageId, ReadReq};
 
 /// Largest read that prefetch coalesces adjacent pages into.
@@ -30,6 +31,9 @@ impl BufferManager {
     /// [`load`](Self::load); with `tolerate_damage`, a page that fails verification (never
     /// written, torn) is not an error but loaded as zeros, and `false` is returned (recovery
     /// rebuilds such pages from the log).
+    ///
+    /// Every miss takes the same route: charge the frame, fill it from a source (the remote
+    /// tier where it holds the page's current image, else the disk), verify, install.
     pub(super) fn load_checked(&self, sp: &Space, index: u64, tolerate_damage: bool) -> Result<bool> {
         let pid = sp.pid(index);
         let st = sp.state(index);
@@ -42,34 +46,9 @@ impl BufferManager {
             st.unlock_still_evicted();
             return Err(e);
         }
-        if self.load_from_remote(sp, index) {
-            self.counters.misses.add(1);
-            sp.resident_bytes.fetch_add(size, Ordering::Relaxed);
-            self.resident.read().insert(pid);
-            return Ok(true);
-        }
-        let frame = sp.frame(index);
-        // SAFETY: we hold the page's exclusive latch (no other writer); the frame is mapped,
-        // aligned and `size` bytes long; optimistic readers only load from it.
-        let buf = unsafe { IoBufMut::from_frame(frame, size as usize) };
-        let metered = self.counters.read_io.issue(std::iter::once(size), 1);
-        let read = sp.file.read_at(buf, sp.offset(index));
-        self.counters.read_io.done(metered);
-        let result = match read {
-            Err(e) => Err(Error::io("read page", sp.path(), e)),
-            Ok(n) if (n as u64) < size => Err(Error::corruption(
-                sp.path(),
-                Some(pid),
-                format!("data file truncated: page needs bytes {}..{}, read only {n}", sp.offset(index), sp.offset(index) + size),
-            )),
-            Ok(_) => {
-                // SAFETY: latched as above; reads alongside optimistic loads.
-                let image = unsafe { std::slice::from_raw_parts(frame, size as usize) };
-                page::verify(image, pid).map(|_| ()).map_err(|f| Error::corruption(sp.path(), Some(pid), f.to_string()))
-            }
-        };
         self.counters.misses.add(1);
-        let intact = match result {
+        let intact = match self.fill(sp, index) {
+            Ok(()) => true,
             Err(Error::Corruption { .. }) if tolerate_damage => {
                 // A fresh mapping reads as zeros.
                 sp.frames.discard(index, 1);
@@ -81,14 +60,54 @@ impl BufferManager {
                 st.unlock_still_evicted();
                 return Err(e);
             }
-            Ok(()) => true,
         };
+        self.install(sp, index);
+        Ok(intact)
+    }
+
+    /// Fills the latched, charged frame of page `index` with the page's verified image: from
+    /// the remote tier if it holds the image of the page's current version (an image that
+    /// does not verify there is rejected and the disk asked instead), else from the disk.
+    fn fill(&self, sp: &Space, index: u64) -> Result<()> {
+        if self.fill_from_remote(sp, index) {
+            return Ok(());
+        }
+        let pid = sp.pid(index);
+        let size = sp.page_size();
+        // SAFETY: the caller holds the page's exclusive latch (no other writer); the frame is
+        // mapped, aligned and `size` bytes long; optimistic readers only load from it.
+        let buf = unsafe { IoBufMut::from_frame(sp.frame(index), size as usize) };
+        let metered = self.counters.read_io.issue(std::iter::once(size), 1);
+        let read = sp.file.read_at(buf, sp.offset(index));
+        self.counters.read_io.done(metered);
+        let n = read.map_err(|e| Error::io("read page", sp.path(), e))?;
+        if (n as u64) < size {
+            return Err(Error::corruption(
+                sp.path(),
+                Some(pid),
+                format!("data file truncated: page needs bytes {}..{}, read only {n}", sp.offset(index), sp.offset(index) + size),
+            ));
+        }
         self.counters.pages_read.add(1);
         self.counters.read_requests.add(1);
         self.counters.bytes_read.add(size);
-        sp.resident_bytes.fetch_add(size, Ordering::Relaxed);
-        self.resident.read().insert(pid);
-        Ok(intact)
+        self.verify_frame(sp, index).map_err(|f| Error::corruption(sp.path(), Some(pid), f))
+    }
+
+    /// Whether the latched frame of page `index` holds a valid image of that page
+    /// (checksum, id); why not otherwise.
+    pub(super) fn verify_frame(&self, sp: &Space, index: u64) -> Result<(), String> {
+        // SAFETY: the caller holds the page's exclusive latch, so no thread writes the frame
+        // (mapped, `page_size` bytes); optimistic readers only load from it.
+        let image = unsafe { std::slice::from_raw_parts(sp.frame(index), sp.page_size() as usize) };
+        page::verify(image, sp.pid(index)).map(|_| ()).map_err(|f| f.to_string())
+    }
+
+    /// Makes page `index`, latched, charged and filled, resident: its bytes count and the
+    /// clock sees it. The caller then releases the latch in the state it wants.
+    pub(super) fn install(&self, sp: &Space, index: u64) {
+        sp.resident_bytes.fetch_add(sp.page_size(), Ordering::Relaxed);
+        self.resident.read().insert(sp.pid(index));
     }
 
     /// Loads those of `pids` that are not resident, coalescing runs of adjacent pages of one
@@ -167,9 +186,8 @@ impl BufferManager {
                         st.unlock_still_evicted();
                         return (runs, i, false);
                     }
-                    if self.load_from_remote(sp, index) {
-                        sp.resident_bytes.fetch_add(size, Ordering::Relaxed);
-                        self.resident.read().insert(pid);
+                    if self.fill_from_remote(sp, index) {
+                        self.install(sp, index);
                         st.unlock_prefetched();
                         *loaded += 1;
                         budget = budget.saturating_sub(size);
@@ -225,15 +243,8 @@ impl BufferManager {
                 let got = *req.result.as_ref().unwrap_or(&0) as u64;
                 for k in 0..r.n {
                     let index = r.first + k;
-                    let pid = sp.pid(index);
-                    let ok = (k + 1) * size <= got && {
-                        // SAFETY: latched as above; reads alongside optimistic loads.
-                        let image = unsafe { std::slice::from_raw_parts(sp.frame(index), size as usize) };
-                        page::verify(image, pid).is_ok()
-                    };
-                    if ok {
-                        sp.resident_bytes.fetch_add(size, Ordering::Relaxed);
-                        self.resident.read().insert(pid);
+                    if (k + 1) * size <= got && self.verify_frame(sp, index).is_ok() {
+                        self.install(sp, index);
                         sp.state(index).unlock_prefetched();
                         *loaded += 1;
                     } else {

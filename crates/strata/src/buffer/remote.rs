@@ -5,7 +5,6 @@
 use super::manager::BufferManager;
 use super::space::Space;
 use crate::error::Result;
-use crate::storage::page::{self};
 use crate::storage::{IoBufMut, PageId};
 
 impl BufferManager {
@@ -42,9 +41,10 @@ impl BufferManager {
         }
     }
 
-    /// Tries to fill the frame of `pid` (latched by the caller, `size` bytes) from the remote
-    /// tier; true if it holds a verified image of the page's current version.
-    pub(super) fn load_from_remote(&self, sp: &Space, index: u64) -> bool {
+    /// The remote tier as a source of a miss: fills the frame of page `index` (latched and
+    /// charged by the caller) if the tier holds a verified image of the page's current
+    /// version; false otherwise (the caller reads the disk).
+    pub(super) fn fill_from_remote(&self, sp: &Space, index: u64) -> bool {
         let Some(tier) = &self.remote else { return false };
         let pid = sp.pid(index);
         if !self.remote_versions.contains(pid) {
@@ -54,19 +54,26 @@ impl BufferManager {
     }
 
     /// Puts what the tier answered for page `index` (latched by the caller) into its frame if
-    /// it is a verified image of the page's current version; counts the outcome.
+    /// it is the image of the page's current version and verifies there; counts the outcome.
     pub(super) fn install_remote(&self, sp: &Space, index: u64, answer: Result<Option<Vec<u8>>, String>) -> bool {
         let pid = sp.pid(index);
         let Some(crc) = self.remote_versions.get(pid) else { return false };
         let size = sp.page_size() as usize;
         match answer {
-            Ok(Some(bytes)) if bytes.len() == size && bytes[0..4] == crc.to_le_bytes() && page::verify(&bytes, pid).is_ok() => {
+            Ok(Some(bytes)) if bytes.len() == size && bytes[0..4] == crc.to_le_bytes() => {
                 // SAFETY: the caller holds the page's exclusive latch (no other writer); the
                 // frame is mapped, aligned and `size` bytes long; optimistic readers only load.
                 let mut buf = unsafe { IoBufMut::from_frame(sp.frame(index), size) };
                 buf.copy_from(0, &bytes);
-                self.counters.remote_hits.add(1);
-                true
+                if self.verify_frame(sp, index).is_ok() {
+                    self.counters.remote_hits.add(1);
+                    return true;
+                }
+                // Give the frame back as a non-resident page's is: unbacked (zeros).
+                sp.frames.discard(index, 1);
+                self.counters.remote_rejected.add(1);
+                self.forget_remote(pid);
+                false
             }
             Ok(Some(_)) => {
                 // Forget it, so that the next eviction offers the page again.
