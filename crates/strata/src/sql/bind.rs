@@ -17,6 +17,7 @@ use super::exec::{join_estimate, sampled_domain, AggFunc, AggSpec, Plan, SortKey
 use super::expr::{can_cast, err, tname, ArOp, BExpr, CmpOp, DatePart, Func1, Pos};
 use super::join::JoinKind;
 use super::subquery::{Param, ScalarSub};
+use super::width::{col_widths, sampled_widths, RECORD};
 use crate::access::catalog::Catalog;
 use crate::access::table::text::parse_date;
 use crate::access::table::{ColumnType, Value};
@@ -1088,7 +1089,15 @@ fn select_plan<'q>(cx: &Cx<'_>, s: &'q ast::Select, order_by: Option<&ast::Order
         GroupByExpr::All(_) => return Err(unsupported(spos, "GROUP BY ALL")),
     };
     // FROM: the relations, then the joins planned with WHERE's conjuncts.
-    let fw = from_where(cx, &s.from, s.selection.as_ref(), outer)?;
+    // The words of the query: the columns it may read (to weigh join estimates by width).
+    let mut text = s.to_string();
+    if let Some(o) = order_by {
+        text.push(' ');
+        text.push_str(&o.to_string());
+    }
+    let used: std::collections::HashSet<String> =
+        text.split(|c: char| !(c.is_alphanumeric() || c == '_')).filter(|w| !w.is_empty()).map(str::to_lowercase).collect();
+    let fw = from_where(cx, &s.from, s.selection.as_ref(), outer, &used)?;
     if let (false, Some(outer)) = (fw.corr.is_empty(), outer) {
         // A correlated subquery: what it is joined by is left to the enclosing query.
         if !group_exprs.is_empty() || s.having.is_some() {
@@ -1704,6 +1713,7 @@ impl Derived {
                 right_keys: (0..nk).map(|i| BExpr::Col(i, format!("#key{}", i + 1))).collect(),
                 residual: None,
                 right_width: nk,
+                keep: Vec::new(),
             },
             None => self.input,
         };
@@ -1905,7 +1915,14 @@ struct FromWhere {
 /// each conjunct applied as soon as its relations are joined (one relation's: in its scan),
 /// then the subquery filters. A comparison with a correlated aggregate subquery joins that
 /// subquery, grouped by its correlation keys, as one more relation.
-fn from_where(cx: &Cx<'_>, from: &[ast::TableWithJoins], selection: Option<&Expr>, outer: Option<&Scope>) -> Result<FromWhere> {
+/// `used`: the words of the query (see [`join_tree`]).
+fn from_where(
+    cx: &Cx<'_>,
+    from: &[ast::TableWithJoins],
+    selection: Option<&Expr>,
+    outer: Option<&Scope>,
+    used: &std::collections::HashSet<String>,
+) -> Result<FromWhere> {
     let (mut scope, plans, mut steps) = from_clause(cx, from)?;
     let mut plans: Vec<Plan> = plans;
     let mut parts = Vec::new();
@@ -2011,7 +2028,7 @@ fn from_where(cx: &Cx<'_>, from: &[ast::TableWithJoins], selection: Option<&Expr
                     }
                 }
             }
-            join_tree(&bl, plans, &steps, conjs)?
+            join_tree(&bl, plans, &steps, conjs, used)?
         }
     };
     for sf in subs {
@@ -2024,10 +2041,11 @@ fn from_where(cx: &Cx<'_>, from: &[ast::TableWithJoins], selection: Option<&Expr
                 right_keys: vec![BExpr::Col(0, "subquery".into())],
                 residual: None,
                 right_width: 1,
+                keep: Vec::new(),
             },
             SubFilter::Exists { plan: sub, negated } => Plan::Exists { input: Box::new(plan), sub: Box::new(sub), negated },
             SubFilter::Join { plan: sub, kind, left_keys, right_keys, residual, right_width } => {
-                Plan::HashJoin { left: Box::new(plan), right: Box::new(sub), kind, left_keys, right_keys, residual, right_width }
+                Plan::HashJoin { left: Box::new(plan), right: Box::new(sub), kind, left_keys, right_keys, residual, right_width, keep: Vec::new() }
             }
         };
     }
@@ -2067,7 +2085,19 @@ fn edges(b: &Binder<'_>, plans: &[Option<Plan>], pool: &[Conj], order: &[usize],
     Ok(out)
 }
 
-fn join_tree(b: &Binder<'_>, plans: Vec<Plan>, steps: &[Step<'_>], mut pool: Vec<Conj>) -> Result<Plan> {
+/// The bytes a relation's rows take in a join: the widths (see [`sampled_widths`]) of its
+/// columns whose names are among the words of the query (`used`: the columns it may read;
+/// an over-estimate, as a column read only by its scan's filter counts too).
+fn rel_width(bm: &crate::buffer::BufferManager, rel: &Rel, plan: Option<&Plan>, used: &std::collections::HashSet<String>) -> Result<f64> {
+    let widths = match plan {
+        Some(Plan::Scan { table, .. }) => sampled_widths(bm, table)?,
+        Some(p) => col_widths(bm, p)?,
+        None => Vec::new(),
+    };
+    Ok(rel.cols.iter().enumerate().filter(|(_, (name, _))| used.contains(&name.to_lowercase())).map(|(i, _)| widths.get(i).copied().unwrap_or(9.0)).sum())
+}
+
+fn join_tree(b: &Binder<'_>, plans: Vec<Plan>, steps: &[Step<'_>], mut pool: Vec<Conj>, used: &std::collections::HashSet<String>) -> Result<Plan> {
     let scope = b.scope;
     let n = scope.rels.len();
     let null_supplied: Vec<bool> = (0..n).map(|r| steps.iter().any(|s| s.rel == r && s.kind == JoinKind::Left)).collect();
@@ -2101,25 +2131,29 @@ fn join_tree(b: &Binder<'_>, plans: Vec<Plan>, steps: &[Step<'_>], mut pool: Vec
             (lx.iter().all(|x| order.contains(x)) && ly.as_slice() == [r]) || (ly.iter().all(|y| order.contains(y)) && lx.as_slice() == [r])
         })
     };
-    let est: Option<Vec<(f64, f64)>> = match (has_left, b.cx.bm) {
+    // With the estimates, each relation's row width in bytes (see `rel_width`).
+    let (est, wid): (Option<Vec<(f64, f64)>>, Vec<f64>) = match (has_left, b.cx.bm) {
         (false, Some(bm)) => {
-            let mut v = Vec::with_capacity(n);
-            for p in &rel_plans {
+            let (mut v, mut w) = (Vec::with_capacity(n), Vec::with_capacity(n));
+            for (r, p) in rel_plans.iter().enumerate() {
                 v.push(p.as_ref().map_or(Ok((1.0, 1.0)), |p| p.estimate(bm))?);
+                w.push(rel_width(bm, &scope.rels[r], p.as_ref(), used)?);
             }
-            Some(v)
+            (Some(v), w)
         }
-        _ => None,
+        _ => (None, Vec::new()),
     };
     if has_left {
         order.extend(steps.iter().map(|s| s.rel));
     } else if let Some(est) = &est {
         let smallest = |rs: &mut dyn Iterator<Item = usize>| rs.min_by(|a, b| est[*a].0.total_cmp(&est[*b].0).then(a.cmp(b)));
         // The greedy order from one first relation, and its cost: the sum of the estimated
-        // rows of its joins (a many-to-many join's counted twice).
+        // bytes of its joins (rows times the width of the columns read of the relations
+        // joined, plus a record's overhead; a many-to-many join's counted twice), so that
+        // wide rows are joined late, when fewer.
         let greedy = |first: usize| -> Result<(Vec<usize>, f64)> {
             let mut order = vec![first];
-            let (mut cur, mut cost) = (est[first], 0.0);
+            let (mut cur, mut cost, mut cur_w) = (est[first], 0.0, wid[first]);
             while order.len() < n {
                 let rest: Vec<usize> = (0..n).filter(|r| !order.contains(r)).collect();
                 let connected: Vec<usize> = rest.iter().copied().filter(|&r| pool.iter().any(|c| !c.applied && connects(r, c, &order))).collect();
@@ -2159,7 +2193,7 @@ fn join_tree(b: &Binder<'_>, plans: Vec<Plan>, steps: &[Step<'_>], mut pool: Vec
                         }
                     });
                 }
-                let weighed = |i: usize| joined[i].0 * joined[i].2;
+                let weighed = |i: usize| joined[i].0 * (cur_w + wid[connected[i]] + RECORD) * joined[i].2;
                 let next = (0..connected.len()).min_by(|&a, &b| {
                     weighed(a).total_cmp(&weighed(b)).then(est[connected[a]].0.total_cmp(&est[connected[b]].0)).then(connected[a].cmp(&connected[b]))
                 });
@@ -2171,7 +2205,8 @@ fn join_tree(b: &Binder<'_>, plans: Vec<Plan>, steps: &[Step<'_>], mut pool: Vec
                     }
                 };
                 cur = after;
-                cost += cur.0 * w;
+                cur_w += wid[next];
+                cost += cur.0 * (cur_w + RECORD) * w;
                 order.push(next);
             }
             Ok((order, cost))
@@ -2262,6 +2297,7 @@ fn join_tree(b: &Binder<'_>, plans: Vec<Plan>, steps: &[Step<'_>], mut pool: Vec
             right_keys: rk,
             residual,
             right_width: scope.rels[r].cols.len(),
+            keep: Vec::new(),
         };
         apply_ready(&mut plan, &layout, &mut pool);
     }

@@ -84,6 +84,7 @@ pub mod scan;
 pub mod sort;
 pub mod subquery;
 pub mod vagg;
+pub mod width;
 
 use sqlparser::dialect::GenericDialect;
 use sqlparser::parser::{Parser, ParserError};

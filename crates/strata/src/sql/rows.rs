@@ -119,6 +119,48 @@ pub fn decode_value(b: &mut &[u8]) -> Result<Value> {
     })
 }
 
+/// Decodes one value from the front of `b` into `slot`, advancing `b`; a string or byte
+/// string reuses the buffer `slot` already holds (no allocation once it is large enough).
+pub fn decode_value_into(slot: &mut Value, b: &mut &[u8]) -> Result<()> {
+    let tag = *b.first().ok_or_else(|| corrupt("truncated value"))?;
+    if tag != T_STR && tag != T_BYTES {
+        *slot = decode_value(b)?;
+        return Ok(());
+    }
+    *b = &b[1..];
+    let s = take(b, 4)?;
+    let n = u32::from_le_bytes([s[0], s[1], s[2], s[3]]) as usize;
+    let data = take(b, n)?;
+    if tag == T_STR {
+        let text = std::str::from_utf8(data).map_err(|_| corrupt("string is not UTF-8"))?;
+        match slot {
+            Value::Str(s) => {
+                s.clear();
+                s.push_str(text);
+            }
+            _ => *slot = Value::Str(text.to_owned()),
+        }
+    } else {
+        match slot {
+            Value::Bytes(v) => {
+                v.clear();
+                v.extend_from_slice(data);
+            }
+            _ => *slot = Value::Bytes(data.to_vec()),
+        }
+    }
+    Ok(())
+}
+
+/// Sets `slot` to a copy of `v`, reusing the string or byte buffer `slot` already holds.
+pub fn assign(slot: &mut Value, v: &Value) {
+    match (slot, v) {
+        (Value::Str(a), Value::Str(b)) => a.clone_from(b),
+        (Value::Bytes(a), Value::Bytes(b)) => a.clone_from(b),
+        (slot, v) => *slot = v.clone(),
+    }
+}
+
 /// Decodes all values of `b`.
 pub fn decode_row(b: &[u8]) -> Result<Vec<Value>> {
     let mut out = Vec::new();
