@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use super::agg::{encode_states, AggKind, HashAgg, St};
 use super::expr::{BExpr, Pos};
 use super::join::{JoinArgs, JoinKind};
-use super::rows::{corrupt, decode_row, encode_row, encode_sort_key, encode_value, hash_bytes};
+use super::rows::{assign, corrupt, decode_row, encode_row, encode_sort_key, encode_value, hash_bytes};
 use super::sort::Sorter;
 use super::vagg::GroupCache;
 use crate::access::table::{ColumnType, Table, Value};
@@ -137,11 +137,15 @@ impl Plan {
                 _ => sink(&[]),
             },
             Plan::Project { input, exprs } => {
-                let mut out = Vec::with_capacity(exprs.len());
+                // One reused row: a plain column is copied into its slot (a string reuses
+                // the slot's buffer), anything else evaluated.
+                let mut out = vec![Value::Null; exprs.len()];
                 input.run(bm, &mut |row| {
-                    out.clear();
-                    for e in exprs {
-                        out.push(e.eval(row)?);
+                    for (slot, e) in out.iter_mut().zip(exprs) {
+                        match e {
+                            BExpr::Col(i, _) => assign(slot, row.get(*i).ok_or_else(|| corrupt("projected column"))?),
+                            e => *slot = e.eval(row)?,
+                        }
                     }
                     sink(&out)
                 })

@@ -464,6 +464,43 @@ mod tests {
     }
 
     #[test]
+    fn values_decode_into_slots_reusing_buffers() {
+        let vals = [
+            Value::Str("a longer string than the slot had".into()),
+            Value::Str(String::new()),
+            Value::Bytes(vec![1, 2, 3]),
+            Value::I64(7),
+            Value::Null,
+            Value::Str("x".into()),
+            Value::Date(-3),
+        ];
+        let mut b = Vec::new();
+        encode_row(&vals, &mut b);
+        // Slots holding values of other types and sizes, strings among them.
+        let mut slots = vec![
+            Value::Str("old".into()),
+            Value::I64(1),
+            Value::Str("s".into()),
+            Value::Null,
+            Value::Str("t".into()),
+            Value::Bytes(vec![9]),
+            Value::Bool(true),
+        ];
+        let mut rest = &b[..];
+        for s in slots.iter_mut() {
+            decode_value_into(s, &mut rest).unwrap();
+        }
+        assert!(rest.is_empty());
+        assert_eq!(slots, vals);
+        assert!(decode_value_into(&mut slots[0], &mut &b[..3]).is_err(), "a truncated string is an error");
+        let mut copies = vec![Value::Str("zz".into()), Value::Bytes(Vec::new()), Value::Null, Value::Str("q".into()), Value::I64(0), Value::Null, Value::Null];
+        for (c, v) in copies.iter_mut().zip(&vals) {
+            assign(c, v);
+        }
+        assert_eq!(copies, vals);
+    }
+
+    #[test]
     fn runs_spill_and_come_back() {
         let dir = tempfile::tempdir().unwrap();
         let bm = BufferManager::create(Config::new(dir.path().join("db")).min_page(4096).pool_size(256 << 10)).unwrap();

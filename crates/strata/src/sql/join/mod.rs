@@ -137,12 +137,12 @@ impl Ctx<'_> {
 
     /// Marks every entry of `table` (left rows) that the probe row (a right row) matches.
     fn mark(&self, table: &JoinTable<'_>, jr: &mut Joined, p: Probe<'_>, key: &[u8], h: u64) -> Result<()> {
-        let mut cur = table.head(h)?;
         let mut loaded = false;
         let mut hits = Vec::new();
         {
             let g = table.page.shared()?;
             let d = g.data();
+            let mut cur = rd32(d, (h as usize & (table.nslots - 1)) * 4) as usize;
             while cur != 0 {
                 let o = cur - 1;
                 if o + HDR > d.len() {
@@ -260,20 +260,25 @@ impl Ctx<'_> {
         let mut matched = false;
         let mut loaded = false;
         let decodes = self.decodes(jr);
-        let mut cur = table.head(h)?;
-        while cur != 0 {
+        // The chain's next entry (an offset plus one; 0: none); `None`: not read yet.
+        let mut cur: Option<usize> = None;
+        while cur != Some(0) {
             // Walks the chain under one latch to the next entry whose hash and key match,
             // and decodes that one only.
             let hit = {
                 let g = table.page.shared()?;
                 let d = g.data();
+                let mut next = match cur {
+                    Some(c) => c,
+                    None => rd32(d, (h as usize & (table.nslots - 1)) * 4) as usize,
+                };
                 let mut hit = false;
-                while cur != 0 {
-                    let o = cur - 1;
+                while next != 0 {
+                    let o = next - 1;
                     if o + HDR > d.len() {
                         return Err(corrupt("join entry past its page"));
                     }
-                    cur = rd32(d, o) as usize;
+                    next = rd32(d, o) as usize;
                     let klen = rd32(d, o + 12) as usize;
                     if rd64(d, o + 4) == h && klen == key.len() && d.get(o + HDR..o + HDR + klen) == Some(key) {
                         if decodes {
@@ -284,6 +289,7 @@ impl Ctx<'_> {
                         break;
                     }
                 }
+                cur = Some(next);
                 hit
             };
             if !hit {

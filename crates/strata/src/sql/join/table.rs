@@ -94,11 +94,3 @@ impl<'a> TempBits<'a> {
         Ok(())
     }
 }
-
-impl JoinTable<'_> {
-    /// The first entry of the chain of hash `h` (an offset plus one; 0: none).
-    pub(super) fn head(&self, h: u64) -> Result<usize> {
-        let g = self.page.shared()?;
-        Ok(rd32(g.data(), (h as usize & (self.nslots - 1)) * 4) as usize)
-    }
-}
