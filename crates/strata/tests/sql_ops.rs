@@ -708,6 +708,44 @@ fn joins_keep_only_the_columns_used_with_a_larger_pool() {
     check_kept_columns(&db, &t, &u, &w);
 }
 
+/// `x [NOT] IN (SELECT ...)` over one relation of a join filters that relation before it
+/// is joined, except when a LEFT join pads it (then the joined rows are filtered).
+#[test]
+fn in_subqueries_filter_their_relation_before_its_joins() {
+    let (_dir, db, t, u, w) = join_setup(POOL);
+    let wx: BTreeSet<i64> = w.iter().filter(|c| c.y.is_some_and(|y| y > 0.0)).filter_map(|c| c.x).collect();
+    let all_wx: BTreeSet<i64> = w.iter().filter_map(|c| c.x).collect();
+    assert!(w.iter().any(|c| c.x.is_none()), "the test wants a NULL among w.x");
+    let pairs =
+        |f: &dyn Fn(&R, &R) -> bool| -> Vec<Vec<Value>> { t.iter().flat_map(|a| u.iter().filter(move |b| f(a, b)).map(move |b| vec![id(a), id(b)])).collect() };
+    let sql = "SELECT t.id, u.id FROM t, u WHERE t.k = u.k AND u.x IN (SELECT x FROM w WHERE y > 0)";
+    let want = pairs(&|a, b| eq(&a.k, &b.k) && b.x.is_some_and(|x| wx.contains(&x)));
+    assert!(!want.is_empty());
+    assert_set(sql, q(&db, sql), want, 2);
+    let lines: Vec<String> = q(&db, &format!("EXPLAIN {sql}")).into_iter().map(|r| format!("{:?}", r[0])).collect();
+    let at = |what: &str| lines.iter().position(|l| l.contains(what)).unwrap_or_else(|| panic!("{what}: {lines:?}"));
+    assert!(at("HashJoin semi") > at("HashJoin inner"), "the semi join is below the inner one: {lines:?}");
+    let sql = "SELECT t.id, u.id FROM t, u WHERE t.k = u.k AND u.x NOT IN (SELECT x FROM w WHERE x IS NOT NULL AND y > 0)";
+    assert_set(sql, q(&db, sql), pairs(&|a, b| eq(&a.k, &b.k) && b.x.is_some_and(|x| !wx.contains(&x))), 2);
+    // A NULL in the list: NOT IN is never true.
+    assert_rows("not in null", &q(&db, "SELECT t.id, u.id FROM t, u WHERE t.k = u.k AND u.x NOT IN (SELECT x FROM w)"), &[]);
+    // The padded side of a LEFT join: its NULLs fail IN after the join.
+    let sql = "SELECT t.id, u.id FROM t LEFT JOIN u ON t.k = u.k WHERE u.x IN (SELECT x FROM w)";
+    assert_set(sql, q(&db, sql), pairs(&|a, b| eq(&a.k, &b.k) && b.x.is_some_and(|x| all_wx.contains(&x))), 2);
+    // The preserved side: filtered first, its rows still padded.
+    let sql = "SELECT t.id, u.id FROM t LEFT JOIN u ON t.k = u.k AND u.x > 0 WHERE t.x IN (SELECT x FROM w)";
+    let mut want = Vec::new();
+    for a in t.iter().filter(|a| a.x.is_some_and(|x| all_wx.contains(&x))) {
+        let m: Vec<&R> = u.iter().filter(|b| eq(&a.k, &b.k) && b.x.is_some_and(|x| x > 0)).collect();
+        if m.is_empty() {
+            want.push(vec![id(a), Value::Null]);
+        }
+        want.extend(m.into_iter().map(|b| vec![id(a), id(b)]));
+    }
+    assert!(!want.is_empty());
+    assert_set(sql, q(&db, sql), want, 2);
+}
+
 #[test]
 fn joins_with_a_larger_pool() {
     let (_dir, db, t, u, w) = join_setup(64 << 20);

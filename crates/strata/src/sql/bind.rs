@@ -2028,21 +2028,31 @@ fn from_where(
                     }
                 }
             }
-            join_tree(&bl, plans, &steps, conjs, used)?
+            // `x IN (SELECT ...)` / `x NOT IN (SELECT ...)` with `x` over one relation (not
+            // one a LEFT join pads) filters that relation before it is joined (TPC-H Q18:
+            // orders, before its joins with customer and lineitem), not the joined rows.
+            let padded = |r: usize| steps.iter().any(|s| s.rel == r && s.kind == JoinKind::Left);
+            let mut pushed = Vec::new();
+            for sf in std::mem::take(&mut subs) {
+                match sf {
+                    SubFilter::In { x, plan: sub, negated } => match rels_of(&scope, &x).as_slice() {
+                        [r] if !scope.rels[*r].hidden && !padded(*r) && matches!(plans[*r], Plan::Scan { .. }) => {
+                            let off = scope.rels[*r].offset;
+                            let mut x = x;
+                            x.map_cols(&|i| i - off);
+                            pushed.push((*r, x, sub, negated));
+                        }
+                        _ => subs.push(SubFilter::In { x, plan: sub, negated }),
+                    },
+                    sf => subs.push(sf),
+                }
+            }
+            join_tree(&bl, plans, &steps, conjs, used, pushed)?
         }
     };
     for sf in subs {
         plan = match sf {
-            SubFilter::In { x, plan: sub, negated } => Plan::HashJoin {
-                left: Box::new(plan),
-                right: Box::new(sub),
-                kind: if negated { JoinKind::Anti } else { JoinKind::Semi },
-                left_keys: vec![x],
-                right_keys: vec![BExpr::Col(0, "subquery".into())],
-                residual: None,
-                right_width: 1,
-                keep: Vec::new(),
-            },
+            SubFilter::In { x, plan: sub, negated } => in_join(plan, x, sub, negated),
             SubFilter::Exists { plan: sub, negated } => Plan::Exists { input: Box::new(plan), sub: Box::new(sub), negated },
             SubFilter::Join { plan: sub, kind, left_keys, right_keys, residual, right_width } => {
                 Plan::HashJoin { left: Box::new(plan), right: Box::new(sub), kind, left_keys, right_keys, residual, right_width, keep: Vec::new() }
@@ -2064,7 +2074,7 @@ fn edges(b: &Binder<'_>, plans: &[Option<Plan>], pool: &[Conj], order: &[usize],
     let Some(bm) = b.cx.bm else { return Ok(Vec::new()) };
     let scope = b.scope;
     let domain = |e: &BExpr, q: usize| -> Result<Option<f64>> {
-        let Some(Plan::Scan { table, .. }) = plans.get(q).and_then(|p| p.as_ref()) else { return Ok(None) };
+        let Some(table) = plans.get(q).and_then(|p| p.as_ref()).and_then(scanned) else { return Ok(None) };
         let off = scope.rels[q].offset;
         let mut e = e.clone();
         e.map_cols(&|i| i - off);
@@ -2097,7 +2107,44 @@ fn rel_width(bm: &crate::buffer::BufferManager, rel: &Rel, plan: Option<&Plan>, 
     Ok(rel.cols.iter().enumerate().filter(|(_, (name, _))| used.contains(&name.to_lowercase())).map(|(i, _)| widths.get(i).copied().unwrap_or(9.0)).sum())
 }
 
-fn join_tree(b: &Binder<'_>, plans: Vec<Plan>, steps: &[Step<'_>], mut pool: Vec<Conj>, used: &std::collections::HashSet<String>) -> Result<Plan> {
+/// A semi or anti join of one relation with a subquery's rows: the relation, the key over
+/// its columns, the subquery's plan, `NOT IN`?
+type Pushed = (usize, BExpr, Plan, bool);
+
+/// The semi (anti: `negated`) join of `plan`'s rows whose `x` is (not) in the first
+/// column of `sub`'s rows.
+fn in_join(plan: Plan, x: BExpr, sub: Plan, negated: bool) -> Plan {
+    Plan::HashJoin {
+        left: Box::new(plan),
+        right: Box::new(sub),
+        kind: if negated { JoinKind::Anti } else { JoinKind::Semi },
+        left_keys: vec![x],
+        right_keys: vec![BExpr::Col(0, "subquery".into())],
+        residual: None,
+        right_width: 1,
+        keep: Vec::new(),
+    }
+}
+
+/// The table a relation's plan scans, below the semi and anti joins that filter it.
+fn scanned(p: &Plan) -> Option<&crate::access::table::Table> {
+    match p {
+        Plan::Scan { table, .. } => Some(table),
+        Plan::HashJoin { left, kind: JoinKind::Semi | JoinKind::Anti, .. } => scanned(left),
+        _ => None,
+    }
+}
+
+/// `pushed`: semi and anti joins with subqueries that filter one relation (after its
+/// scan's filter, before it is joined).
+fn join_tree(
+    b: &Binder<'_>,
+    plans: Vec<Plan>,
+    steps: &[Step<'_>],
+    mut pool: Vec<Conj>,
+    used: &std::collections::HashSet<String>,
+    pushed: Vec<Pushed>,
+) -> Result<Plan> {
     let scope = b.scope;
     let n = scope.rels.len();
     let null_supplied: Vec<bool> = (0..n).map(|r| steps.iter().any(|s| s.rel == r && s.kind == JoinKind::Left)).collect();
@@ -2117,6 +2164,11 @@ fn join_tree(b: &Binder<'_>, plans: Vec<Plan>, steps: &[Step<'_>], mut pool: Vec
                 add_filter(p, local(&c.pred, r));
             }
             c.applied = true;
+        }
+    }
+    for (r, x, sub, negated) in pushed {
+        if let Some(p) = rel_plans[r].take() {
+            rel_plans[r] = Some(in_join(p, x, sub, negated));
         }
     }
     // The order: as written with LEFT joins. Else, with the buffer manager at hand, by
