@@ -746,6 +746,40 @@ fn in_subqueries_filter_their_relation_before_its_joins() {
     assert_set(sql, q(&db, sql), want, 2);
 }
 
+/// Relations joined in another order than written need no projection putting their
+/// columns back: the grouping and the projection above read the join's rows directly.
+#[test]
+fn reordered_joins_feed_their_consumers_directly() {
+    let (_dir, db, t, u, w) = join_setup(POOL);
+    let sql = "SELECT w.g, count(*), sum(t.x) FROM t, u, w WHERE t.k = u.k AND u.id = w.id AND w.x > 900 GROUP BY w.g";
+    let lines: Vec<String> = q(&db, &format!("EXPLAIN {sql}"))
+        .into_iter()
+        .map(|r| match &r[0] {
+            Value::Str(l) => l.trim_start().to_owned(),
+            v => panic!("{v:?}"),
+        })
+        .collect();
+    let scans: Vec<&str> = lines.iter().filter_map(|l| l.strip_prefix("Scan ")).map(|s| s.split(' ').next().unwrap_or("")).collect();
+    assert_ne!(scans, ["t", "u", "w"], "joined in another order than written: {lines:?}");
+    let agg = lines.iter().position(|l| l.starts_with("HashAggregate")).unwrap_or_else(|| panic!("{lines:?}"));
+    assert!(lines[agg + 1].starts_with("HashJoin"), "no projection between the grouping and the join: {lines:?}");
+    let mut g: BTreeMap<Option<String>, (i64, Option<i64>)> = BTreeMap::new();
+    for c in w.iter().filter(|c| c.x.is_some_and(|x| x > 900)) {
+        for b in u.iter().filter(|b| b.id == c.id) {
+            for a in t.iter().filter(|a| eq(&a.k, &b.k)) {
+                let e = g.entry(c.g.clone()).or_insert((0, None));
+                e.0 += 1;
+                if let Some(x) = a.x {
+                    e.1 = Some(e.1.unwrap_or(0) + x);
+                }
+            }
+        }
+    }
+    assert!(!g.is_empty());
+    let want: Vec<Vec<Value>> = g.into_iter().map(|(k, (n, s))| vec![st(k.as_ref()), Value::I64(n), i(s)]).collect();
+    assert_set(sql, q(&db, sql), want, 1);
+}
+
 #[test]
 fn joins_with_a_larger_pool() {
     let (_dir, db, t, u, w) = join_setup(64 << 20);

@@ -78,6 +78,7 @@ pub mod agg;
 pub mod bind;
 pub mod exec;
 pub mod expr;
+pub mod fold;
 pub mod join;
 pub mod rows;
 pub mod scan;
@@ -257,6 +258,7 @@ fn prepare_here(catalog: &Catalog, bm: Option<&crate::buffer::BufferManager>, sq
         }
     };
     let (mut bound, explain) = bind::statement(catalog, bm, stmt)?;
+    fold::fold_projects(&mut bound.plan);
     scan::optimize(&mut bound.plan);
     if explain {
         let text = bound.plan.explain();

@@ -98,6 +98,8 @@ struct Ctx<'p> {
     residual: Option<&'p BExpr>,
     build_has_null: bool,
     build_rows: u64,
+    /// The entries a probe row marks (reused across probes).
+    hits: std::cell::RefCell<Vec<usize>>,
 }
 
 type Sink<'s> = dyn FnMut(&[Value]) -> Result<bool> + 's;
@@ -138,7 +140,8 @@ impl Ctx<'_> {
     /// Marks every entry of `table` (left rows) that the probe row (a right row) matches.
     fn mark(&self, table: &JoinTable<'_>, jr: &mut Joined, p: Probe<'_>, key: &[u8], h: u64) -> Result<()> {
         let mut loaded = false;
-        let mut hits = Vec::new();
+        let mut hits = self.hits.borrow_mut();
+        hits.clear();
         {
             let g = table.page.shared()?;
             let d = g.data();
@@ -168,7 +171,7 @@ impl Ctx<'_> {
         if !hits.is_empty() {
             let mut g = table.page.exclusive()?;
             let d = g.data_mut().ok_or_else(super::rows::not_temp)?;
-            for o in hits {
+            for &o in hits.iter() {
                 let v = rd32(d, o + 16);
                 wr32(d, o + 16, v | MARK);
             }
@@ -352,7 +355,7 @@ pub fn build_side(bm: &BufferManager, left: &Plan, right: &Plan, kind: JoinKind,
 pub fn run(bm: &BufferManager, j: &JoinArgs<'_>, sink: &mut Sink<'_>) -> Result<bool> {
     let (build_left, _, _) = build_side(bm, j.left, j.right, j.kind, j.keep)?;
     let (bplan, bkeys, pplan, pkeys) = if build_left { (j.left, j.left_keys, j.right, j.right_keys) } else { (j.right, j.right_keys, j.left, j.left_keys) };
-    let mut ctx = Ctx { kind: j.kind, build_left, residual: j.residual, build_has_null: false, build_rows: 0 };
+    let mut ctx = Ctx { kind: j.kind, build_left, residual: j.residual, build_has_null: false, build_rows: 0, hits: Default::default() };
     let (lw, rw) = (super::scan::width(j.left), super::scan::width(j.right));
     let mut jr = Joined::new(lw, rw, j.keep, build_left);
     let mut brun = RowRun::new(bm, run_payload(bm));
