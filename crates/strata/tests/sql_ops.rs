@@ -780,6 +780,37 @@ fn reordered_joins_feed_their_consumers_directly() {
     assert_set(sql, q(&db, sql), want, 1);
 }
 
+/// `t.k = u.k AND u.k = w.k` implies `t.k = w.k`: the join order may join t to w
+/// directly, and the implied equality is a key of the join that brings the second of them.
+#[test]
+fn implied_equalities_join_relations_directly() {
+    let (_dir, db, t, u, w) = join_setup(POOL);
+    let sql = "SELECT t.id, u.id, w.id FROM t, u, w WHERE t.k = u.k AND u.k = w.k AND w.x > 900 AND u.id < 400";
+    let p = q(&db, &format!("EXPLAIN {sql}")).into_iter().map(|r| format!("{:?}", r[0])).collect::<Vec<_>>().join("\n");
+    assert!(p.contains("t.k = w.k") || p.contains("w.k = t.k"), "{p}");
+    let mut want = Vec::new();
+    for c in w.iter().filter(|c| c.x.is_some_and(|x| x > 900)) {
+        for b in u.iter().filter(|b| b.id < 400 && eq(&b.k, &c.k)) {
+            want.extend(t.iter().filter(|a| eq(&a.k, &b.k)).map(|a| vec![id(a), id(b), id(c)]));
+        }
+    }
+    assert!(!want.is_empty());
+    assert_set(sql, q(&db, sql), want, 3);
+    // With a LEFT join nothing is implied (a padded NULL equals nothing).
+    let sql = "SELECT t.id, u.id, w.id FROM w JOIN u ON u.k = w.k LEFT JOIN t ON t.k = u.k WHERE w.x > 900 AND u.id < 400";
+    let mut want = Vec::new();
+    for c in w.iter().filter(|c| c.x.is_some_and(|x| x > 900)) {
+        for b in u.iter().filter(|b| b.id < 400 && eq(&b.k, &c.k)) {
+            let m: Vec<Vec<Value>> = t.iter().filter(|a| eq(&a.k, &b.k)).map(|a| vec![id(a), id(b), id(c)]).collect();
+            if m.is_empty() {
+                want.push(vec![Value::Null, id(b), id(c)]);
+            }
+            want.extend(m);
+        }
+    }
+    assert_set(sql, q(&db, sql), want, 3);
+}
+
 #[test]
 fn joins_with_a_larger_pool() {
     let (_dir, db, t, u, w) = join_setup(64 << 20);

@@ -2064,13 +2064,72 @@ fn from_where(
 
 /// An equality joining a relation: the distinct values on its side and on the other's
 /// (`None`: key-like), and the other side's relation.
-type Edge = (Option<f64>, Option<f64>, usize);
+type Edge = (Option<f64>, Option<f64>, usize, Option<usize>);
+
+/// The columns an equality of two plain columns equates.
+fn col_pair(c: &Conj) -> Option<(usize, usize)> {
+    match c.equi.as_ref()? {
+        (BExpr::Col(a, _), _, BExpr::Col(b, _), _) => Some((*a, *b)),
+        _ => None,
+    }
+}
+
+/// The equalities of columns of different relations that the others imply (`a = b` and
+/// `b = c`: `a = c`), added to `pool`, so that the join order can join `a`'s relation to
+/// `c`'s directly (TPC-H Q5: customer to nation, before supplier). Returns, per conjunct
+/// of `pool`, the class of columns its equality is in (equalities of one class bound the
+/// rows of a join once, not once each).
+fn implied_equalities(scope: &Scope, pool: &mut Vec<Conj>) -> Vec<Option<usize>> {
+    let mut classes: Vec<Vec<usize>> = Vec::new();
+    for c in pool.iter().filter(|c| !c.applied && c.rels.len() == 2) {
+        let Some((a, b)) = col_pair(c) else { continue };
+        let ia = classes.iter().position(|k| k.contains(&a));
+        let ib = classes.iter().position(|k| k.contains(&b));
+        match (ia, ib) {
+            (Some(i), Some(j)) if i != j => {
+                let moved = classes.remove(j.max(i));
+                classes[j.min(i)].extend(moved);
+            }
+            (Some(_), Some(_)) => {}
+            (Some(i), None) => classes[i].push(b),
+            (None, Some(j)) => classes[j].push(a),
+            (None, None) => classes.push(vec![a, b]),
+        }
+    }
+    let direct = |pool: &[Conj], a: usize, b: usize| pool.iter().any(|c| col_pair(c).is_some_and(|(x, y)| (x, y) == (a, b) || (x, y) == (b, a)));
+    for k in classes.iter().filter(|k| k.len() <= 6) {
+        let Some(model) = pool.iter().find(|c| col_pair(c).is_some_and(|(x, _)| k.contains(&x))) else { continue };
+        let (ty, pos) = (model.equi_ty, model.pos);
+        let mut add = Vec::new();
+        for (n, &a) in k.iter().enumerate() {
+            for &b in &k[n + 1..] {
+                let (ra, rb) = (scope.rel_of(a), scope.rel_of(b));
+                if ra == rb || direct(pool, a, b) {
+                    continue;
+                }
+                let named =
+                    |c: usize, r: usize| BExpr::Col(c, format!("{}.{}", scope.rels[r].alias.as_ref().unwrap_or(&scope.rels[r].name), scope.col_name(c)));
+                let (x, y) = (named(a, ra), named(b, rb));
+                add.push(Conj {
+                    pred: BExpr::Cmp(CmpOp::Eq, Box::new(x.clone()), Box::new(y.clone())),
+                    rels: vec![ra.min(rb), ra.max(rb)],
+                    equi: Some((x, vec![ra], y, vec![rb])),
+                    equi_ty: ty,
+                    applied: false,
+                    pos,
+                });
+            }
+        }
+        pool.extend(add);
+    }
+    pool.iter().map(|c| col_pair(c).filter(|_| !c.applied).and_then(|(a, _)| classes.iter().position(|k| k.contains(&a)))).collect()
+}
 
 /// The equalities that join relation `r` to those in `order`, each as the numbers of
 /// distinct values on `r`'s side and on the other side when they repeat in a sample of
 /// the table (see [`sampled_domain`]; `None`: key-like values), with the other side's
 /// relation. Empty when the planner has no buffer manager.
-fn edges(b: &Binder<'_>, plans: &[Option<Plan>], pool: &[Conj], order: &[usize], r: usize) -> Result<Vec<Edge>> {
+fn edges(b: &Binder<'_>, plans: &[Option<Plan>], pool: &[Conj], class_of: &[Option<usize>], order: &[usize], r: usize) -> Result<Vec<Edge>> {
     let Some(bm) = b.cx.bm else { return Ok(Vec::new()) };
     let scope = b.scope;
     let domain = |e: &BExpr, q: usize| -> Result<Option<f64>> {
@@ -2081,7 +2140,7 @@ fn edges(b: &Binder<'_>, plans: &[Option<Plan>], pool: &[Conj], order: &[usize],
         sampled_domain(bm, table, &e)
     };
     let mut out = Vec::new();
-    for c in pool.iter().filter(|c| !c.applied) {
+    for (c, class) in pool.iter().zip(class_of).filter(|(c, _)| !c.applied) {
         let Some((x, lx, y, ly)) = c.equi.as_ref() else { continue };
         let (mine, other, oq) = if ly.as_slice() == [r] && lx.len() == 1 && order.contains(&lx[0]) {
             (y, x, lx[0])
@@ -2090,7 +2149,7 @@ fn edges(b: &Binder<'_>, plans: &[Option<Plan>], pool: &[Conj], order: &[usize],
         } else {
             continue;
         };
-        out.push((domain(mine, r)?, domain(other, oq)?, oq));
+        out.push((domain(mine, r)?, domain(other, oq)?, oq, *class));
     }
     Ok(out)
 }
@@ -2177,6 +2236,7 @@ fn join_tree(
     // to those joined so far whose join gives the fewest estimated rows (a cross product
     // only when no relation is connected). Without it: each next relation one that an
     // equality connects to those joined so far (the first written, if none is).
+    let class_of = if has_left { vec![None; pool.len()] } else { implied_equalities(scope, &mut pool) };
     let mut order: Vec<usize> = Vec::with_capacity(n);
     let connects = |r: usize, c: &Conj, order: &[usize]| {
         c.equi.as_ref().is_some_and(|(_, lx, _, ly)| {
@@ -2221,15 +2281,26 @@ fn join_tree(
                     // estimate when no key bounds it: a less certain guess than a key's).
                     let share = |(rows, base): (f64, f64)| (rows / base.max(1.0)).min(1.0);
                     let mut per: Vec<(usize, f64, f64)> = Vec::new();
-                    for (dr, dq, q) in edges(b, &rel_plans, &pool, &order, r)? {
+                    let mut classes: Vec<(usize, usize)> = Vec::new();
+                    for (dr, dq, q, class) in edges(b, &rel_plans, &pool, &class_of, &order, r)? {
                         let (d, w) = match (dr, dq) {
                             (Some(dr), Some(dq)) => ((dr * share(est[r])).max(dq * share(cur)).max(1.0), 2.0),
                             (None, Some(_)) => (est[r].1, 1.0),
                             (Some(_), None) => (est[q].1, 1.0),
                             (None, None) => (est[r].1.min(est[q].1), 1.0),
                         };
-                        // Several equalities with one relation (a composite key): the
-                        // largest divisor; with different relations: they multiply.
+                        // Several equalities with one relation (a composite key), or of
+                        // one class of equal columns: the largest divisor; with different
+                        // relations: they multiply.
+                        let q = match class.and_then(|k| classes.iter().find(|(c, _)| *c == k)) {
+                            Some(&(_, first)) => first,
+                            None => {
+                                if let Some(k) = class {
+                                    classes.push((k, q));
+                                }
+                                q
+                            }
+                        };
                         match per.iter_mut().find(|(p, ..)| *p == q) {
                             Some(e) if d > e.1 => *e = (q, d, w),
                             Some(_) => {}
