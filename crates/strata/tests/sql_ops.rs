@@ -512,18 +512,20 @@ fn check_joins(db: &Database, t: &[R], u: &[R], w: &[R]) {
         })
         .collect();
     assert_set(sql, q(db, sql), want, 1);
-    // 12 keys over a build side of several times the pool: partitions that hold several
-    // keys and do not fit are partitioned again.
-    let sql = "SELECT count(*), sum(b.x), max(b.g) FROM t AS a JOIN t AS b ON a.id % 12 = b.id % 12 WHERE a.id < 1000";
-    let (mut n, mut sum, mut mx) = (0i64, 0i64, None::<&String>);
+    // 8 keys over a build side of several times the pool: partitions that hold several
+    // keys and do not fit are partitioned again. (Both sides carry their strings: records
+    // carry only the columns used above the join.)
+    let sql = "SELECT count(*), sum(b.x), max(b.g), max(a.g) FROM t AS a JOIN t AS b ON a.id % 8 = b.id % 8 WHERE a.id < 1000";
+    let (mut n, mut sum, mut mx, mut mxa) = (0i64, 0i64, None::<&String>, None::<&String>);
     for a in &t[..1000] {
-        for b in t.iter().filter(|b| b.id % 12 == a.id % 12) {
+        for b in t.iter().filter(|b| b.id % 8 == a.id % 8) {
             n += 1;
             sum += b.x.unwrap_or(0);
             mx = mx.max(b.g.as_ref());
+            mxa = mxa.max(a.g.as_ref());
         }
     }
-    assert_rows(sql, &q(db, sql), &[vec![Value::I64(n), Value::I64(sum), st(mx)]]);
+    assert_rows(sql, &q(db, sql), &[vec![Value::I64(n), Value::I64(sum), st(mx), st(mxa)]]);
     // Three tables, a pushed-down filter, the join order from the equalities.
     let sql = "SELECT t.id, u.id, w.id FROM t, w, u WHERE w.x > 0 AND u.id = w.id AND t.k = u.k";
     let want: Vec<Vec<Value>> = t
@@ -631,6 +633,182 @@ fn joins_and_subqueries_match_the_reference_through_a_tiny_pool() {
     assert!(after.join_repartitions > before.join_repartitions, "a partition of several keys larger than a table");
     let st = db.buffer().stats();
     assert!(st.peak_resident_bytes <= POOL, "peak {} > pool", st.peak_resident_bytes);
+}
+
+/// Joins whose records carry only some columns of each side (the others NULL in the
+/// rows they give), decoded into one reused row: wide string columns kept or not, keys of
+/// several columns (strings of every length class and integers, with NULLs), a LEFT join
+/// padding a wide side, semi joins that mark entries, a join under a reordering
+/// projection that reads a few of its columns.
+fn check_kept_columns(db: &Database, t: &[R], u: &[R], w: &[R]) {
+    let pairs = |f: &dyn Fn(&R, &R) -> bool, out: &dyn Fn(&R, &R) -> Vec<Value>| -> Vec<Vec<Value>> {
+        t.iter().flat_map(|a| u.iter().filter(move |b| f(a, b)).map(move |b| out(a, b))).collect()
+    };
+    // A two-column key (string, integer), wide columns of both sides in the output.
+    let sql = "SELECT a.id, a.g, b.id, b.g, b.d FROM t AS a JOIN u AS b ON a.g = b.g AND a.k = b.k";
+    let want =
+        pairs(&|a, b| eq(&a.g, &b.g) && eq(&a.k, &b.k), &|a, b| vec![id(a), st(a.g.as_ref()), id(b), st(b.g.as_ref()), b.d.map_or(Value::Null, Value::Date)]);
+    assert!(!want.is_empty());
+    assert_set(sql, q(db, sql), want, 3);
+    // The same key, the wide columns only in the key (records without them), and no column
+    // at all of one side.
+    let sql = "SELECT a.id, b.x FROM t AS a JOIN u AS b ON a.g = b.g AND a.d = b.d";
+    assert_set(sql, q(db, sql), pairs(&|a, b| eq(&a.g, &b.g) && eq(&a.d, &b.d), &|a, b| vec![id(a), i(b.x)]), 2);
+    let sql = "SELECT count(*) FROM t JOIN u ON t.g = u.g";
+    let n = pairs(&|a, b| eq(&a.g, &b.g), &|_, _| Vec::new()).len() as i64;
+    assert_rows(sql, &q(db, sql), &[vec![Value::I64(n)]]);
+    // A LEFT join that pads a wide side, keyed on a date and an integer.
+    let sql = "SELECT t.id, t.g, u.g, u.y FROM t LEFT JOIN u ON t.d = u.d AND t.k = u.k WHERE t.id < 1500";
+    let mut want = Vec::new();
+    for a in &t[..1500] {
+        let m: Vec<&R> = u.iter().filter(|b| eq(&a.d, &b.d) && eq(&a.k, &b.k)).collect();
+        if m.is_empty() {
+            want.push(vec![id(a), st(a.g.as_ref()), Value::Null, Value::Null]);
+        }
+        want.extend(m.into_iter().map(|b| vec![id(a), st(a.g.as_ref()), st(b.g.as_ref()), b.y.map_or(Value::Null, Value::F64)]));
+    }
+    assert_set(sql, q(db, sql), want, 4);
+    // Semi joins: u (the smaller) is built on and its entries marked; its wide column is
+    // in the result.
+    let tk: BTreeSet<i64> = t.iter().filter_map(|a| a.k).collect();
+    let sql = "SELECT id, g FROM u WHERE k IN (SELECT k FROM t)";
+    let want: Vec<Vec<Value>> = u.iter().filter(|b| b.k.is_some_and(|k| tk.contains(&k))).map(|b| vec![id(b), st(b.g.as_ref())]).collect();
+    assert_set(sql, q(db, sql), want, 1);
+    let sql = "SELECT id, g FROM u WHERE NOT EXISTS (SELECT 1 FROM t WHERE t.g = u.g AND t.x > u.x)";
+    let want: Vec<Vec<Value>> =
+        u.iter().filter(|b| !t.iter().any(|a| eq(&a.g, &b.g) && a.x.zip(b.x).is_some_and(|(x, y)| x > y))).map(|b| vec![id(b), st(b.g.as_ref())]).collect();
+    assert_set(sql, q(db, sql), want, 1);
+    // Three tables joined in another order than written: a projection puts the columns
+    // back; only two of them are read.
+    let sql = "SELECT w.g, t.id FROM t, u, w WHERE t.k = u.k AND u.id = w.id AND w.x > 900";
+    let mut want = Vec::new();
+    for c in w.iter().filter(|c| c.x.is_some_and(|x| x > 900)) {
+        for b in u.iter().filter(|b| b.id == c.id) {
+            want.extend(t.iter().filter(|a| eq(&a.k, &b.k)).map(|a| vec![st(c.g.as_ref()), id(a)]));
+        }
+    }
+    assert!(!want.is_empty());
+    assert_set(sql, q(db, sql), want, 2);
+}
+
+#[test]
+fn joins_keep_only_the_columns_used_through_a_tiny_pool() {
+    let (_dir, db, t, u, w) = join_setup(POOL);
+    let before = strata::sql::spill_counters();
+    check_kept_columns(&db, &t, &u, &w);
+    let after = strata::sql::spill_counters();
+    assert!(after.grace_joins > before.grace_joins, "wide build sides are larger than an eighth of the pool");
+    let st = db.buffer().stats();
+    assert!(st.peak_resident_bytes <= POOL, "peak {} > pool", st.peak_resident_bytes);
+}
+
+#[test]
+fn joins_keep_only_the_columns_used_with_a_larger_pool() {
+    let (_dir, db, t, u, w) = join_setup(64 << 20);
+    check_kept_columns(&db, &t, &u, &w);
+}
+
+/// `x [NOT] IN (SELECT ...)` over one relation of a join filters that relation before it
+/// is joined, except when a LEFT join pads it (then the joined rows are filtered).
+#[test]
+fn in_subqueries_filter_their_relation_before_its_joins() {
+    let (_dir, db, t, u, w) = join_setup(POOL);
+    let wx: BTreeSet<i64> = w.iter().filter(|c| c.y.is_some_and(|y| y > 0.0)).filter_map(|c| c.x).collect();
+    let all_wx: BTreeSet<i64> = w.iter().filter_map(|c| c.x).collect();
+    assert!(w.iter().any(|c| c.x.is_none()), "the test wants a NULL among w.x");
+    let pairs =
+        |f: &dyn Fn(&R, &R) -> bool| -> Vec<Vec<Value>> { t.iter().flat_map(|a| u.iter().filter(move |b| f(a, b)).map(move |b| vec![id(a), id(b)])).collect() };
+    let sql = "SELECT t.id, u.id FROM t, u WHERE t.k = u.k AND u.x IN (SELECT x FROM w WHERE y > 0)";
+    let want = pairs(&|a, b| eq(&a.k, &b.k) && b.x.is_some_and(|x| wx.contains(&x)));
+    assert!(!want.is_empty());
+    assert_set(sql, q(&db, sql), want, 2);
+    let lines: Vec<String> = q(&db, &format!("EXPLAIN {sql}")).into_iter().map(|r| format!("{:?}", r[0])).collect();
+    let at = |what: &str| lines.iter().position(|l| l.contains(what)).unwrap_or_else(|| panic!("{what}: {lines:?}"));
+    assert!(at("HashJoin semi") > at("HashJoin inner"), "the semi join is below the inner one: {lines:?}");
+    let sql = "SELECT t.id, u.id FROM t, u WHERE t.k = u.k AND u.x NOT IN (SELECT x FROM w WHERE x IS NOT NULL AND y > 0)";
+    assert_set(sql, q(&db, sql), pairs(&|a, b| eq(&a.k, &b.k) && b.x.is_some_and(|x| !wx.contains(&x))), 2);
+    // A NULL in the list: NOT IN is never true.
+    assert_rows("not in null", &q(&db, "SELECT t.id, u.id FROM t, u WHERE t.k = u.k AND u.x NOT IN (SELECT x FROM w)"), &[]);
+    // The padded side of a LEFT join: its NULLs fail IN after the join.
+    let sql = "SELECT t.id, u.id FROM t LEFT JOIN u ON t.k = u.k WHERE u.x IN (SELECT x FROM w)";
+    assert_set(sql, q(&db, sql), pairs(&|a, b| eq(&a.k, &b.k) && b.x.is_some_and(|x| all_wx.contains(&x))), 2);
+    // The preserved side: filtered first, its rows still padded.
+    let sql = "SELECT t.id, u.id FROM t LEFT JOIN u ON t.k = u.k AND u.x > 0 WHERE t.x IN (SELECT x FROM w)";
+    let mut want = Vec::new();
+    for a in t.iter().filter(|a| a.x.is_some_and(|x| all_wx.contains(&x))) {
+        let m: Vec<&R> = u.iter().filter(|b| eq(&a.k, &b.k) && b.x.is_some_and(|x| x > 0)).collect();
+        if m.is_empty() {
+            want.push(vec![id(a), Value::Null]);
+        }
+        want.extend(m.into_iter().map(|b| vec![id(a), id(b)]));
+    }
+    assert!(!want.is_empty());
+    assert_set(sql, q(&db, sql), want, 2);
+}
+
+/// Relations joined in another order than written need no projection putting their
+/// columns back: the grouping and the projection above read the join's rows directly.
+#[test]
+fn reordered_joins_feed_their_consumers_directly() {
+    let (_dir, db, t, u, w) = join_setup(POOL);
+    let sql = "SELECT w.g, count(*), sum(t.x) FROM t, u, w WHERE t.k = u.k AND u.id = w.id AND w.x > 900 GROUP BY w.g";
+    let lines: Vec<String> = q(&db, &format!("EXPLAIN {sql}"))
+        .into_iter()
+        .map(|r| match &r[0] {
+            Value::Str(l) => l.trim_start().to_owned(),
+            v => panic!("{v:?}"),
+        })
+        .collect();
+    let scans: Vec<&str> = lines.iter().filter_map(|l| l.strip_prefix("Scan ")).map(|s| s.split(' ').next().unwrap_or("")).collect();
+    assert_ne!(scans, ["t", "u", "w"], "joined in another order than written: {lines:?}");
+    let agg = lines.iter().position(|l| l.starts_with("HashAggregate")).unwrap_or_else(|| panic!("{lines:?}"));
+    assert!(lines[agg + 1].starts_with("HashJoin"), "no projection between the grouping and the join: {lines:?}");
+    let mut g: BTreeMap<Option<String>, (i64, Option<i64>)> = BTreeMap::new();
+    for c in w.iter().filter(|c| c.x.is_some_and(|x| x > 900)) {
+        for b in u.iter().filter(|b| b.id == c.id) {
+            for a in t.iter().filter(|a| eq(&a.k, &b.k)) {
+                let e = g.entry(c.g.clone()).or_insert((0, None));
+                e.0 += 1;
+                if let Some(x) = a.x {
+                    e.1 = Some(e.1.unwrap_or(0) + x);
+                }
+            }
+        }
+    }
+    assert!(!g.is_empty());
+    let want: Vec<Vec<Value>> = g.into_iter().map(|(k, (n, s))| vec![st(k.as_ref()), Value::I64(n), i(s)]).collect();
+    assert_set(sql, q(&db, sql), want, 1);
+}
+
+/// `t.k = u.k AND u.k = w.k` implies `t.k = w.k`: the join order may join t to w
+/// directly, and the implied equality is a key of the join that brings the second of them.
+#[test]
+fn implied_equalities_join_relations_directly() {
+    let (_dir, db, t, u, w) = join_setup(POOL);
+    let sql = "SELECT t.id, u.id, w.id FROM t, u, w WHERE t.k = u.k AND u.k = w.k AND w.x > 900 AND u.id < 400";
+    let p = q(&db, &format!("EXPLAIN {sql}")).into_iter().map(|r| format!("{:?}", r[0])).collect::<Vec<_>>().join("\n");
+    assert!(p.contains("t.k = w.k") || p.contains("w.k = t.k"), "{p}");
+    let mut want = Vec::new();
+    for c in w.iter().filter(|c| c.x.is_some_and(|x| x > 900)) {
+        for b in u.iter().filter(|b| b.id < 400 && eq(&b.k, &c.k)) {
+            want.extend(t.iter().filter(|a| eq(&a.k, &b.k)).map(|a| vec![id(a), id(b), id(c)]));
+        }
+    }
+    assert!(!want.is_empty());
+    assert_set(sql, q(&db, sql), want, 3);
+    // With a LEFT join nothing is implied (a padded NULL equals nothing).
+    let sql = "SELECT t.id, u.id, w.id FROM w JOIN u ON u.k = w.k LEFT JOIN t ON t.k = u.k WHERE w.x > 900 AND u.id < 400";
+    let mut want = Vec::new();
+    for c in w.iter().filter(|c| c.x.is_some_and(|x| x > 900)) {
+        for b in u.iter().filter(|b| b.id < 400 && eq(&b.k, &c.k)) {
+            let m: Vec<Vec<Value>> = t.iter().filter(|a| eq(&a.k, &b.k)).map(|a| vec![id(a), id(b), id(c)]).collect();
+            if m.is_empty() {
+                want.push(vec![Value::Null, id(b), id(c)]);
+            }
+            want.extend(m);
+        }
+    }
+    assert_set(sql, q(&db, sql), want, 3);
 }
 
 #[test]
@@ -912,12 +1090,12 @@ fn decorrelated_subqueries_are_joins_in_the_plan() {
         lines.join("\n")
     };
     let p = plan("SELECT id FROM t WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.k = t.k AND u.x > t.x)");
-    assert!(p.contains("HashJoin notexists on t.k = u.k (build: right, ~800 rows vs ~3000;") && p.contains("and (u.x > t.x)"), "{p}");
+    assert!(p.contains("HashJoin notexists on t.k = u.k (build: right, ~800 rows vs ~3000,") && p.contains("and (u.x > t.x)"), "{p}");
     // Only the subquery's columns that the keys and the residual read are kept.
     assert!(p.contains("    Project k, x\n      Scan u"), "{p}");
     // A semi join builds on the left side when it has fewer rows.
     let p = plan("SELECT id FROM u WHERE EXISTS (SELECT 1 FROM t WHERE u.k = t.k)");
-    assert!(p.contains("HashJoin semi on u.k = t.k (build: left, ~800 rows vs ~3000;"), "{p}");
+    assert!(p.contains("HashJoin semi on u.k = t.k (build: left, ~800 rows vs ~3000,"), "{p}");
     let p = plan("SELECT id FROM t WHERE x IN (SELECT x FROM u WHERE u.k = t.k)");
     assert!(p.contains("HashJoin semi on x = x, t.k = u.k"), "{p}");
     // A correlated aggregate: grouped by its key, joined; its groups restricted to the keys

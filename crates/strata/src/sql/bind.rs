@@ -17,6 +17,7 @@ use super::exec::{join_estimate, sampled_domain, AggFunc, AggSpec, Plan, SortKey
 use super::expr::{can_cast, err, tname, ArOp, BExpr, CmpOp, DatePart, Func1, Pos};
 use super::join::JoinKind;
 use super::subquery::{Param, ScalarSub};
+use super::width::{col_widths, sampled_widths, RECORD};
 use crate::access::catalog::Catalog;
 use crate::access::table::text::parse_date;
 use crate::access::table::{ColumnType, Value};
@@ -1088,7 +1089,15 @@ fn select_plan<'q>(cx: &Cx<'_>, s: &'q ast::Select, order_by: Option<&ast::Order
         GroupByExpr::All(_) => return Err(unsupported(spos, "GROUP BY ALL")),
     };
     // FROM: the relations, then the joins planned with WHERE's conjuncts.
-    let fw = from_where(cx, &s.from, s.selection.as_ref(), outer)?;
+    // The words of the query: the columns it may read (to weigh join estimates by width).
+    let mut text = s.to_string();
+    if let Some(o) = order_by {
+        text.push(' ');
+        text.push_str(&o.to_string());
+    }
+    let used: std::collections::HashSet<String> =
+        text.split(|c: char| !(c.is_alphanumeric() || c == '_')).filter(|w| !w.is_empty()).map(str::to_lowercase).collect();
+    let fw = from_where(cx, &s.from, s.selection.as_ref(), outer, &used)?;
     if let (false, Some(outer)) = (fw.corr.is_empty(), outer) {
         // A correlated subquery: what it is joined by is left to the enclosing query.
         if !group_exprs.is_empty() || s.having.is_some() {
@@ -1704,6 +1713,7 @@ impl Derived {
                 right_keys: (0..nk).map(|i| BExpr::Col(i, format!("#key{}", i + 1))).collect(),
                 residual: None,
                 right_width: nk,
+                keep: Vec::new(),
             },
             None => self.input,
         };
@@ -1905,7 +1915,14 @@ struct FromWhere {
 /// each conjunct applied as soon as its relations are joined (one relation's: in its scan),
 /// then the subquery filters. A comparison with a correlated aggregate subquery joins that
 /// subquery, grouped by its correlation keys, as one more relation.
-fn from_where(cx: &Cx<'_>, from: &[ast::TableWithJoins], selection: Option<&Expr>, outer: Option<&Scope>) -> Result<FromWhere> {
+/// `used`: the words of the query (see [`join_tree`]).
+fn from_where(
+    cx: &Cx<'_>,
+    from: &[ast::TableWithJoins],
+    selection: Option<&Expr>,
+    outer: Option<&Scope>,
+    used: &std::collections::HashSet<String>,
+) -> Result<FromWhere> {
     let (mut scope, plans, mut steps) = from_clause(cx, from)?;
     let mut plans: Vec<Plan> = plans;
     let mut parts = Vec::new();
@@ -2011,23 +2028,34 @@ fn from_where(cx: &Cx<'_>, from: &[ast::TableWithJoins], selection: Option<&Expr
                     }
                 }
             }
-            join_tree(&bl, plans, &steps, conjs)?
+            // `x IN (SELECT ...)` / `x NOT IN (SELECT ...)` with `x` over one relation (not
+            // one a LEFT join pads) filters that relation before it is joined (TPC-H Q18:
+            // orders, before its joins with customer and lineitem), not the joined rows.
+            let padded = |r: usize| steps.iter().any(|s| s.rel == r && s.kind == JoinKind::Left);
+            let mut pushed = Vec::new();
+            for sf in std::mem::take(&mut subs) {
+                match sf {
+                    SubFilter::In { x, plan: sub, negated } => match rels_of(&scope, &x).as_slice() {
+                        [r] if !scope.rels[*r].hidden && !padded(*r) && matches!(plans[*r], Plan::Scan { .. }) => {
+                            let off = scope.rels[*r].offset;
+                            let mut x = x;
+                            x.map_cols(&|i| i - off);
+                            pushed.push((*r, x, sub, negated));
+                        }
+                        _ => subs.push(SubFilter::In { x, plan: sub, negated }),
+                    },
+                    sf => subs.push(sf),
+                }
+            }
+            join_tree(&bl, plans, &steps, conjs, used, pushed)?
         }
     };
     for sf in subs {
         plan = match sf {
-            SubFilter::In { x, plan: sub, negated } => Plan::HashJoin {
-                left: Box::new(plan),
-                right: Box::new(sub),
-                kind: if negated { JoinKind::Anti } else { JoinKind::Semi },
-                left_keys: vec![x],
-                right_keys: vec![BExpr::Col(0, "subquery".into())],
-                residual: None,
-                right_width: 1,
-            },
+            SubFilter::In { x, plan: sub, negated } => in_join(plan, x, sub, negated),
             SubFilter::Exists { plan: sub, negated } => Plan::Exists { input: Box::new(plan), sub: Box::new(sub), negated },
             SubFilter::Join { plan: sub, kind, left_keys, right_keys, residual, right_width } => {
-                Plan::HashJoin { left: Box::new(plan), right: Box::new(sub), kind, left_keys, right_keys, residual, right_width }
+                Plan::HashJoin { left: Box::new(plan), right: Box::new(sub), kind, left_keys, right_keys, residual, right_width, keep: Vec::new() }
             }
         };
     }
@@ -2036,24 +2064,83 @@ fn from_where(cx: &Cx<'_>, from: &[ast::TableWithJoins], selection: Option<&Expr
 
 /// An equality joining a relation: the distinct values on its side and on the other's
 /// (`None`: key-like), and the other side's relation.
-type Edge = (Option<f64>, Option<f64>, usize);
+type Edge = (Option<f64>, Option<f64>, usize, Option<usize>);
+
+/// The columns an equality of two plain columns equates.
+fn col_pair(c: &Conj) -> Option<(usize, usize)> {
+    match c.equi.as_ref()? {
+        (BExpr::Col(a, _), _, BExpr::Col(b, _), _) => Some((*a, *b)),
+        _ => None,
+    }
+}
+
+/// The equalities of columns of different relations that the others imply (`a = b` and
+/// `b = c`: `a = c`), added to `pool`, so that the join order can join `a`'s relation to
+/// `c`'s directly (TPC-H Q5: customer to nation, before supplier). Returns, per conjunct
+/// of `pool`, the class of columns its equality is in (equalities of one class bound the
+/// rows of a join once, not once each).
+fn implied_equalities(scope: &Scope, pool: &mut Vec<Conj>) -> Vec<Option<usize>> {
+    let mut classes: Vec<Vec<usize>> = Vec::new();
+    for c in pool.iter().filter(|c| !c.applied && c.rels.len() == 2) {
+        let Some((a, b)) = col_pair(c) else { continue };
+        let ia = classes.iter().position(|k| k.contains(&a));
+        let ib = classes.iter().position(|k| k.contains(&b));
+        match (ia, ib) {
+            (Some(i), Some(j)) if i != j => {
+                let moved = classes.remove(j.max(i));
+                classes[j.min(i)].extend(moved);
+            }
+            (Some(_), Some(_)) => {}
+            (Some(i), None) => classes[i].push(b),
+            (None, Some(j)) => classes[j].push(a),
+            (None, None) => classes.push(vec![a, b]),
+        }
+    }
+    let direct = |pool: &[Conj], a: usize, b: usize| pool.iter().any(|c| col_pair(c).is_some_and(|(x, y)| (x, y) == (a, b) || (x, y) == (b, a)));
+    for k in classes.iter().filter(|k| k.len() <= 6) {
+        let Some(model) = pool.iter().find(|c| col_pair(c).is_some_and(|(x, _)| k.contains(&x))) else { continue };
+        let (ty, pos) = (model.equi_ty, model.pos);
+        let mut add = Vec::new();
+        for (n, &a) in k.iter().enumerate() {
+            for &b in &k[n + 1..] {
+                let (ra, rb) = (scope.rel_of(a), scope.rel_of(b));
+                if ra == rb || direct(pool, a, b) {
+                    continue;
+                }
+                let named =
+                    |c: usize, r: usize| BExpr::Col(c, format!("{}.{}", scope.rels[r].alias.as_ref().unwrap_or(&scope.rels[r].name), scope.col_name(c)));
+                let (x, y) = (named(a, ra), named(b, rb));
+                add.push(Conj {
+                    pred: BExpr::Cmp(CmpOp::Eq, Box::new(x.clone()), Box::new(y.clone())),
+                    rels: vec![ra.min(rb), ra.max(rb)],
+                    equi: Some((x, vec![ra], y, vec![rb])),
+                    equi_ty: ty,
+                    applied: false,
+                    pos,
+                });
+            }
+        }
+        pool.extend(add);
+    }
+    pool.iter().map(|c| col_pair(c).filter(|_| !c.applied).and_then(|(a, _)| classes.iter().position(|k| k.contains(&a)))).collect()
+}
 
 /// The equalities that join relation `r` to those in `order`, each as the numbers of
 /// distinct values on `r`'s side and on the other side when they repeat in a sample of
 /// the table (see [`sampled_domain`]; `None`: key-like values), with the other side's
 /// relation. Empty when the planner has no buffer manager.
-fn edges(b: &Binder<'_>, plans: &[Option<Plan>], pool: &[Conj], order: &[usize], r: usize) -> Result<Vec<Edge>> {
+fn edges(b: &Binder<'_>, plans: &[Option<Plan>], pool: &[Conj], class_of: &[Option<usize>], order: &[usize], r: usize) -> Result<Vec<Edge>> {
     let Some(bm) = b.cx.bm else { return Ok(Vec::new()) };
     let scope = b.scope;
     let domain = |e: &BExpr, q: usize| -> Result<Option<f64>> {
-        let Some(Plan::Scan { table, .. }) = plans.get(q).and_then(|p| p.as_ref()) else { return Ok(None) };
+        let Some(table) = plans.get(q).and_then(|p| p.as_ref()).and_then(scanned) else { return Ok(None) };
         let off = scope.rels[q].offset;
         let mut e = e.clone();
         e.map_cols(&|i| i - off);
         sampled_domain(bm, table, &e)
     };
     let mut out = Vec::new();
-    for c in pool.iter().filter(|c| !c.applied) {
+    for (c, class) in pool.iter().zip(class_of).filter(|(c, _)| !c.applied) {
         let Some((x, lx, y, ly)) = c.equi.as_ref() else { continue };
         let (mine, other, oq) = if ly.as_slice() == [r] && lx.len() == 1 && order.contains(&lx[0]) {
             (y, x, lx[0])
@@ -2062,12 +2149,61 @@ fn edges(b: &Binder<'_>, plans: &[Option<Plan>], pool: &[Conj], order: &[usize],
         } else {
             continue;
         };
-        out.push((domain(mine, r)?, domain(other, oq)?, oq));
+        out.push((domain(mine, r)?, domain(other, oq)?, oq, *class));
     }
     Ok(out)
 }
 
-fn join_tree(b: &Binder<'_>, plans: Vec<Plan>, steps: &[Step<'_>], mut pool: Vec<Conj>) -> Result<Plan> {
+/// The bytes a relation's rows take in a join: the widths (see [`sampled_widths`]) of its
+/// columns whose names are among the words of the query (`used`: the columns it may read;
+/// an over-estimate, as a column read only by its scan's filter counts too).
+fn rel_width(bm: &crate::buffer::BufferManager, rel: &Rel, plan: Option<&Plan>, used: &std::collections::HashSet<String>) -> Result<f64> {
+    let widths = match plan {
+        Some(Plan::Scan { table, .. }) => sampled_widths(bm, table)?,
+        Some(p) => col_widths(bm, p)?,
+        None => Vec::new(),
+    };
+    Ok(rel.cols.iter().enumerate().filter(|(_, (name, _))| used.contains(&name.to_lowercase())).map(|(i, _)| widths.get(i).copied().unwrap_or(9.0)).sum())
+}
+
+/// A semi or anti join of one relation with a subquery's rows: the relation, the key over
+/// its columns, the subquery's plan, `NOT IN`?
+type Pushed = (usize, BExpr, Plan, bool);
+
+/// The semi (anti: `negated`) join of `plan`'s rows whose `x` is (not) in the first
+/// column of `sub`'s rows.
+fn in_join(plan: Plan, x: BExpr, sub: Plan, negated: bool) -> Plan {
+    Plan::HashJoin {
+        left: Box::new(plan),
+        right: Box::new(sub),
+        kind: if negated { JoinKind::Anti } else { JoinKind::Semi },
+        left_keys: vec![x],
+        right_keys: vec![BExpr::Col(0, "subquery".into())],
+        residual: None,
+        right_width: 1,
+        keep: Vec::new(),
+    }
+}
+
+/// The table a relation's plan scans, below the semi and anti joins that filter it.
+fn scanned(p: &Plan) -> Option<&crate::access::table::Table> {
+    match p {
+        Plan::Scan { table, .. } => Some(table),
+        Plan::HashJoin { left, kind: JoinKind::Semi | JoinKind::Anti, .. } => scanned(left),
+        _ => None,
+    }
+}
+
+/// `pushed`: semi and anti joins with subqueries that filter one relation (after its
+/// scan's filter, before it is joined).
+fn join_tree(
+    b: &Binder<'_>,
+    plans: Vec<Plan>,
+    steps: &[Step<'_>],
+    mut pool: Vec<Conj>,
+    used: &std::collections::HashSet<String>,
+    pushed: Vec<Pushed>,
+) -> Result<Plan> {
     let scope = b.scope;
     let n = scope.rels.len();
     let null_supplied: Vec<bool> = (0..n).map(|r| steps.iter().any(|s| s.rel == r && s.kind == JoinKind::Left)).collect();
@@ -2089,37 +2225,47 @@ fn join_tree(b: &Binder<'_>, plans: Vec<Plan>, steps: &[Step<'_>], mut pool: Vec
             c.applied = true;
         }
     }
+    for (r, x, sub, negated) in pushed {
+        if let Some(p) = rel_plans[r].take() {
+            rel_plans[r] = Some(in_join(p, x, sub, negated));
+        }
+    }
     // The order: as written with LEFT joins. Else, with the buffer manager at hand, by
     // estimates of the relations' rows after their filters (see `Plan::estimate`): first
     // the relation with the fewest, then each time the relation that an equality connects
     // to those joined so far whose join gives the fewest estimated rows (a cross product
     // only when no relation is connected). Without it: each next relation one that an
     // equality connects to those joined so far (the first written, if none is).
+    let class_of = if has_left { vec![None; pool.len()] } else { implied_equalities(scope, &mut pool) };
     let mut order: Vec<usize> = Vec::with_capacity(n);
     let connects = |r: usize, c: &Conj, order: &[usize]| {
         c.equi.as_ref().is_some_and(|(_, lx, _, ly)| {
             (lx.iter().all(|x| order.contains(x)) && ly.as_slice() == [r]) || (ly.iter().all(|y| order.contains(y)) && lx.as_slice() == [r])
         })
     };
-    let est: Option<Vec<(f64, f64)>> = match (has_left, b.cx.bm) {
+    // With the estimates, each relation's row width in bytes (see `rel_width`).
+    let (est, wid): (Option<Vec<(f64, f64)>>, Vec<f64>) = match (has_left, b.cx.bm) {
         (false, Some(bm)) => {
-            let mut v = Vec::with_capacity(n);
-            for p in &rel_plans {
+            let (mut v, mut w) = (Vec::with_capacity(n), Vec::with_capacity(n));
+            for (r, p) in rel_plans.iter().enumerate() {
                 v.push(p.as_ref().map_or(Ok((1.0, 1.0)), |p| p.estimate(bm))?);
+                w.push(rel_width(bm, &scope.rels[r], p.as_ref(), used)?);
             }
-            Some(v)
+            (Some(v), w)
         }
-        _ => None,
+        _ => (None, Vec::new()),
     };
     if has_left {
         order.extend(steps.iter().map(|s| s.rel));
     } else if let Some(est) = &est {
         let smallest = |rs: &mut dyn Iterator<Item = usize>| rs.min_by(|a, b| est[*a].0.total_cmp(&est[*b].0).then(a.cmp(b)));
         // The greedy order from one first relation, and its cost: the sum of the estimated
-        // rows of its joins (a many-to-many join's counted twice).
+        // bytes of its joins (rows times the width of the columns read of the relations
+        // joined, plus a record's overhead; a many-to-many join's counted twice), so that
+        // wide rows are joined late, when fewer.
         let greedy = |first: usize| -> Result<(Vec<usize>, f64)> {
             let mut order = vec![first];
-            let (mut cur, mut cost) = (est[first], 0.0);
+            let (mut cur, mut cost, mut cur_w) = (est[first], 0.0, wid[first]);
             while order.len() < n {
                 let rest: Vec<usize> = (0..n).filter(|r| !order.contains(r)).collect();
                 let connected: Vec<usize> = rest.iter().copied().filter(|&r| pool.iter().any(|c| !c.applied && connects(r, c, &order))).collect();
@@ -2135,15 +2281,26 @@ fn join_tree(b: &Binder<'_>, plans: Vec<Plan>, steps: &[Step<'_>], mut pool: Vec
                     // estimate when no key bounds it: a less certain guess than a key's).
                     let share = |(rows, base): (f64, f64)| (rows / base.max(1.0)).min(1.0);
                     let mut per: Vec<(usize, f64, f64)> = Vec::new();
-                    for (dr, dq, q) in edges(b, &rel_plans, &pool, &order, r)? {
+                    let mut classes: Vec<(usize, usize)> = Vec::new();
+                    for (dr, dq, q, class) in edges(b, &rel_plans, &pool, &class_of, &order, r)? {
                         let (d, w) = match (dr, dq) {
                             (Some(dr), Some(dq)) => ((dr * share(est[r])).max(dq * share(cur)).max(1.0), 2.0),
                             (None, Some(_)) => (est[r].1, 1.0),
                             (Some(_), None) => (est[q].1, 1.0),
                             (None, None) => (est[r].1.min(est[q].1), 1.0),
                         };
-                        // Several equalities with one relation (a composite key): the
-                        // largest divisor; with different relations: they multiply.
+                        // Several equalities with one relation (a composite key), or of
+                        // one class of equal columns: the largest divisor; with different
+                        // relations: they multiply.
+                        let q = match class.and_then(|k| classes.iter().find(|(c, _)| *c == k)) {
+                            Some(&(_, first)) => first,
+                            None => {
+                                if let Some(k) = class {
+                                    classes.push((k, q));
+                                }
+                                q
+                            }
+                        };
                         match per.iter_mut().find(|(p, ..)| *p == q) {
                             Some(e) if d > e.1 => *e = (q, d, w),
                             Some(_) => {}
@@ -2159,7 +2316,7 @@ fn join_tree(b: &Binder<'_>, plans: Vec<Plan>, steps: &[Step<'_>], mut pool: Vec
                         }
                     });
                 }
-                let weighed = |i: usize| joined[i].0 * joined[i].2;
+                let weighed = |i: usize| joined[i].0 * (cur_w + wid[connected[i]] + RECORD) * joined[i].2;
                 let next = (0..connected.len()).min_by(|&a, &b| {
                     weighed(a).total_cmp(&weighed(b)).then(est[connected[a]].0.total_cmp(&est[connected[b]].0)).then(connected[a].cmp(&connected[b]))
                 });
@@ -2171,7 +2328,8 @@ fn join_tree(b: &Binder<'_>, plans: Vec<Plan>, steps: &[Step<'_>], mut pool: Vec
                     }
                 };
                 cur = after;
-                cost += cur.0 * w;
+                cur_w += wid[next];
+                cost += cur.0 * (cur_w + RECORD) * w;
                 order.push(next);
             }
             Ok((order, cost))
@@ -2262,6 +2420,7 @@ fn join_tree(b: &Binder<'_>, plans: Vec<Plan>, steps: &[Step<'_>], mut pool: Vec
             right_keys: rk,
             residual,
             right_width: scope.rels[r].cols.len(),
+            keep: Vec::new(),
         };
         apply_ready(&mut plan, &layout, &mut pool);
     }

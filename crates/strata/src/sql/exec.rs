@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use super::agg::{encode_states, AggKind, HashAgg, St};
 use super::expr::{BExpr, Pos};
 use super::join::{JoinArgs, JoinKind};
-use super::rows::{corrupt, decode_row, encode_row, encode_sort_key, encode_value, hash_bytes};
+use super::rows::{assign, corrupt, decode_row, encode_row, encode_sort_key, encode_value, hash_bytes};
 use super::sort::Sorter;
 use super::vagg::GroupCache;
 use crate::access::table::{ColumnType, Table, Value};
@@ -76,7 +76,18 @@ pub enum Plan {
     Sort { input: Box<Plan>, keys: Vec<SortKey>, top: Option<u64> },
     /// An equi-join by hash (see [`super::join`]): rows of the left's columns then the
     /// right's (semi and anti joins: the left's only).
-    HashJoin { left: Box<Plan>, right: Box<Plan>, kind: JoinKind, left_keys: Vec<BExpr>, right_keys: Vec<BExpr>, residual: Option<BExpr>, right_width: usize },
+    /// `keep`: per column of the left rows then the right ones, whether it is read above
+    /// the join or by the residual (set by [`super::scan::prune`]; empty: all are).
+    HashJoin {
+        left: Box<Plan>,
+        right: Box<Plan>,
+        kind: JoinKind,
+        left_keys: Vec<BExpr>,
+        right_keys: Vec<BExpr>,
+        residual: Option<BExpr>,
+        right_width: usize,
+        keep: Vec<bool>,
+    },
     /// The input if `sub` has a row (`EXISTS`), or if it has none (`negated`).
     Exists { input: Box<Plan>, sub: Box<Plan>, negated: bool },
     /// Skips `offset` rows, then passes at most `limit`.
@@ -126,11 +137,15 @@ impl Plan {
                 _ => sink(&[]),
             },
             Plan::Project { input, exprs } => {
-                let mut out = Vec::with_capacity(exprs.len());
+                // One reused row: a plain column is copied into its slot (a string reuses
+                // the slot's buffer), anything else evaluated.
+                let mut out = vec![Value::Null; exprs.len()];
                 input.run(bm, &mut |row| {
-                    out.clear();
-                    for e in exprs {
-                        out.push(e.eval(row)?);
+                    for (slot, e) in out.iter_mut().zip(exprs) {
+                        match e {
+                            BExpr::Col(i, _) => assign(slot, row.get(*i).ok_or_else(|| corrupt("projected column"))?),
+                            e => *slot = e.eval(row)?,
+                        }
                     }
                     sink(&out)
                 })
@@ -159,9 +174,9 @@ impl Plan {
                 sink(&row)
             }
             Plan::HashAggregate { input, keys, aggs } => run_hash_aggregate(bm, input, keys, aggs, sink),
-            Plan::HashJoin { left, right, kind, left_keys, right_keys, residual, right_width } => super::join::run(
+            Plan::HashJoin { left, right, kind, left_keys, right_keys, residual, right_width, keep } => super::join::run(
                 bm,
-                &JoinArgs { left, right, kind: *kind, left_keys, right_keys, residual: residual.as_ref(), right_width: *right_width },
+                &JoinArgs { left, right, kind: *kind, left_keys, right_keys, residual: residual.as_ref(), right_width: *right_width, keep },
                 sink,
             ),
             Plan::Exists { input, sub, negated } => {
@@ -317,14 +332,16 @@ impl Plan {
                 s.push('\n');
                 Some(input)
             }
-            Plan::HashJoin { left, right, kind, left_keys, right_keys, residual, .. } => {
+            Plan::HashJoin { left, right, kind, left_keys, right_keys, residual, keep, .. } => {
                 let on = list(&mut left_keys.iter().zip(right_keys).map(|(l, r)| format!("{l} = {r}")));
                 let est = |p: &Plan| bm.and_then(|bm| p.estimate_rows(bm).ok());
+                let side = bm.and_then(|bm| super::join::build_side(bm, left, right, *kind, keep).ok());
                 let either = matches!(kind, JoinKind::Inner | JoinKind::Semi | JoinKind::NotExists);
-                let build = match (either, est(left), est(right)) {
-                    (true, Some(l), Some(r)) if l < r => format!("build: left, ~{l} rows vs ~{r}"),
-                    (true, Some(l), Some(r)) => format!("build: right, ~{r} rows vs ~{l}"),
-                    (true, _, _) => "build: the side with fewer rows".to_owned(),
+                let kib = |b: f64| (b / 1024.0).ceil() as u64;
+                let build = match (either, est(left), est(right), side) {
+                    (true, Some(l), Some(r), Some((true, lb, rb))) => format!("build: left, ~{l} rows vs ~{r}, ~{} KiB vs ~{} KiB", kib(lb), kib(rb)),
+                    (true, Some(l), Some(r), Some((false, lb, rb))) => format!("build: right, ~{r} rows vs ~{l}, ~{} KiB vs ~{} KiB", kib(rb), kib(lb)),
+                    (true, ..) => "build: the side whose records take fewer bytes".to_owned(),
                     _ => "build: right".to_owned(),
                 };
                 let _ = write!(

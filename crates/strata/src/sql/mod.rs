@@ -29,7 +29,8 @@
 //! the query's rows: its one value, NULL if it has no row, an error if it has more than
 //! one; so is `[NOT] EXISTS (SELECT ...)` used as a value (inside an `OR`, in SELECT).
 //! As conditions of WHERE joined by `AND`: `x [NOT] IN (SELECT ...)` (a semi or anti join
-//! with SQL's NULL semantics for `NOT IN`) and `[NOT] EXISTS (SELECT ...)`, uncorrelated or
+//! with SQL's NULL semantics for `NOT IN`, of the one relation `x` reads before its joins
+//! when a LEFT join does not pad it) and `[NOT] EXISTS (SELECT ...)`, uncorrelated or
 //! correlated: a correlated one (its WHERE reads columns of the enclosing query; names are
 //! looked up in the subquery's own FROM first) is decorrelated into a semi join (`EXISTS`,
 //! `x IN`) or an anti join (`NOT EXISTS`, where a NULL key just matches nothing), its
@@ -64,8 +65,8 @@
 //! eviction ([`rows::RowRun`]: variable-size byte records): hash aggregation
 //! ([`agg`]: `GROUP BY`, `DISTINCT`, distinct aggregates), sort ([`sort`]: runs and a
 //! k-way merge; a top-k heap for `LIMIT` ≤ 1000), hash join ([`join`]: grace partitioning,
-//! recursive for partitions that do not fit, chunks for a key too frequent to split; inner, semi and `NOT EXISTS` joins build on the side with fewer rows by the
-//! tables' row counts). The Rust heap holds per-partition bookkeeping and a few rows at a
+//! recursive for partitions that do not fit, chunks for a key too frequent to split; inner, semi and `NOT EXISTS` joins build on the side whose records take fewer
+//! bytes: estimated rows times the width of the columns kept, see [`width`]). The Rust heap holds per-partition bookkeeping and a few rows at a
 //! time, not the input. [`spill_counters`] tells how often each spill path was taken.
 //!
 //! Types: `i64` arithmetic is checked (overflow is an error, never a wrapped value),
@@ -78,12 +79,14 @@ pub mod agg;
 pub mod bind;
 pub mod exec;
 pub mod expr;
+pub mod fold;
 pub mod join;
 pub mod rows;
 pub mod scan;
 pub mod sort;
 pub mod subquery;
 pub mod vagg;
+pub mod width;
 
 use sqlparser::dialect::GenericDialect;
 use sqlparser::parser::{Parser, ParserError};
@@ -224,7 +227,8 @@ pub fn prepare(catalog: &Catalog, sql: &str) -> Result<Prepared> {
 
 /// [`prepare`] with the database's buffer manager: inner joins are then ordered by
 /// estimates of the rows each relation has after its filters (a small sample of its rows;
-/// see [`exec::Plan::estimate_rows`]), not by the tables' sizes alone.
+/// see [`exec::Plan::estimate_rows`]), weighed by the width of the columns the query reads
+/// (see [`width`]), not by the tables' sizes alone.
 pub fn prepare_in(catalog: &Catalog, bm: Option<&crate::buffer::BufferManager>, sql: &str) -> Result<Prepared> {
     count_operators(sql)?;
     std::thread::scope(|s| {
@@ -256,6 +260,7 @@ fn prepare_here(catalog: &Catalog, bm: Option<&crate::buffer::BufferManager>, sq
         }
     };
     let (mut bound, explain) = bind::statement(catalog, bm, stmt)?;
+    fold::fold_projects(&mut bound.plan);
     scan::optimize(&mut bound.plan);
     if explain {
         let text = bound.plan.explain();

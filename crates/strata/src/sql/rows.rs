@@ -119,6 +119,48 @@ pub fn decode_value(b: &mut &[u8]) -> Result<Value> {
     })
 }
 
+/// Decodes one value from the front of `b` into `slot`, advancing `b`; a string or byte
+/// string reuses the buffer `slot` already holds (no allocation once it is large enough).
+pub fn decode_value_into(slot: &mut Value, b: &mut &[u8]) -> Result<()> {
+    let tag = *b.first().ok_or_else(|| corrupt("truncated value"))?;
+    if tag != T_STR && tag != T_BYTES {
+        *slot = decode_value(b)?;
+        return Ok(());
+    }
+    *b = &b[1..];
+    let s = take(b, 4)?;
+    let n = u32::from_le_bytes([s[0], s[1], s[2], s[3]]) as usize;
+    let data = take(b, n)?;
+    if tag == T_STR {
+        let text = std::str::from_utf8(data).map_err(|_| corrupt("string is not UTF-8"))?;
+        match slot {
+            Value::Str(s) => {
+                s.clear();
+                s.push_str(text);
+            }
+            _ => *slot = Value::Str(text.to_owned()),
+        }
+    } else {
+        match slot {
+            Value::Bytes(v) => {
+                v.clear();
+                v.extend_from_slice(data);
+            }
+            _ => *slot = Value::Bytes(data.to_vec()),
+        }
+    }
+    Ok(())
+}
+
+/// Sets `slot` to a copy of `v`, reusing the string or byte buffer `slot` already holds.
+pub fn assign(slot: &mut Value, v: &Value) {
+    match (slot, v) {
+        (Value::Str(a), Value::Str(b)) => a.clone_from(b),
+        (Value::Bytes(a), Value::Bytes(b)) => a.clone_from(b),
+        (slot, v) => *slot = v.clone(),
+    }
+}
+
 /// Decodes all values of `b`.
 pub fn decode_row(b: &[u8]) -> Result<Vec<Value>> {
     let mut out = Vec::new();
@@ -419,6 +461,43 @@ mod tests {
         for w in strs.windows(2) {
             assert!(key(&Value::Str(w[0].into()), false) < key(&Value::Str(w[1].into()), false), "{w:?}");
         }
+    }
+
+    #[test]
+    fn values_decode_into_slots_reusing_buffers() {
+        let vals = [
+            Value::Str("a longer string than the slot had".into()),
+            Value::Str(String::new()),
+            Value::Bytes(vec![1, 2, 3]),
+            Value::I64(7),
+            Value::Null,
+            Value::Str("x".into()),
+            Value::Date(-3),
+        ];
+        let mut b = Vec::new();
+        encode_row(&vals, &mut b);
+        // Slots holding values of other types and sizes, strings among them.
+        let mut slots = vec![
+            Value::Str("old".into()),
+            Value::I64(1),
+            Value::Str("s".into()),
+            Value::Null,
+            Value::Str("t".into()),
+            Value::Bytes(vec![9]),
+            Value::Bool(true),
+        ];
+        let mut rest = &b[..];
+        for s in slots.iter_mut() {
+            decode_value_into(s, &mut rest).unwrap();
+        }
+        assert!(rest.is_empty());
+        assert_eq!(slots, vals);
+        assert!(decode_value_into(&mut slots[0], &mut &b[..3]).is_err(), "a truncated string is an error");
+        let mut copies = vec![Value::Str("zz".into()), Value::Bytes(Vec::new()), Value::Null, Value::Str("q".into()), Value::I64(0), Value::Null, Value::Null];
+        for (c, v) in copies.iter_mut().zip(&vals) {
+            assign(c, v);
+        }
+        assert_eq!(copies, vals);
     }
 
     #[test]

@@ -833,8 +833,14 @@ pub fn prune(plan: &mut Plan, need: &[bool]) {
         }
         Plan::ColScan(_) | Plan::OneRow { .. } => {}
         Plan::Project { input, exprs } => {
+            // A plain column that nothing above reads needs no input column (it is still
+            // copied, as the NULL its scan leaves); any other expression is evaluated, so
+            // what it reads is needed.
             let mut n = vec![false; width(input)];
-            for e in exprs.iter() {
+            for (i, e) in exprs.iter().enumerate() {
+                if matches!(e, BExpr::Col(..)) && !need.get(i).copied().unwrap_or(true) {
+                    continue;
+                }
                 mark(e, &mut n);
             }
             prune(input, &n);
@@ -891,13 +897,15 @@ pub fn prune(plan: &mut Plan, need: &[bool]) {
             }
             prune(input, need);
         }
-        Plan::HashJoin { left, right, left_keys, right_keys, residual, .. } => {
+        Plan::HashJoin { left, right, left_keys, right_keys, residual, keep, .. } => {
             let (lw, rw) = (width(left), width(right));
             let mut all = need.to_vec();
             all.resize(lw + rw, false);
             if let Some(r) = residual {
                 mark(r, &mut all);
             }
+            // The join's records carry these columns only.
+            keep.clone_from(&all);
             let (mut nl, mut nr) = (all[..lw].to_vec(), all[lw..].to_vec());
             for e in left_keys.iter() {
                 mark(e, &mut nl);

@@ -1,11 +1,15 @@
 //! Hash joins whose state lives in temporary pages (inner and left outer equi-joins, and
 //! the semi and anti joins of `IN (SELECT ...)` / `NOT IN (SELECT ...)`).
 //!
-//! The build side (for inner, semi and `NOT EXISTS` joins the side with fewer rows,
-//! estimated by [`Plan::estimate`] (filtered scans sampled); otherwise the right side; a semi or anti join
+//! The build side (for inner, semi and `NOT EXISTS` joins the side whose records take
+//! fewer bytes, see [`build_side`]: rows estimated by [`Plan::estimate`] (filtered scans
+//! sampled) times the width of the columns kept; otherwise the right side; a semi or anti join
 //! that builds on the left marks the entries that right rows match, then gives the
 //! marked or unmarked left rows) is written to a [`RowRun`] as `(hash, key, row)`
-//! records, rows with a NULL key left out (they match nothing). If it fits an eighth of
+//! records, rows with a NULL key left out (they match nothing). A record's row holds only
+//! the columns used above the join or by its residual, and a matching record is decoded
+//! straight into its slots of one reused output row (see [`slots`]); a probe compares the
+//! hash and the key's bytes, and decodes a build record only when they match. If it fits an eighth of
 //! the pool, it becomes a hash table in one temporary page and the probe side streams past
 //! it. Otherwise both sides are hash-partitioned into runs (grace hash join: up to 64
 //! partitions, each a run of temporary pages that is evicted to the scratch file under
@@ -15,17 +19,18 @@
 //! with a bitmap in temporary pages remembering which probe rows matched (for left, semi
 //! and anti joins).
 
+mod slots;
+mod table;
+
 use super::exec::Plan;
 use super::expr::BExpr;
-use super::rows::{
-    corrupt, decode_row, decode_row_into, encode_row, encode_value, hash_bytes, not_temp, part_payload, pow2_floor, rd32, rd64, run_payload, work_payload,
-    wr32, wr64, Cursor, RowRun,
-};
+use super::rows::{corrupt, encode_value, hash_bytes, part_payload, pow2_floor, rd32, rd64, run_payload, work_payload, wr32, Cursor, RowRun};
 use crate::access::table::Value;
-use crate::access::TempPage;
 use crate::buffer::BufferManager;
 use crate::error::Result;
 use crate::ops::spill::shifted;
+use slots::Joined;
+use table::{split, JoinTable, TempBits, HDR, MARK};
 
 /// The kinds of join.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,12 +57,24 @@ pub struct JoinArgs<'p> {
     pub right_keys: &'p [BExpr],
     pub residual: Option<&'p BExpr>,
     pub right_width: usize,
+    /// Per column of the left rows then the right ones: read above the join or by the
+    /// residual (empty: all are).
+    pub keep: &'p [bool],
 }
 
-/// Encodes the keys of `row`; `false` if one is NULL.
+/// Encodes the keys of `row`; `false` if one is NULL. A plain column key is encoded from
+/// the row without evaluating an expression.
 fn encode_keys(keys: &[BExpr], row: &[Value], out: &mut Vec<u8>) -> Result<bool> {
     out.clear();
     for k in keys {
+        if let BExpr::Col(i, _) = k {
+            let v = row.get(*i).ok_or_else(|| corrupt("join key column"))?;
+            if matches!(v, Value::Null) {
+                return Ok(false);
+            }
+            encode_value(v, out);
+            continue;
+        }
         let v = k.eval(row)?;
         if matches!(v, Value::Null) {
             return Ok(false);
@@ -67,107 +84,37 @@ fn encode_keys(keys: &[BExpr], row: &[Value], out: &mut Vec<u8>) -> Result<bool>
     Ok(true)
 }
 
-/// Splits a `(hash, key length, key, row)` record.
-fn split(rec: &[u8]) -> Result<(u64, &[u8], &[u8])> {
-    if rec.len() < 12 {
-        return Err(corrupt("short join record"));
-    }
-    let k = rd32(rec, 8) as usize;
-    let key = rec.get(12..12 + k).ok_or_else(|| corrupt("join record key"))?;
-    Ok((rd64(rec, 0), key, &rec[12 + k..]))
-}
-
-/// Entry: next u32, hash u64, key length u32, row length u32, key, row.
-const HDR: usize = 20;
-
-/// A chunk of the build side as a hash table in one temporary page.
-struct JoinTable<'a> {
-    page: TempPage<'a>,
-    nslots: usize,
-    count: u64,
-}
-
-/// The bit of an entry's row length that marks it matched (semi and anti joins that
-/// build on the left side).
-const MARK: u32 = 1 << 31;
-
-impl<'a> JoinTable<'a> {
-    /// The `count` records of `run` from `start` (`bytes` of them with length words).
-    fn build(bm: &'a BufferManager, run: &RowRun<'_>, start: Cursor, count: u64, bytes: u64) -> Result<JoinTable<'a>> {
-        let nslots = (count.max(1)).next_power_of_two() as usize;
-        let payload = nslots * 4 + bytes as usize + count as usize * 8;
-        let (page, mut g) = TempPage::alloc(bm, payload)?;
-        {
-            let d = g.data_mut().ok_or_else(not_temp)?;
-            let (mut cur, mut rec, mut at) = (start, Vec::new(), nslots * 4);
-            for _ in 0..count {
-                if !run.next(&mut cur, &mut rec)? {
-                    return Err(corrupt("join build run ended early"));
-                }
-                let (h, key, row) = split(&rec)?;
-                let slot = (h as usize) & (nslots - 1);
-                let need = HDR + key.len() + row.len();
-                if at + need > d.len() {
-                    return Err(corrupt("join table overflow"));
-                }
-                wr32(d, at, rd32(d, slot * 4));
-                wr64(d, at + 4, h);
-                wr32(d, at + 12, key.len() as u32);
-                wr32(d, at + 16, row.len() as u32);
-                d[at + HDR..at + HDR + key.len()].copy_from_slice(key);
-                d[at + HDR + key.len()..at + need].copy_from_slice(row);
-                wr32(d, slot * 4, (at + 1) as u32);
-                at += need;
-            }
-        }
-        drop(g);
-        Ok(JoinTable { page, nslots, count })
-    }
-}
-
-/// One bit per probe row, in temporary pages (matched in an earlier chunk?).
-struct TempBits<'a> {
-    pages: Vec<TempPage<'a>>,
-    per: usize,
-}
-
-impl<'a> TempBits<'a> {
-    fn new(bm: &'a BufferManager, n: u64) -> Result<TempBits<'a>> {
-        let payload = run_payload(bm);
-        let per = payload * 8;
-        let mut pages = Vec::new();
-        for _ in 0..(n as usize).div_ceil(per) {
-            let (p, g) = TempPage::alloc(bm, payload)?;
-            drop(g);
-            pages.push(p);
-        }
-        Ok(TempBits { pages, per })
-    }
-    fn get(&self, i: u64) -> Result<bool> {
-        let (p, b) = ((i as usize) / self.per, (i as usize) % self.per);
-        let g = self.pages.get(p).ok_or_else(|| corrupt("bitmap index"))?.shared()?;
-        Ok(g.data()[b / 8] & (1 << (b % 8)) != 0)
-    }
-    fn set(&self, i: u64) -> Result<()> {
-        let (p, b) = ((i as usize) / self.per, (i as usize) % self.per);
-        let mut g = self.pages.get(p).ok_or_else(|| corrupt("bitmap index"))?.exclusive()?;
-        g.data_mut().ok_or_else(not_temp)?[b / 8] |= 1 << (b % 8);
-        Ok(())
-    }
+/// A probe row: a row of the probe plan, or the kept columns of one, encoded (a grace
+/// partition's record).
+#[derive(Clone, Copy)]
+enum Probe<'r> {
+    Row(&'r [Value]),
+    Bytes(&'r [u8]),
 }
 
 struct Ctx<'p> {
     kind: JoinKind,
     build_left: bool,
     residual: Option<&'p BExpr>,
-    right_width: usize,
     build_has_null: bool,
     build_rows: u64,
-    /// A probe's buffers: the matching build row's bytes, the joined row.
-    scratch: std::cell::RefCell<(Vec<u8>, Vec<Value>)>,
+    /// The entries a probe row marks (reused across probes).
+    hits: std::cell::RefCell<Vec<usize>>,
 }
 
 type Sink<'s> = dyn FnMut(&[Value]) -> Result<bool> + 's;
+
+/// Puts the probe row's kept columns into their slots, once per probe row.
+fn load(jr: &mut Joined, p: Probe<'_>, loaded: &mut bool) -> Result<()> {
+    if !*loaded {
+        match p {
+            Probe::Row(r) => jr.load_probe(r)?,
+            Probe::Bytes(b) => jr.decode_probe(b)?,
+        }
+        *loaded = true;
+    }
+    Ok(())
+}
 
 impl Ctx<'_> {
     /// A semi or anti join that builds on its left side: probe rows mark the entries they
@@ -176,57 +123,69 @@ impl Ctx<'_> {
         self.build_left && matches!(self.kind, JoinKind::Semi | JoinKind::NotExists)
     }
 
+    /// Whether a matching build record must be decoded (its columns are output, or the
+    /// residual reads them).
+    fn decodes(&self, jr: &Joined) -> bool {
+        !jr.build_empty() && (self.residual.is_some() || matches!(self.kind, JoinKind::Inner | JoinKind::Left))
+    }
+
+    /// Whether the residual holds for the row in `jr` (no residual: true).
+    fn passes(&self, jr: &Joined) -> Result<bool> {
+        Ok(match self.residual {
+            Some(r) => matches!(r.eval(jr.all())?, Value::Bool(true)),
+            None => true,
+        })
+    }
+
     /// Marks every entry of `table` (left rows) that the probe row (a right row) matches.
-    fn mark(&self, table: &JoinTable<'_>, prow: &[Value], key: &[u8], h: u64) -> Result<()> {
-        let mut cur = {
+    fn mark(&self, table: &JoinTable<'_>, jr: &mut Joined, p: Probe<'_>, key: &[u8], h: u64) -> Result<()> {
+        let mut loaded = false;
+        let mut hits = self.hits.borrow_mut();
+        hits.clear();
+        {
             let g = table.page.shared()?;
-            rd32(g.data(), (h as usize & (table.nslots - 1)) * 4) as usize
-        };
-        let (mut brow_bytes, mut out) = (Vec::new(), Vec::new());
-        while cur != 0 {
-            let o = cur - 1;
-            let hit = {
-                let g = table.page.shared()?;
-                let d = g.data();
+            let d = g.data();
+            let mut cur = rd32(d, (h as usize & (table.nslots - 1)) * 4) as usize;
+            while cur != 0 {
+                let o = cur - 1;
                 if o + HDR > d.len() {
                     return Err(corrupt("join entry past its page"));
                 }
                 cur = rd32(d, o) as usize;
                 let (klen, rraw) = (rd32(d, o + 12) as usize, rd32(d, o + 16));
                 let hit = rraw & MARK == 0 && rd64(d, o + 4) == h && klen == key.len() && d.get(o + HDR..o + HDR + klen) == Some(key);
-                if hit && self.residual.is_some() {
-                    let rlen = (rraw & !MARK) as usize;
-                    brow_bytes.clear();
-                    brow_bytes.extend_from_slice(d.get(o + HDR + klen..o + HDR + klen + rlen).ok_or_else(|| corrupt("join entry past its page"))?);
-                }
-                hit
-            };
-            if !hit {
-                continue;
-            }
-            if let Some(r) = self.residual {
-                out.clear();
-                out.extend(decode_row(&brow_bytes)?);
-                out.extend_from_slice(prow);
-                if !matches!(r.eval(&out)?, Value::Bool(true)) {
+                if !hit {
                     continue;
                 }
+                if self.residual.is_some() {
+                    let rlen = (rraw & !MARK) as usize;
+                    load(jr, p, &mut loaded)?;
+                    jr.decode_build(d.get(o + HDR + klen..o + HDR + klen + rlen).ok_or_else(|| corrupt("join entry past its page"))?)?;
+                    if !self.passes(jr)? {
+                        continue;
+                    }
+                }
+                hits.push(o);
             }
+        }
+        if !hits.is_empty() {
             let mut g = table.page.exclusive()?;
-            let d = g.data_mut().ok_or_else(not_temp)?;
-            let v = rd32(d, o + 16);
-            wr32(d, o + 16, v | MARK);
+            let d = g.data_mut().ok_or_else(super::rows::not_temp)?;
+            for &o in hits.iter() {
+                let v = rd32(d, o + 16);
+                wr32(d, o + 16, v | MARK);
+            }
         }
         Ok(())
     }
 
     /// The left rows of `table` that are the result: marked for a semi join, unmarked for
     /// an anti join.
-    fn emit(&self, table: &JoinTable<'_>, sink: &mut Sink<'_>) -> Result<bool> {
+    fn emit(&self, table: &JoinTable<'_>, jr: &mut Joined, sink: &mut Sink<'_>) -> Result<bool> {
         let want = self.kind == JoinKind::Semi;
         let mut at = table.nslots * 4;
         for _ in 0..table.count {
-            let (row, marked) = {
+            let marked = {
                 let g = table.page.shared()?;
                 let d = g.data();
                 if at + HDR > d.len() {
@@ -236,25 +195,49 @@ impl Ctx<'_> {
                 let rlen = (rraw & !MARK) as usize;
                 let bytes = d.get(at + HDR + klen..at + HDR + klen + rlen).ok_or_else(|| corrupt("join entry past its page"))?;
                 at += HDR + klen + rlen;
-                (decode_row(bytes)?, rraw & MARK != 0)
+                let marked = rraw & MARK != 0;
+                if marked == want {
+                    jr.decode_build(bytes)?;
+                }
+                marked
             };
-            if marked == want && !sink(&row)? {
+            if marked == want && !sink(jr.left())? {
                 return Ok(false);
             }
         }
         Ok(true)
     }
 
+    /// Hands on the probe row itself (a left row: semi and anti joins that build on the
+    /// right).
+    fn pass(jr: &mut Joined, p: Probe<'_>, loaded: &mut bool, sink: &mut Sink<'_>) -> Result<bool> {
+        match p {
+            Probe::Row(r) => sink(r),
+            Probe::Bytes(_) => {
+                load(jr, p, loaded)?;
+                sink(jr.left())
+            }
+        }
+    }
+
+    /// A LEFT join's probe row without a match, padded with NULLs.
+    fn padded(jr: &mut Joined, p: Probe<'_>, loaded: &mut bool, sink: &mut Sink<'_>) -> Result<bool> {
+        load(jr, p, loaded)?;
+        jr.null_build();
+        sink(jr.all())
+    }
+
     /// A probe row whose key is NULL: it matches nothing.
-    fn null_probe(&self, prow: &[Value], sink: &mut Sink<'_>) -> Result<bool> {
+    fn null_probe(&self, jr: &mut Joined, p: Probe<'_>, sink: &mut Sink<'_>) -> Result<bool> {
+        let mut loaded = false;
         match self.kind {
             JoinKind::Inner | JoinKind::Semi => Ok(true),
-            JoinKind::Left => self.padded(prow, sink),
+            JoinKind::Left => Self::padded(jr, p, &mut loaded, sink),
             // NULL NOT IN (empty) is true; NULL NOT IN (anything) is NULL.
-            JoinKind::NotExists => sink(prow),
+            JoinKind::NotExists => Self::pass(jr, p, &mut loaded, sink),
             JoinKind::Anti => {
                 if self.build_rows == 0 {
-                    sink(prow)
+                    Self::pass(jr, p, &mut loaded, sink)
                 } else {
                     Ok(true)
                 }
@@ -262,67 +245,75 @@ impl Ctx<'_> {
         }
     }
 
-    fn padded(&self, prow: &[Value], sink: &mut Sink<'_>) -> Result<bool> {
-        let mut out = prow.to_vec();
-        out.resize(prow.len() + self.right_width, Value::Null);
-        sink(&out)
-    }
-
     /// Probes `table` with one row. `seen`: it matched an earlier chunk; `last`: this is
     /// the last chunk (rows without any match are settled now). Returns (go on, matched
     /// here).
     #[allow(clippy::too_many_arguments)]
-    fn probe(&self, table: &JoinTable<'_>, prow: &[Value], key: &[u8], h: u64, seen: bool, last: bool, sink: &mut Sink<'_>) -> Result<(bool, bool)> {
+    fn probe(
+        &self,
+        table: &JoinTable<'_>,
+        jr: &mut Joined,
+        p: Probe<'_>,
+        key: &[u8],
+        h: u64,
+        seen: bool,
+        last: bool,
+        sink: &mut Sink<'_>,
+    ) -> Result<(bool, bool)> {
         let mut matched = false;
-        let mut cur = {
-            let g = table.page.shared()?;
-            rd32(g.data(), (h as usize & (table.nslots - 1)) * 4) as usize
-        };
-        // Reused across probes (a probe's sink is the operator above, never this join).
-        let mut scratch = self.scratch.borrow_mut();
-        let (brow_bytes, out) = &mut *scratch;
-        while cur != 0 {
+        let mut loaded = false;
+        let decodes = self.decodes(jr);
+        // The chain's next entry (an offset plus one; 0: none); `None`: not read yet.
+        let mut cur: Option<usize> = None;
+        while cur != Some(0) {
+            // Walks the chain under one latch to the next entry whose hash and key match,
+            // and decodes that one only.
             let hit = {
                 let g = table.page.shared()?;
                 let d = g.data();
-                let o = cur - 1;
-                if o + HDR > d.len() {
-                    return Err(corrupt("join entry past its page"));
+                let mut next = match cur {
+                    Some(c) => c,
+                    None => rd32(d, (h as usize & (table.nslots - 1)) * 4) as usize,
+                };
+                let mut hit = false;
+                while next != 0 {
+                    let o = next - 1;
+                    if o + HDR > d.len() {
+                        return Err(corrupt("join entry past its page"));
+                    }
+                    next = rd32(d, o) as usize;
+                    let klen = rd32(d, o + 12) as usize;
+                    if rd64(d, o + 4) == h && klen == key.len() && d.get(o + HDR..o + HDR + klen) == Some(key) {
+                        if decodes {
+                            let rlen = rd32(d, o + 16) as usize;
+                            jr.decode_build(d.get(o + HDR + klen..o + HDR + klen + rlen).ok_or_else(|| corrupt("join entry past its page"))?)?;
+                        }
+                        hit = true;
+                        break;
+                    }
                 }
-                cur = rd32(d, o) as usize;
-                let (klen, rlen) = (rd32(d, o + 12) as usize, rd32(d, o + 16) as usize);
-                let hit = rd64(d, o + 4) == h && klen == key.len() && d.get(o + HDR..o + HDR + klen) == Some(key);
-                if hit {
-                    brow_bytes.clear();
-                    brow_bytes.extend_from_slice(d.get(o + HDR + klen..o + HDR + klen + rlen).ok_or_else(|| corrupt("join entry past its page"))?);
-                }
+                cur = Some(next);
                 hit
             };
             if !hit {
-                continue;
+                break;
             }
-            out.clear();
-            if self.build_left {
-                decode_row_into(brow_bytes, out)?;
-                out.extend_from_slice(prow);
-            } else {
-                out.extend_from_slice(prow);
-                decode_row_into(brow_bytes, out)?;
-            }
-            if let Some(r) = self.residual {
-                if !matches!(r.eval(out)?, Value::Bool(true)) {
+            if self.residual.is_some() {
+                load(jr, p, &mut loaded)?;
+                if !self.passes(jr)? {
                     continue;
                 }
             }
             matched = true;
             match self.kind {
                 JoinKind::Inner | JoinKind::Left => {
-                    if !sink(out)? {
+                    load(jr, p, &mut loaded)?;
+                    if !sink(jr.all())? {
                         return Ok((false, true));
                     }
                 }
                 JoinKind::Semi => {
-                    if !seen && !sink(prow)? {
+                    if !seen && !Self::pass(jr, p, &mut loaded, sink)? {
                         return Ok((false, true));
                     }
                     return Ok((true, true));
@@ -332,9 +323,9 @@ impl Ctx<'_> {
         }
         if last && !seen && !matched {
             let go = match self.kind {
-                JoinKind::Left => self.padded(prow, sink)?,
-                JoinKind::Anti if !self.build_has_null => sink(prow)?,
-                JoinKind::NotExists => sink(prow)?,
+                JoinKind::Left => Self::padded(jr, p, &mut loaded, sink)?,
+                JoinKind::Anti if !self.build_has_null => Self::pass(jr, p, &mut loaded, sink)?,
+                JoinKind::NotExists => Self::pass(jr, p, &mut loaded, sink)?,
                 _ => true,
             };
             return Ok((go, false));
@@ -343,14 +334,30 @@ impl Ctx<'_> {
     }
 }
 
+/// Whether a join builds on its left side, with the estimated bytes of each side's
+/// records (see [`super::width::estimate_bytes`]; `keep` as in [`JoinArgs`]). Inner
+/// joins build on the side whose records take fewer bytes (the estimated rows times the
+/// width of the columns they carry: a side of few but wide rows can be the larger), and
+/// so do semi joins and NOT EXISTS (then the probe rows mark what they match); the others
+/// on the right.
+pub fn build_side(bm: &BufferManager, left: &Plan, right: &Plan, kind: JoinKind, keep: &[bool]) -> Result<(bool, f64, f64)> {
+    if !matches!(kind, JoinKind::Inner | JoinKind::Semi | JoinKind::NotExists) {
+        return Ok((false, 0.0, 0.0));
+    }
+    let lw = super::scan::width(left);
+    let kept = |i: usize| keep.get(i).copied().unwrap_or(keep.is_empty());
+    let l = super::width::estimate_bytes(bm, left, &|i| kept(i))?;
+    let r = super::width::estimate_bytes(bm, right, &|i| kept(lw + i))?;
+    Ok((l < r, l, r))
+}
+
 /// Runs a hash join, handing the joined rows (left columns, then right) to `sink`.
 pub fn run(bm: &BufferManager, j: &JoinArgs<'_>, sink: &mut Sink<'_>) -> Result<bool> {
-    // Inner joins build on the side with fewer rows, and so do semi joins and NOT EXISTS
-    // (then the probe rows mark what they match); the others on the right.
-    let build_left = matches!(j.kind, JoinKind::Inner | JoinKind::Semi | JoinKind::NotExists) && j.left.estimate_rows(bm)? < j.right.estimate_rows(bm)?;
+    let (build_left, _, _) = build_side(bm, j.left, j.right, j.kind, j.keep)?;
     let (bplan, bkeys, pplan, pkeys) = if build_left { (j.left, j.left_keys, j.right, j.right_keys) } else { (j.right, j.right_keys, j.left, j.left_keys) };
-    let mut ctx =
-        Ctx { kind: j.kind, build_left, residual: j.residual, right_width: j.right_width, build_has_null: false, build_rows: 0, scratch: Default::default() };
+    let mut ctx = Ctx { kind: j.kind, build_left, residual: j.residual, build_has_null: false, build_rows: 0, hits: Default::default() };
+    let (lw, rw) = (super::scan::width(j.left), super::scan::width(j.right));
+    let mut jr = Joined::new(lw, rw, j.keep, build_left);
     let mut brun = RowRun::new(bm, run_payload(bm));
     let (mut kb, mut rb) = (Vec::new(), Vec::new());
     let marks = ctx.marks();
@@ -362,7 +369,7 @@ pub fn run(bm: &BufferManager, j: &JoinArgs<'_>, sink: &mut Sink<'_>) -> Result<
             return if marks && ctx.kind == JoinKind::NotExists { sink(row) } else { Ok(true) };
         }
         rb.clear();
-        encode_row(row, &mut rb);
+        jr.encode_build(row, &mut rb)?;
         brun.append(&[&hash_bytes(&kb).to_le_bytes(), &(kb.len() as u32).to_le_bytes(), &kb, &rb])?;
         Ok(true)
     })?;
@@ -377,17 +384,17 @@ pub fn run(bm: &BufferManager, j: &JoinArgs<'_>, sink: &mut Sink<'_>) -> Result<
         if marks {
             pplan.run(bm, &mut |prow| {
                 if encode_keys(pkeys, prow, &mut kb)? {
-                    ctx.mark(&table, prow, &kb, hash_bytes(&kb))?;
+                    ctx.mark(&table, &mut jr, Probe::Row(prow), &kb, hash_bytes(&kb))?;
                 }
                 Ok(true)
             })?;
-            return ctx.emit(&table, sink);
+            return ctx.emit(&table, &mut jr, sink);
         }
         return pplan.run(bm, &mut |prow| {
             if !encode_keys(pkeys, prow, &mut kb)? {
-                return ctx.null_probe(prow, sink);
+                return ctx.null_probe(&mut jr, Probe::Row(prow), sink);
             }
-            Ok(ctx.probe(&table, prow, &kb, hash_bytes(&kb), false, true, sink)?.0)
+            Ok(ctx.probe(&table, &mut jr, Probe::Row(prow), &kb, hash_bytes(&kb), false, true, sink)?.0)
         });
     }
     // Grace hash join: both sides partitioned by the top bits of the hash.
@@ -404,10 +411,10 @@ pub fn run(bm: &BufferManager, j: &JoinArgs<'_>, sink: &mut Sink<'_>) -> Result<
     let mut pparts: Vec<RowRun<'_>> = (0..1usize << bits).map(|_| RowRun::new(bm, payload)).collect();
     let go = pplan.run(bm, &mut |prow| {
         if !encode_keys(pkeys, prow, &mut kb)? {
-            return if marks { Ok(true) } else { ctx.null_probe(prow, sink) };
+            return if marks { Ok(true) } else { ctx.null_probe(&mut jr, Probe::Row(prow), sink) };
         }
         rb.clear();
-        encode_row(prow, &mut rb);
+        jr.encode_probe(prow, &mut rb)?;
         let h = hash_bytes(&kb);
         pparts[part(h)].append(&[&h.to_le_bytes(), &(kb.len() as u32).to_le_bytes(), &kb, &rb])?;
         Ok(true)
@@ -416,7 +423,7 @@ pub fn run(bm: &BufferManager, j: &JoinArgs<'_>, sink: &mut Sink<'_>) -> Result<
         return Ok(false);
     }
     for (b, p) in bparts.into_iter().zip(pparts) {
-        if !join_pair(bm, &ctx, b, p, budget, bits, sink)? {
+        if !join_pair(bm, &ctx, &mut jr, b, p, budget, bits, sink)? {
             return Ok(false);
         }
     }
@@ -426,10 +433,20 @@ pub fn run(bm: &BufferManager, j: &JoinArgs<'_>, sink: &mut Sink<'_>) -> Result<
 /// Joins one pair of partitions whose hashes share their top `consumed` bits: as a table
 /// if the build side fits, else partitioned again by the next bits (recursively), else
 /// (one key too frequent to split, or no bits left) in chunks.
-fn join_pair(bm: &BufferManager, ctx: &Ctx<'_>, b: RowRun<'_>, p: RowRun<'_>, budget: u64, consumed: u32, sink: &mut Sink<'_>) -> Result<bool> {
+#[allow(clippy::too_many_arguments)]
+fn join_pair(
+    bm: &BufferManager,
+    ctx: &Ctx<'_>,
+    jr: &mut Joined,
+    b: RowRun<'_>,
+    p: RowRun<'_>,
+    budget: u64,
+    consumed: u32,
+    sink: &mut Sink<'_>,
+) -> Result<bool> {
     let table_bytes = b.len().max(1).next_power_of_two() * 4 + b.bytes() + b.len() * 8;
     if p.is_empty() || table_bytes <= budget || consumed >= 64 {
-        return join_partition(bm, ctx, &b, &p, budget, sink);
+        return join_partition(bm, ctx, jr, &b, &p, budget, sink);
     }
     let want = b.bytes().div_ceil(budget / 2).max(2);
     let bits = want.next_power_of_two().trailing_zeros().clamp(1, 6).min(64 - consumed);
@@ -444,7 +461,7 @@ fn join_pair(bm: &BufferManager, ctx: &Ctx<'_>, b: RowRun<'_>, p: RowRun<'_>, bu
     if let Some(i) = bparts.iter().position(|r| r.len() == total) {
         // No progress: every build row has the same hash bits here (one frequent key).
         let b = bparts.swap_remove(i);
-        return join_partition(bm, ctx, &b, &p, budget, sink);
+        return join_partition(bm, ctx, jr, &b, &p, budget, sink);
     }
     let mut pparts: Vec<RowRun<'_>> = (0..1usize << bits).map(|_| RowRun::new(bm, payload)).collect();
     p.drain(&mut |rec| {
@@ -453,7 +470,7 @@ fn join_pair(bm: &BufferManager, ctx: &Ctx<'_>, b: RowRun<'_>, p: RowRun<'_>, bu
     })?;
     super::counters::REPARTITIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     for (b, p) in bparts.into_iter().zip(pparts) {
-        if !join_pair(bm, ctx, b, p, budget, consumed + bits, sink)? {
+        if !join_pair(bm, ctx, jr, b, p, budget, consumed + bits, sink)? {
             return Ok(false);
         }
     }
@@ -461,7 +478,8 @@ fn join_pair(bm: &BufferManager, ctx: &Ctx<'_>, b: RowRun<'_>, p: RowRun<'_>, bu
 }
 
 /// Joins one pair of partitions, in chunks of the build side that fit a table.
-fn join_partition(bm: &BufferManager, ctx: &Ctx<'_>, b: &RowRun<'_>, p: &RowRun<'_>, budget: u64, sink: &mut Sink<'_>) -> Result<bool> {
+#[allow(clippy::too_many_arguments)]
+fn join_partition(bm: &BufferManager, ctx: &Ctx<'_>, jr: &mut Joined, b: &RowRun<'_>, p: &RowRun<'_>, budget: u64, sink: &mut Sink<'_>) -> Result<bool> {
     if p.is_empty() && !ctx.marks() {
         return Ok(true);
     }
@@ -499,9 +517,9 @@ fn join_partition(bm: &BufferManager, ctx: &Ctx<'_>, b: &RowRun<'_>, p: &RowRun<
             let mut cur = Cursor::default();
             while p.next(&mut cur, &mut rec)? {
                 let (h, key, row) = split(&rec)?;
-                ctx.mark(&table, &decode_row(row)?, key, h)?;
+                ctx.mark(&table, jr, Probe::Bytes(row), key, h)?;
             }
-            if !ctx.emit(&table, sink)? {
+            if !ctx.emit(&table, jr, sink)? {
                 return Ok(false);
             }
         }
@@ -516,12 +534,11 @@ fn join_partition(bm: &BufferManager, ctx: &Ctx<'_>, b: &RowRun<'_>, p: &RowRun<
         let mut idx = 0u64;
         while p.next(&mut cur, &mut rec)? {
             let (h, key, row) = split(&rec)?;
-            let prow = decode_row(row)?;
             let seen = match &bits {
                 Some(bs) => bs.get(idx)?,
                 None => false,
             };
-            let (go, m) = ctx.probe(&table, &prow, key, h, seen, ci == last_chunk, sink)?;
+            let (go, m) = ctx.probe(&table, jr, Probe::Bytes(row), key, h, seen, ci == last_chunk, sink)?;
             if m {
                 if let Some(bs) = &bits {
                     bs.set(idx)?;

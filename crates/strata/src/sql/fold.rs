@@ -1,0 +1,75 @@
+//! Projections that only copy columns, folded into the operator above them: the binder
+//! puts one above a join whose relations it joined in another order than written (every
+//! column of every relation, put back in FROM's order); a projection, grouping or
+//! aggregate over it reads the join's rows directly, its column references mapped, and
+//! no row is copied for it.
+
+use super::exec::Plan;
+use super::expr::BExpr;
+
+/// Where each output column of a projection of plain columns comes from; `None` if the
+/// projection computes anything.
+fn column_map(exprs: &[BExpr]) -> Option<Vec<usize>> {
+    exprs
+        .iter()
+        .map(|e| match e {
+            BExpr::Col(i, _) => Some(*i),
+            _ => None,
+        })
+        .collect()
+}
+
+/// If `input` is a projection of plain columns of a join's rows (filtered or not), replaces it by its input and maps the
+/// column references of `exprs` (which read `input`'s rows) through it.
+fn fold_into(input: &mut Box<Plan>, exprs: &mut [&mut BExpr]) {
+    let Plan::Project { input: inner, exprs: cols } = &mut **input else { return };
+    let over_join = match &**inner {
+        Plan::HashJoin { .. } => true,
+        Plan::Filter { input, .. } => matches!(**input, Plan::HashJoin { .. }),
+        _ => false,
+    };
+    if !over_join {
+        return;
+    }
+    let Some(map) = column_map(cols) else { return };
+    for e in exprs.iter_mut() {
+        e.map_cols(&|i| map.get(i).copied().unwrap_or(i));
+    }
+    let below = std::mem::replace(&mut **inner, Plan::OneRow { filter: None });
+    **input = below;
+}
+
+/// Folds every projection of plain columns of a join's rows that is the input of a
+/// projection, a grouping or an aggregate of `plan`.
+pub fn fold_projects(plan: &mut Plan) {
+    match plan {
+        Plan::Scan { .. } | Plan::ColScan(_) | Plan::OneRow { .. } => {}
+        Plan::Project { input, exprs } => {
+            fold_projects(input);
+            fold_into(input, &mut exprs.iter_mut().collect::<Vec<_>>());
+        }
+        Plan::Aggregate { input, aggs } => {
+            fold_projects(input);
+            fold_into(input, &mut aggs.iter_mut().filter_map(|a| a.arg.as_mut()).collect::<Vec<_>>());
+        }
+        Plan::HashAggregate { input, keys, aggs } => {
+            fold_projects(input);
+            fold_into(input, &mut keys.iter_mut().chain(aggs.iter_mut().filter_map(|a| a.arg.as_mut())).collect::<Vec<_>>());
+        }
+        Plan::Filter { input, .. } | Plan::Sort { input, .. } | Plan::Limit { input, .. } => fold_projects(input),
+        Plan::Exists { input, sub, .. } => {
+            fold_projects(input);
+            fold_projects(sub);
+        }
+        Plan::Scalars { subs, input } => {
+            for s in subs.iter_mut() {
+                fold_projects(&mut s.plan);
+            }
+            fold_projects(input);
+        }
+        Plan::HashJoin { left, right, .. } => {
+            fold_projects(left);
+            fold_projects(right);
+        }
+    }
+}
