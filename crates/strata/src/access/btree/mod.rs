@@ -597,7 +597,7 @@ impl BTree {
         let mut buf = Vec::new();
         'descend: loop {
             let Some(mut path) = self.descend(bm, &from, &mut buf)? else { continue };
-            let Some(mut fence) = fence_of(&path) else { continue };
+            let Some(mut fence) = fence_of(bm, &path)? else { continue };
             let mut parent = path.inner.pop().expect("a leaf has a parent");
             let mut leaf = path.leaf;
             loop {
@@ -630,11 +630,17 @@ impl BTree {
                 // The next leaf through the parent, if it is a slot's child (for `upper`, the
                 // fence of the next leaf lies above: descend again).
                 let i = parent.idx + 1;
-                let Ok(h) = node::header(&parent.g) else { continue 'descend };
+                let Ok(h) = node::header(&parent.g) else {
+                    BTree::restart_or_corrupt::<()>(bm, &parent.g, "impossible header")?;
+                    continue 'descend;
+                };
                 if i >= h.count {
                     continue 'descend;
                 }
-                let Ok((off, len, _, child)) = node::slot(&parent.g, i) else { continue 'descend };
+                let Ok((off, len, _, child)) = node::slot(&parent.g, i) else {
+                    BTree::restart_or_corrupt::<()>(bm, &parent.g, "impossible slot")?;
+                    continue 'descend;
+                };
                 next_fence.clear();
                 next_fence.resize(len, 0);
                 parent.g.read(off, &mut next_fence);
@@ -671,19 +677,20 @@ impl BTree {
 }
 
 /// The upper fence of the path's leaf: the separator above it in the lowest ancestor where
-/// the descent did not follow `upper` (`Some(None)`: none, it is the last leaf). `None`:
-/// restart.
-fn fence_of(path: &Path<'_>) -> Option<Option<Vec<u8>>> {
+/// the descent did not follow `upper` (`Some(None)`: none, it is the last leaf). `Ok(None)`:
+/// restart; an impossible node that validates is a corruption (a restart would find it
+/// again, forever).
+fn fence_of(bm: &BufferManager, path: &Path<'_>) -> Result<Option<Option<Vec<u8>>>> {
     for step in path.inner.iter().rev() {
-        let h = node::header(&step.g).ok()?;
+        let Ok(h) = node::header(&step.g) else { return BTree::restart_or_corrupt(bm, &step.g, "impossible header") };
         if step.idx < h.count {
-            let (off, len, _, _) = node::slot(&step.g, step.idx).ok()?;
+            let Ok((off, len, _, _)) = node::slot(&step.g, step.idx) else { return BTree::restart_or_corrupt(bm, &step.g, "impossible slot") };
             let mut k = vec![0u8; len];
             step.g.read(off, &mut k);
-            return step.g.validate().then_some(Some(k));
+            return Ok(step.g.validate().then_some(Some(k)));
         }
     }
-    path.inner.iter().all(|s| s.g.validate()).then_some(None)
+    Ok(path.inner.iter().all(|s| s.g.validate()).then_some(None))
 }
 
 thread_local! {
