@@ -429,3 +429,91 @@ fn emptied_leaves_are_unlinked_and_freed() {
     tx.commit().unwrap();
     assert_same(&db, &tree, &model);
 }
+
+/// Sorted key sets for the node search tests: big-endian integers spread evenly, clustered
+/// and skewed ones (interpolation guesses far off), short keys, and keys sharing their first
+/// 8 bytes (equal prefix words everywhere).
+fn key_set() -> impl Strategy<Value = Vec<Vec<u8>>> {
+    use proptest::collection::{btree_set, vec};
+    prop_oneof![
+        btree_set(any::<u64>(), 0..170).prop_map(|s| s.into_iter().map(|k| k.to_be_bytes().to_vec()).collect()),
+        btree_set((0u64..3, 0u64..100), 0..170).prop_map(|s| s.into_iter().map(|(hi, lo)| ((hi << 62) | (lo * lo * lo)).to_be_bytes().to_vec()).collect()),
+        btree_set(vec(prop_oneof![Just(b'a'), Just(0u8), Just(0xffu8), any::<u8>()], 0..12), 0..150).prop_map(|s| s.into_iter().collect()),
+        btree_set(vec(any::<u8>(), 0..5), 0..150).prop_map(|s| s
+            .into_iter()
+            .map(|t| {
+                let mut k = b"user0000".to_vec();
+                k.extend(t);
+                k
+            })
+            .collect()),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, max_shrink_iters: 500, ..ProptestConfig::default() })]
+    /// The searches of leaves and inner nodes (interpolation on the prefix words, then a
+    /// gallop and a bisection) against a plain partition of the sorted keys and against the
+    /// bisection alone, for every key of the node, keys next to them and random keys.
+    #[test]
+    fn node_search_finds_what_bisection_finds(keys in key_set(), extra in proptest::collection::vec(prop_oneof![
+        any::<u64>().prop_map(|k| k.to_be_bytes().to_vec()),
+        proptest::collection::vec(any::<u8>(), 0..12),
+    ], 0..20), wrong in proptest::collection::vec((any::<Option<u64>>(), any::<Option<u64>>()), 1..4)) {
+        use strata::access::btree::node;
+        let (mut leaf, mut inner) = (node::Entries::default(), node::Entries::default());
+        for (i, k) in keys.iter().enumerate() {
+            leaf.push(k, b"v", 1);
+            inner.push(k, &[], 1000 + i as u64);
+        }
+        let size = (node::HDR + node::need(&leaf, 0..leaf.len(), true)).max(4064).next_multiple_of(8);
+        let images = [
+            node::build(size, node::KIND_LEAF, &leaf, 0..leaf.len(), 0, 0),
+            node::build(size, node::KIND_INNER, &inner, 0..inner.len(), 7, 0),
+        ];
+        let mut probes: Vec<Vec<u8>> = vec![Vec::new(), vec![0xff; 9], b"user0000".to_vec()];
+        for k in &keys {
+            probes.push(k.clone());
+            let mut above = k.clone();
+            above.push(0);
+            probes.push(above);
+            if let Some(p) = k.iter().rposition(|&b| b > 0) {
+                let mut below = k[..=p].to_vec();
+                below[p] -= 1;
+                probes.push(below);
+            }
+        }
+        probes.extend(extra);
+        let mut buf = Vec::new();
+        for img in &images {
+            let w0 = u64::from_le_bytes(img[..8].try_into().unwrap());
+            let count = node::slot_count(&img[..], w0).unwrap();
+            prop_assert_eq!(count, keys.len());
+            for p in &probes {
+                let lower = keys.partition_point(|k| k < p);
+                let upper = keys.partition_point(|k| k <= p);
+                let (i, found) = node::lower_bound(&img[..], count, p, &mut buf).unwrap();
+                prop_assert_eq!((i, found), (lower, keys.get(lower) == Some(p)), "lower bound of {:?}", p);
+                prop_assert_eq!((i, found), node::lower_bound_bisect(&img[..], count, p, &mut buf).unwrap());
+                prop_assert_eq!(node::upper_bound(&img[..], count, p, &mut buf).unwrap(), upper, "upper bound of {:?}", p);
+                prop_assert_eq!(node::upper_bound_bisect(&img[..], count, p, &mut buf).unwrap(), upper);
+                // Fence hints, right (the node's own key range, as a parent gives them) or
+                // wrong (any words: an unvalidated parent), change nothing but the cost.
+                let right = node::Fences { lo: keys.first().map(|k| node::prefix(k)), hi: keys.last().map(|k| node::prefix(k).saturating_add(1)) };
+                let hints = std::iter::once(right).chain(wrong.iter().map(|&(lo, hi)| node::Fences { lo, hi }));
+                for f in hints {
+                    prop_assert_eq!(node::lower_bound_in(&img[..], count, p, f, &mut buf).unwrap(), (lower, keys.get(lower) == Some(p)), "lower bound of {:?} with {:?}", p, f);
+                    if img[0] == node::KIND_INNER {
+                        let child = if upper == count { 7 } else { 1000 + upper as u64 };
+                        let (i, c, cf) = node::inner_child_at(&img[..], count, p, f, &mut buf).unwrap();
+                        prop_assert_eq!((i, c), (upper, child), "child for {:?} with {:?}", p, f);
+                        // The child's fences: the separators around it, the node's own at the ends.
+                        let lo = if upper > 0 { Some(node::prefix(&keys[upper - 1])) } else { f.lo };
+                        let hi = if upper < count { Some(node::prefix(&keys[upper])) } else { f.hi };
+                        prop_assert_eq!(cf, node::Fences { lo, hi });
+                    }
+                }
+            }
+        }
+    }
+}

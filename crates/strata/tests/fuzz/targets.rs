@@ -900,10 +900,29 @@ pub fn btree_node(data: &[u8]) -> Verdict {
         let damaged = damage_in_place(u, &mut img, node::HDR + 16 * node::SLOT)?;
         let key: Vec<u8> = u.arbitrary()?;
         let mut buf = Vec::new();
+        // The descent's search reads word 0 alone (no header check): it must stay in bounds.
+        let w0 = u64::from_le_bytes(img[..8].try_into().unwrap());
+        if let Ok(count) = node::slot_count(&img[..], w0) {
+            let fences = node::Fences { lo: u.arbitrary()?, hi: u.arbitrary()? };
+            if let Ok((i, _, _)) = node::inner_child_at(&img[..], count, &key, fences, &mut buf) {
+                assert!(i <= count, "child index {i} beyond {count} slots");
+            }
+            if let Ok((i, _)) = node::lower_bound_in(&img[..], count, &key, fences, &mut buf) {
+                assert!(i <= count, "slot index {i} beyond {count} slots");
+            }
+        }
         let Ok(h) = node::header(&img[..]) else { return Ok(Verdict::Refused) };
-        let _ = node::lower_bound(&img[..], h.count, &key, &mut buf);
-        let _ = node::upper_bound(&img[..], h.count, &key, &mut buf);
-        let _ = node::inner_child(&img[..], &h, &key, &mut buf);
+        let lower = node::lower_bound(&img[..], h.count, &key, &mut buf);
+        let upper = node::upper_bound(&img[..], h.count, &key, &mut buf);
+        let child = node::inner_child(&img[..], &h, &key, &mut buf);
+        if built && !damaged {
+            // A sorted node: the interpolating search finds what bisection finds.
+            assert_eq!(lower, node::lower_bound_bisect(&img[..], h.count, &key, &mut buf), "lower bound");
+            assert_eq!(upper, node::upper_bound_bisect(&img[..], h.count, &key, &mut buf), "upper bound");
+            assert_eq!(lower.map(|(i, _)| i), Ok((0..e.len()).take_while(|&i| e.key(i) < &key[..]).count()), "lower bound");
+            let hinted = node::inner_child_at(&img[..], h.count, &key, node::Fences::default(), &mut buf);
+            assert_eq!(child, hinted.map(|(i, c, _)| (i, c)), "child");
+        }
         let r = node::decode(&img);
         if built && !damaged {
             let (_, d) = r.as_ref().expect("an undamaged node decodes");

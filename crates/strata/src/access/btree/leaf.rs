@@ -8,9 +8,10 @@ use crate::error::Result;
 use crate::txn::Transaction;
 
 /// Finds `key`: the value's (offset, length), checked against the page.
-pub fn find<S: Src + ?Sized>(s: &S, key: &[u8], buf: &mut Vec<u8>) -> Result<Option<(usize, usize)>, Restart> {
+/// `fences` (the leaf's, from its parent) only guide the search.
+pub fn find<S: Src + ?Sized>(s: &S, key: &[u8], fences: node::Fences, buf: &mut Vec<u8>) -> Result<Option<(usize, usize)>, Restart> {
     let h = node::header(s)?;
-    let (i, found) = node::lower_bound(s, h.count, key, buf)?;
+    let (i, found) = node::lower_bound_in(s, h.count, key, fences, buf)?;
     if !found {
         return Ok(None);
     }

@@ -56,7 +56,7 @@ use crate::buffer::{BufferManager, ExclusiveGuard, OptimisticGuard, Restart, Sha
 use crate::error::{Error, Result};
 use crate::storage::{layout::class_file, PageId, PAGE_HEADER_SIZE};
 use crate::txn::Transaction;
-use node::{Entries, Src, HDR, KIND_INNER, KIND_LEAF, SLOT, W_TREE, W_UPPER};
+use node::{Entries, Fences, Src, HDR, KIND_INNER, KIND_LEAF, SLOT, W_TREE, W_UPPER};
 
 /// Leaves larger than this are scanned under a shared latch instead of copied out.
 const SCAN_COPY_LIMIT: usize = 256 << 10;
@@ -66,7 +66,8 @@ const OPTIMISTIC_TRIES: usize = 64;
 const MAX_SPLITS_PER_INSERT: usize = 64;
 
 /// What [`BTree::scan_leaves`] calls with each leaf: (page id, bytes, least key not handed
-/// out yet); false stops the scan.
+/// out yet); false stops the scan. Of a key-value leaf only the header, slots and heap are
+/// meaningful (the free bytes between slots and heap are not copied).
 pub(crate) type LeafVisitor<'a> = dyn FnMut(PageId, &[u8], &[u8]) -> Result<bool> + 'a;
 
 /// A B+-tree, named by its root page.
@@ -82,10 +83,10 @@ struct Step<'a> {
 }
 
 /// Where one level of a descent leads: the node was a leaf, or to this child (through this
-/// slot, `count` for `upper`).
+/// slot, `count` for `upper`, and the child's fences).
 enum Next<'a> {
     Leaf,
-    Child(usize, OptimisticGuard<'a>),
+    Child(usize, OptimisticGuard<'a>, Fences),
 }
 
 /// Inner levels beyond which a descent reports a cycle.
@@ -176,12 +177,12 @@ impl BTree {
         }
     }
 
-    /// One level of an optimistic descent for `key` from `g` (the root when `is_root`): the
-    /// node's kind is checked; for an inner node, the child's version is taken (after a
-    /// prefetch of its state word and frame) between two validations of `g`, so the child
-    /// was `g`'s child at that moment. `None`: restart.
-    fn step<'a>(bm: &'a BufferManager, g: &OptimisticGuard<'a>, is_root: bool, key: &[u8], buf: &mut Vec<u8>) -> Result<Option<Next<'a>>> {
-        let kind = g.read_u64(0) as u8;
+    /// One level of an optimistic descent for `key` from `g` (the root when `is_root`; its
+    /// fences, a search hint, are `fences`): the node's kind is checked; for an inner node,
+    /// the child's version is taken (after a prefetch of its state word and frame) between
+    /// two validations of `g`, so the child was `g`'s child at that moment. `None`: restart.
+    fn step<'a>(bm: &'a BufferManager, g: &OptimisticGuard<'a>, is_root: bool, key: &[u8], fences: Fences, buf: &mut Vec<u8>) -> Result<Option<Next<'a>>> {
+        let kind = g.read_u64(node::W_KIND_COUNT) as u8;
         if kind != KIND_INNER {
             if is_root {
                 return BTree::restart_or_corrupt(bm, g, "the root is not an inner node");
@@ -191,8 +192,12 @@ impl BTree {
             }
             return Ok(Some(Next::Leaf));
         }
+        // The whole header is checked (not only the count the search needs): scans and
+        // writers rely on a validated descent having passed only well-formed inner nodes.
         let Ok(h) = node::header(g) else { return BTree::restart_or_corrupt(bm, g, "impossible header") };
-        let Ok((idx, child)) = node::inner_child(g, &h, key, buf) else { return BTree::restart_or_corrupt(bm, g, "impossible slot") };
+        let Ok((idx, child, fences)) = node::inner_child_at(g, h.count, key, fences, buf) else {
+            return BTree::restart_or_corrupt(bm, g, "impossible slot");
+        };
         let child = PageId::from_raw(child);
         bm.prefetch_hint(child);
         if !g.validate() {
@@ -205,7 +210,7 @@ impl BTree {
         if !g.validate() {
             return Ok(None);
         }
-        Ok(Some(Next::Child(idx, c)))
+        Ok(Some(Next::Child(idx, c, fences)))
     }
 
     /// Descends optimistically to the leaf for `key`, keeping the inner nodes passed.
@@ -213,29 +218,36 @@ impl BTree {
     fn descend<'a>(&self, bm: &'a BufferManager, key: &[u8], buf: &mut Vec<u8>) -> Result<Option<Path<'a>>> {
         let mut inner: Vec<Step<'a>> = Vec::new();
         let mut g = bm.fix_optimistic(self.root())?;
+        let mut fences = Fences::default();
         loop {
-            match BTree::step(bm, &g, inner.is_empty(), key, buf)? {
+            match BTree::step(bm, &g, inner.is_empty(), key, fences, buf)? {
                 None => return Ok(None),
                 Some(Next::Leaf) => return Ok(Some(Path { inner, leaf: g })),
-                Some(Next::Child(idx, c)) => {
+                Some(Next::Child(idx, c, f)) => {
                     if inner.len() > MAX_DEPTH {
                         return Err(BTree::corrupt(bm, g.pid(), "the tree is deeper than any real tree (a cycle?)"));
                     }
                     inner.push(Step { g, idx });
                     g = c;
+                    fences = f;
                 }
             }
         }
     }
 
-    /// [`descend`](Self::descend) keeping no path (lookups): the leaf alone.
-    fn descend_leaf<'a>(&self, bm: &'a BufferManager, key: &[u8], buf: &mut Vec<u8>) -> Result<Option<OptimisticGuard<'a>>> {
+    /// [`descend`](Self::descend) keeping no path (lookups): the leaf alone, with its
+    /// fences (a search hint).
+    fn descend_leaf<'a>(&self, bm: &'a BufferManager, key: &[u8], buf: &mut Vec<u8>) -> Result<Option<(OptimisticGuard<'a>, Fences)>> {
         let mut g = bm.fix_optimistic(self.root())?;
+        let mut fences = Fences::default();
         for depth in 0..=MAX_DEPTH {
-            match BTree::step(bm, &g, depth == 0, key, buf)? {
+            match BTree::step(bm, &g, depth == 0, key, fences, buf)? {
                 None => return Ok(None),
-                Some(Next::Leaf) => return Ok(Some(g)),
-                Some(Next::Child(_, c)) => g = c,
+                Some(Next::Leaf) => return Ok(Some((g, fences))),
+                Some(Next::Child(_, c, f)) => {
+                    g = c;
+                    fences = f;
+                }
             }
         }
         Err(BTree::corrupt(bm, g.pid(), "the tree is deeper than any real tree (a cycle?)"))
@@ -245,9 +257,9 @@ impl BTree {
     pub fn get(&self, bm: &BufferManager, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
         let mut buf = Vec::new();
         for _ in 0..OPTIMISTIC_TRIES {
-            let Some(leaf) = self.descend_leaf(bm, key, &mut buf)? else { continue };
+            let Some((leaf, fences)) = self.descend_leaf(bm, key, &mut buf)? else { continue };
             let g = &leaf;
-            match leaf::find(g, key, &mut buf) {
+            match leaf::find(g, key, fences, &mut buf) {
                 Ok(Some((off, len))) => {
                     out.resize(len, 0);
                     g.read(off, out);
@@ -276,7 +288,7 @@ impl BTree {
         if d[0] != KIND_LEAF {
             return Err(Error::InvalidInput(format!("page {} is a table leaf, not a key-value leaf: use the table's methods", g.pid())));
         }
-        match leaf::find(d, key, &mut buf).map_err(|_| BTree::corrupt(bm, g.pid(), "impossible leaf"))? {
+        match leaf::find(d, key, Fences::default(), &mut buf).map_err(|_| BTree::corrupt(bm, g.pid(), "impossible leaf"))? {
             Some((off, len)) => {
                 out.clear();
                 out.extend_from_slice(&d[off..off + len]);
@@ -310,7 +322,7 @@ impl BTree {
     pub(crate) fn read_leaf<T>(&self, bm: &BufferManager, key: &[u8], f: &mut dyn FnMut(PageId, &dyn Src) -> Result<T, Restart>) -> Result<T> {
         let mut buf = Vec::new();
         for _ in 0..OPTIMISTIC_TRIES {
-            let Some(leaf) = self.descend_leaf(bm, key, &mut buf)? else { continue };
+            let Some((leaf, _)) = self.descend_leaf(bm, key, &mut buf)? else { continue };
             let g = &leaf;
             match f(g.pid(), g) {
                 Ok(v) if g.validate() => return Ok(v),
@@ -580,21 +592,22 @@ impl BTree {
     /// reached through the parent without a new descent where possible.
     pub(crate) fn scan_leaves(&self, bm: &BufferManager, start: &[u8], f: &mut LeafVisitor<'_>) -> Result<()> {
         let mut from = start.to_vec();
-        let mut page = Vec::new();
+        let mut scratch = ScanPage::take();
+        let page = &mut scratch.0;
         let mut buf = Vec::new();
         'descend: loop {
             let Some(mut path) = self.descend(bm, &from, &mut buf)? else { continue };
-            let Some(mut fence) = fence_of(&path) else { continue };
+            let Some(mut fence) = fence_of(bm, &path)? else { continue };
             let mut parent = path.inner.pop().expect("a leaf has a parent");
             let mut leaf = path.leaf;
             loop {
                 let more = if leaf.len() <= SCAN_COPY_LIMIT {
                     page.resize(leaf.len(), 0);
-                    leaf.read(0, &mut page);
+                    copy_leaf(&leaf, page);
                     if !leaf.validate() {
                         continue 'descend;
                     }
-                    f(leaf.pid(), &page, &from)?
+                    f(leaf.pid(), page, &from)?
                 } else {
                     let s = bm.fix_shared(leaf.pid())?;
                     if !parent.g.validate() {
@@ -612,16 +625,24 @@ impl BTree {
                 if next_from <= from {
                     return Err(BTree::corrupt(bm, leaf.pid(), "separator keys out of order (a scan would not advance)"));
                 }
-                from = next_from;
+                // The old `from`'s buffer holds the next fence (no allocation per leaf).
+                let mut next_fence = std::mem::replace(&mut from, next_from);
                 // The next leaf through the parent, if it is a slot's child (for `upper`, the
                 // fence of the next leaf lies above: descend again).
                 let i = parent.idx + 1;
-                let Ok(h) = node::header(&parent.g) else { continue 'descend };
+                let Ok(h) = node::header(&parent.g) else {
+                    BTree::restart_or_corrupt::<()>(bm, &parent.g, "impossible header")?;
+                    continue 'descend;
+                };
                 if i >= h.count {
                     continue 'descend;
                 }
-                let Ok((off, len, _, child)) = node::slot(&parent.g, i) else { continue 'descend };
-                let mut next_fence = vec![0u8; len];
+                let Ok((off, len, _, child)) = node::slot(&parent.g, i) else {
+                    BTree::restart_or_corrupt::<()>(bm, &parent.g, "impossible slot")?;
+                    continue 'descend;
+                };
+                next_fence.clear();
+                next_fence.resize(len, 0);
                 parent.g.read(off, &mut next_fence);
                 if !parent.g.validate() {
                     continue 'descend;
@@ -656,19 +677,62 @@ impl BTree {
 }
 
 /// The upper fence of the path's leaf: the separator above it in the lowest ancestor where
-/// the descent did not follow `upper` (`Some(None)`: none, it is the last leaf). `None`:
-/// restart.
-fn fence_of(path: &Path<'_>) -> Option<Option<Vec<u8>>> {
+/// the descent did not follow `upper` (`Some(None)`: none, it is the last leaf). `Ok(None)`:
+/// restart; an impossible node that validates is a corruption (a restart would find it
+/// again, forever).
+fn fence_of(bm: &BufferManager, path: &Path<'_>) -> Result<Option<Option<Vec<u8>>>> {
     for step in path.inner.iter().rev() {
-        let h = node::header(&step.g).ok()?;
+        let Ok(h) = node::header(&step.g) else { return BTree::restart_or_corrupt(bm, &step.g, "impossible header") };
         if step.idx < h.count {
-            let (off, len, _, _) = node::slot(&step.g, step.idx).ok()?;
+            let Ok((off, len, _, _)) = node::slot(&step.g, step.idx) else { return BTree::restart_or_corrupt(bm, &step.g, "impossible slot") };
             let mut k = vec![0u8; len];
             step.g.read(off, &mut k);
-            return step.g.validate().then_some(Some(k));
+            return Ok(step.g.validate().then_some(Some(k)));
         }
     }
-    path.inner.iter().all(|s| s.g.validate()).then_some(None)
+    Ok(path.inner.iter().all(|s| s.g.validate()).then_some(None))
+}
+
+thread_local! {
+    /// A thread's buffer for the leaf copies of its scans, kept between scans: allocating
+    /// and freeing a page-sized buffer per scan cost more than a short scan's comparisons.
+    static SCAN_PAGE: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// A scan's leaf buffer, taken from the thread's [`SCAN_PAGE`] (empty if a scan inside a
+/// scan's callback holds it) and given back when dropped, unless it grew past 64 KiB.
+struct ScanPage(Vec<u8>);
+
+impl ScanPage {
+    fn take() -> ScanPage {
+        ScanPage(SCAN_PAGE.try_with(|c| c.take()).unwrap_or_default())
+    }
+}
+
+impl Drop for ScanPage {
+    fn drop(&mut self) {
+        if self.0.capacity() <= 64 << 10 {
+            let page = std::mem::take(&mut self.0);
+            // During thread teardown the slot may be gone: then the buffer is just freed.
+            let _ = SCAN_PAGE.try_with(|c| c.set(page));
+        }
+    }
+}
+
+/// Copies the leaf behind `g` into `page` (its length) for a scan: of a key-value leaf only
+/// what its entries occupy (header and slots, and the heap; the free bytes between them are
+/// left as they were in `page`), of any other page all of it. The copy is meaningful only
+/// if `g` validates afterwards (the header words that chose the ranges included).
+fn copy_leaf(g: &OptimisticGuard<'_>, page: &mut [u8]) {
+    let w0 = g.read_u64(node::W_KIND_COUNT);
+    let heap = g.read_u64(node::W_HEAP) as usize;
+    let slots_end = HDR + (w0 >> 32) as usize * SLOT;
+    if w0 as u8 == KIND_LEAF && slots_end <= heap && heap <= page.len() {
+        g.read(0, &mut page[..slots_end]);
+        g.read(heap, &mut page[heap..]);
+    } else {
+        g.read(0, page);
+    }
 }
 
 /// `Err` unless the latched leaf is a key-value leaf.

@@ -145,7 +145,7 @@ pub fn slot<S: Src + ?Sized>(s: &S, i: usize) -> Result<(usize, usize, u64, u64)
 /// Compares `key` (whose [`prefix`] is `kp`) with slot `i`'s key. The slot's prefix word
 /// decides most comparisons alone; the key's position is read (and checked) only when the
 /// prefixes are equal.
-#[inline]
+#[inline(always)]
 pub fn cmp_slot<S: Src + ?Sized>(s: &S, i: usize, key: &[u8], kp: u64, buf: &mut Vec<u8>) -> Result<Ordering, Restart> {
     let at = HDR + i * SLOT;
     if at + SLOT > s.size() {
@@ -164,9 +164,131 @@ pub fn cmp_slot<S: Src + ?Sized>(s: &S, i: usize, key: &[u8], kp: u64, buf: &mut
     Ok(key.cmp(&buf[..]))
 }
 
-/// The first slot whose key is greater than `key` (`count` if none), with that slot's word 1.
-/// For an inner node that is the child to follow (`upper` when it is `count`).
+/// Whether slot `i`'s key lies before the bound searched for `key`: below it for a lower
+/// bound, at or below it for an upper bound.
+#[inline(always)]
+fn before<S: Src + ?Sized>(s: &S, i: usize, key: &[u8], kp: u64, upper: bool, buf: &mut Vec<u8>) -> Result<bool, Restart> {
+    let o = cmp_slot(s, i, key, kp, buf)?;
+    Ok(if upper { o != Ordering::Less } else { o == Ordering::Greater })
+}
+
+/// Slot `i`'s prefix word, checked against the page.
+#[inline]
+pub fn prefix_at<S: Src + ?Sized>(s: &S, i: usize) -> Result<u64, Restart> {
+    let at = HDR + i * SLOT + 16;
+    if at + 8 > s.size() {
+        return Err(Restart);
+    }
+    Ok(s.word(at))
+}
+
+/// Nodes with fewer slots than this are searched by bisection alone.
+const INTERPOLATE_MIN: usize = 8;
+
+/// What a descent knows of a node's keys before it reads the node: the prefix words of the
+/// separators around it in its parent (its keys lie at or above `lo`, below `hi`; `None`
+/// at the tree's edges). Only a hint for a search's first guess: a wrong one (read from a
+/// parent that then fails validation) costs comparisons, never a wrong answer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Fences {
+    pub lo: Option<u64>,
+    pub hi: Option<u64>,
+}
+
+/// The first of slots `0..count` that does not lie [`before`] the bound for `key`.
+///
+/// Interpolation on prefix words guesses the position: between the node's fences, or where
+/// one is unknown its first or last slot (keys that are integers in big-endian, the common
+/// case, are spread evenly enough for the guess to land on or next to the answer); a gallop
+/// from the guess (steps 1, 2, 4, ...) brackets the answer and a bisection of the bracket
+/// finds it. Every step compares whole keys, so the result is the bisection's for any
+/// sorted node whatever the guess; a bad guess (skewed keys, or keys sharing their first 8
+/// bytes) costs at most about twice a bisection's comparisons. On an unsorted (torn or
+/// corrupt) node the answer is some index in `0..=count`, as with a bisection; every read
+/// is checked.
+fn bound<S: Src + ?Sized>(s: &S, count: usize, key: &[u8], upper: bool, fences: Fences, buf: &mut Vec<u8>) -> Result<usize, Restart> {
+    let kp = prefix(key);
+    // Invariant: slots below `lo` lie before the bound, slots at or above `hi` do not.
+    let (mut lo, mut hi) = (0, count);
+    if count >= INTERPOLATE_MIN {
+        // Prefix `first` sits at position 0 and `last` at position `span`: the last slot's
+        // own prefix at `count - 1`, the upper fence just past the last slot.
+        let first = match fences.lo {
+            Some(p) => p,
+            None => prefix_at(s, 0)?,
+        };
+        let (last, span) = match fences.hi {
+            Some(p) => (p, count),
+            None => (prefix_at(s, count - 1)?, count - 1),
+        };
+        let g = if kp <= first {
+            0
+        } else if kp >= last {
+            count - 1
+        } else {
+            // first < kp < last: the slot the prefix would take if prefixes were evenly spread.
+            // (In floating point: a 128-bit division costs more than the search it saves.)
+            let f = (kp - first) as f64 / (last - first) as f64;
+            ((f * span as f64) as usize).min(count - 1)
+        };
+        if before(s, g, key, kp, upper, buf)? {
+            lo = g + 1;
+            let mut step = 1;
+            while lo < hi {
+                let probe = (lo + step - 1).min(hi - 1);
+                if before(s, probe, key, kp, upper, buf)? {
+                    lo = probe + 1;
+                } else {
+                    hi = probe;
+                    break;
+                }
+                step *= 2;
+            }
+        } else {
+            hi = g;
+            let mut step = 1;
+            while lo < hi {
+                let probe = hi.saturating_sub(step).max(lo);
+                if before(s, probe, key, kp, upper, buf)? {
+                    lo = probe + 1;
+                    break;
+                }
+                hi = probe;
+                step *= 2;
+            }
+        }
+    }
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        if before(s, mid, key, kp, upper, buf)? {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    Ok(lo)
+}
+
+/// The first slot whose key is greater than `key` (`count` if none). For an inner node that
+/// is the child to follow (`upper` when it is `count`).
 pub fn upper_bound<S: Src + ?Sized>(s: &S, count: usize, key: &[u8], buf: &mut Vec<u8>) -> Result<usize, Restart> {
+    bound(s, count, key, true, Fences::default(), buf)
+}
+
+/// The first slot whose key is not less than `key`, and whether it equals `key`.
+pub fn lower_bound<S: Src + ?Sized>(s: &S, count: usize, key: &[u8], buf: &mut Vec<u8>) -> Result<(usize, bool), Restart> {
+    lower_bound_in(s, count, key, Fences::default(), buf)
+}
+
+/// [`lower_bound`] in a node whose fences are known.
+pub fn lower_bound_in<S: Src + ?Sized>(s: &S, count: usize, key: &[u8], fences: Fences, buf: &mut Vec<u8>) -> Result<(usize, bool), Restart> {
+    let lo = bound(s, count, key, false, fences, buf)?;
+    let found = lo < count && cmp_slot(s, lo, key, prefix(key), buf)? == Ordering::Equal;
+    Ok((lo, found))
+}
+
+/// [`upper_bound`] by bisection alone (the reference the tests compare the search with).
+pub fn upper_bound_bisect<S: Src + ?Sized>(s: &S, count: usize, key: &[u8], buf: &mut Vec<u8>) -> Result<usize, Restart> {
     let kp = prefix(key);
     let (mut lo, mut hi) = (0, count);
     while lo < hi {
@@ -180,8 +302,8 @@ pub fn upper_bound<S: Src + ?Sized>(s: &S, count: usize, key: &[u8], buf: &mut V
     Ok(lo)
 }
 
-/// The first slot whose key is not less than `key`, and whether it equals `key`.
-pub fn lower_bound<S: Src + ?Sized>(s: &S, count: usize, key: &[u8], buf: &mut Vec<u8>) -> Result<(usize, bool), Restart> {
+/// [`lower_bound`] by bisection alone (the reference the tests compare the search with).
+pub fn lower_bound_bisect<S: Src + ?Sized>(s: &S, count: usize, key: &[u8], buf: &mut Vec<u8>) -> Result<(usize, bool), Restart> {
     let kp = prefix(key);
     let (mut lo, mut hi) = (0, count);
     while lo < hi {
@@ -194,6 +316,33 @@ pub fn lower_bound<S: Src + ?Sized>(s: &S, count: usize, key: &[u8], buf: &mut V
     }
     let found = lo < count && cmp_slot(s, lo, key, kp, buf)? == Ordering::Equal;
     Ok((lo, found))
+}
+
+/// The slot count of a node whose word 0 is `w0`, checked against the page size (all a
+/// search needs: every slot it reads then lies inside the page).
+#[inline]
+pub fn slot_count<S: Src + ?Sized>(s: &S, w0: u64) -> Result<usize, Restart> {
+    let count = (w0 >> 32) as usize;
+    if count > (s.size() - HDR) / SLOT {
+        return Err(Restart);
+    }
+    Ok(count)
+}
+
+/// [`inner_child`] of an inner node with `count` slots (checked by [`slot_count`] or
+/// [`header`]) and these fences. Also returns the child's fences.
+#[inline]
+pub fn inner_child_at<S: Src + ?Sized>(s: &S, count: usize, key: &[u8], fences: Fences, buf: &mut Vec<u8>) -> Result<(usize, u64, Fences), Restart> {
+    let i = bound(s, count, key, true, fences, buf)?;
+    let lo = if i > 0 { Some(prefix_at(s, i - 1)?) } else { fences.lo };
+    let (child, hi) = if i == count {
+        (s.word(W_UPPER), fences.hi)
+    } else {
+        // The slot followed is checked whole (its key's position too), as `inner_child` does.
+        let (_, _, p, child) = slot(s, i)?;
+        (child, Some(p))
+    };
+    Ok((i, child, Fences { lo, hi }))
 }
 
 /// The child of an inner node to follow for `key`: (slot index or `count` for upper, child).
