@@ -132,22 +132,9 @@ pub fn decode_value_into(slot: &mut Value, b: &mut &[u8]) -> Result<()> {
     let n = u32::from_le_bytes([s[0], s[1], s[2], s[3]]) as usize;
     let data = take(b, n)?;
     if tag == T_STR {
-        let text = std::str::from_utf8(data).map_err(|_| corrupt("string is not UTF-8"))?;
-        match slot {
-            Value::Str(s) => {
-                s.clear();
-                s.push_str(text);
-            }
-            _ => *slot = Value::Str(text.to_owned()),
-        }
+        slot.set_str(std::str::from_utf8(data).map_err(|_| corrupt("string is not UTF-8"))?);
     } else {
-        match slot {
-            Value::Bytes(v) => {
-                v.clear();
-                v.extend_from_slice(data);
-            }
-            _ => *slot = Value::Bytes(data.to_vec()),
-        }
+        slot.set_bytes(data);
     }
     Ok(())
 }

@@ -563,26 +563,8 @@ impl<'a> LeafView<'a> {
                 ColumnType::F64 => *slot = Value::F64(self.f64_at(c, i)),
                 ColumnType::Date => *slot = Value::Date(self.date_at(c, i)),
                 ColumnType::Bool => *slot = Value::Bool(self.bool_at(c, i)?),
-                ColumnType::Str => {
-                    let s = std::str::from_utf8(self.bytes_at(c, i)?).map_err(|_| Bad)?;
-                    match slot {
-                        Value::Str(buf) => {
-                            buf.clear();
-                            buf.push_str(s);
-                        }
-                        _ => *slot = Value::Str(s.to_owned()),
-                    }
-                }
-                ColumnType::Bytes => {
-                    let b = self.bytes_at(c, i)?;
-                    match slot {
-                        Value::Bytes(buf) => {
-                            buf.clear();
-                            buf.extend_from_slice(b);
-                        }
-                        _ => *slot = Value::Bytes(b.to_vec()),
-                    }
-                }
+                ColumnType::Str => slot.set_str(std::str::from_utf8(self.bytes_at(c, i)?).map_err(|_| Bad)?),
+                ColumnType::Bytes => slot.set_bytes(self.bytes_at(c, i)?),
             }
         }
         Ok(())

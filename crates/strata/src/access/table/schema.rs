@@ -160,6 +160,28 @@ pub enum Value {
 }
 
 impl Value {
+    /// Makes `self` the string `text`, reusing the buffer it holds if it is a string.
+    pub fn set_str(&mut self, text: &str) {
+        match self {
+            Value::Str(buf) => {
+                buf.clear();
+                buf.push_str(text);
+            }
+            _ => *self = Value::Str(text.to_owned()),
+        }
+    }
+
+    /// Makes `self` the byte string `data`, reusing the buffer it holds if it is one.
+    pub fn set_bytes(&mut self, data: &[u8]) {
+        match self {
+            Value::Bytes(buf) => {
+                buf.clear();
+                buf.extend_from_slice(data);
+            }
+            _ => *self = Value::Bytes(data.to_vec()),
+        }
+    }
+
     /// The value's type (`None` for NULL).
     pub fn ty(&self) -> Option<ColumnType> {
         match self {
