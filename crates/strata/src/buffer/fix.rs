@@ -73,6 +73,9 @@ impl BufferManager {
             let index = pid.index();
             let st = sp.state(index);
             let w = st.load();
+            // The CAS below orders every later load after it: start loading the payload's
+            // first line now, so that its miss overlaps the CAS instead of following it.
+            prefetch(sp.frame(index).wrapping_add(PAGE_HEADER_SIZE));
             if w.state() == UNLOCKED && st.try_lock_exclusive(w) {
                 self.counters.hits.add_cheap(1);
                 return Ok(ExclusiveGuard { bm: self, sp, index, frame: sp.frame(index), _not_send: Default::default() });
@@ -151,6 +154,8 @@ impl BufferManager {
             let index = pid.index();
             let st = sp.state(index);
             let w = st.load();
+            // As in fix_exclusive: the payload's first line loads while the CAS runs.
+            prefetch(sp.frame(index).wrapping_add(PAGE_HEADER_SIZE));
             if (UNLOCKED..MAX_SHARED).contains(&w.state()) && st.try_lock_shared(w) {
                 self.counters.hits.add_cheap(1);
                 return Ok(SharedGuard { sp, index, frame: sp.frame(index), _not_send: Default::default() });
