@@ -13,11 +13,12 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use super::agg::{AggKind, St};
-use super::exec::{join_estimate, sampled_domain, AggFunc, AggSpec, Plan, SortKey};
+use super::exec::{join_estimate, AggFunc, AggSpec, Plan, SortKey};
 use super::expr::{can_cast, err, tname, ArOp, BExpr, CmpOp, DatePart, Func1, Pos};
 use super::join::JoinKind;
+use super::sample::{sampled_domain, sampled_widths};
 use super::subquery::{Param, ScalarSub};
-use super::width::{col_widths, sampled_widths, RECORD};
+use super::width::{col_widths, RECORD};
 use crate::access::catalog::Catalog;
 use crate::access::table::text::parse_date;
 use crate::access::table::{ColumnType, Value};

@@ -9,6 +9,7 @@ use super::agg::{encode_states, AggKind, HashAgg, St};
 use super::expr::{BExpr, Pos};
 use super::join::{JoinArgs, JoinKind};
 use super::rows::{assign, corrupt, decode_row, encode_row, encode_sort_key, encode_value, hash_bytes};
+use super::sample::sampled_share;
 use super::sort::Sorter;
 use super::vagg::GroupCache;
 use crate::access::table::{ColumnType, Table, Value};
@@ -241,7 +242,7 @@ impl Plan {
 
     /// Estimated rows of the plan's output, and the row count of the largest table below
     /// it (for the join rule). A filtered scan: the table's rows times the share of a small
-    /// sample of its rows that pass the filter (see [`sampled_share`]); a filter above a
+    /// sample of its rows that pass the filter (see [`sampled_share`](super::sample::sampled_share)); a filter above a
     /// scan: half its input; an inner equi-join: `left * right / min(left base, right
     /// base)` (a foreign key joined with the key of the smaller table, whose filtered share
     /// carries over), without keys the product; semi, anti and LEFT joins: the left.
@@ -413,107 +414,12 @@ pub fn join_estimate((l, bl): (f64, f64), (r, br): (f64, f64), keyed: bool) -> (
     (rows.max(1.0), bl.max(br))
 }
 
-/// Rows sampled per window of a filtered scan's estimate (three windows: the first rows,
-/// the middle and the last ones).
-const SAMPLE_WINDOW: u64 = 256;
-
-/// Sampled shares by database directory, table, row count and filter (a scan is estimated
-/// once, however often the planner and the joins ask).
-type ShareCache = std::collections::HashMap<String, f64>;
-static SHARES: std::sync::Mutex<Option<ShareCache>> = std::sync::Mutex::new(None);
-
 fn scan_estimate(bm: &BufferManager, table: &Table, filter: Option<&BExpr>) -> Result<(f64, f64)> {
     let rows = table.rows(bm)? as f64;
     Ok(match filter {
         None => (rows, rows),
         Some(f) => ((rows * sampled_share(bm, table, f)?).max(1.0), rows),
     })
-}
-
-/// The share of a table's rows that pass `filter`, from at most three windows of
-/// [`SAMPLE_WINDOW`] rows (the first, the middle and the last rows): a bounded cost
-/// whatever the table's size. A window with no passing row counts half a row (a filter
-/// never makes a relation look empty); a row on which the filter cannot be evaluated yet
-/// (a subquery's value not computed) passes, and such a share is not remembered.
-pub fn sampled_share(bm: &BufferManager, table: &Table, filter: &BExpr) -> Result<f64> {
-    let n = table.rows(bm)?;
-    let key = format!("{}|{:p}|{:?}|{n}|{filter}", bm.dir().display(), bm, table.root());
-    if let Some(s) = SHARES.lock().ok().and_then(|c| c.as_ref().and_then(|c| c.get(&key).copied())) {
-        return Ok(s);
-    }
-    let starts: Vec<u64> = if n <= 3 * SAMPLE_WINDOW { vec![0] } else { vec![0, n / 2, n - SAMPLE_WINDOW] };
-    let per = if n <= 3 * SAMPLE_WINDOW { n } else { SAMPLE_WINDOW };
-    let (mut seen, mut hit, mut unknown) = (0u64, 0u64, false);
-    for s in starts {
-        let mut k = 0u64;
-        table.scan(bm, s, &mut |_, row| {
-            k += 1;
-            match filter.eval(row) {
-                Ok(Value::Bool(true)) => hit += 1,
-                Ok(_) => {}
-                Err(_) => {
-                    unknown = true;
-                    hit += 1;
-                }
-            }
-            k < per
-        })?;
-        seen += k;
-    }
-    if seen == 0 {
-        return Ok(1.0);
-    }
-    let share = (hit as f64).max(0.5) / seen as f64;
-    if !unknown {
-        if let Ok(mut c) = SHARES.lock() {
-            let c = c.get_or_insert_with(ShareCache::new);
-            if c.len() > 4096 {
-                c.clear();
-            }
-            c.insert(key, share);
-        }
-    }
-    Ok(share)
-}
-
-/// The distinct values of `expr` over a sample of a table's rows (the windows of
-/// [`sampled_share`]) when they repeat (at most half as many as the rows sampled: a small
-/// domain, such as a nation key in a table of customers), else `None` (key-like values).
-/// For the join order: a join on such values on both sides multiplies rows.
-pub fn sampled_domain(bm: &BufferManager, table: &Table, expr: &BExpr) -> Result<Option<f64>> {
-    let n = table.rows(bm)?;
-    let key = format!("domain|{}|{:p}|{:?}|{n}|{expr}", bm.dir().display(), bm, table.root());
-    if let Some(s) = SHARES.lock().ok().and_then(|c| c.as_ref().and_then(|c| c.get(&key).copied())) {
-        return Ok((s >= 0.0).then_some(s));
-    }
-    let starts: Vec<u64> = if n <= 3 * SAMPLE_WINDOW { vec![0] } else { vec![0, n / 2, n - SAMPLE_WINDOW] };
-    let per = if n <= 3 * SAMPLE_WINDOW { n } else { SAMPLE_WINDOW };
-    let (mut seen, mut values, mut buf) = (0u64, std::collections::HashSet::new(), Vec::new());
-    for s in starts {
-        let mut k = 0u64;
-        table.scan(bm, s, &mut |_, row| {
-            k += 1;
-            if let Ok(v) = expr.eval(row) {
-                buf.clear();
-                encode_value(&v, &mut buf);
-                if !values.contains(&buf) {
-                    values.insert(buf.clone());
-                }
-            }
-            k < per
-        })?;
-        seen += k;
-    }
-    let d = values.len() as f64;
-    let out = (seen > 0 && d * 2.0 <= seen as f64).then_some(d.max(1.0));
-    if let Ok(mut c) = SHARES.lock() {
-        let c = c.get_or_insert_with(ShareCache::new);
-        if c.len() > 4096 {
-            c.clear();
-        }
-        c.insert(key, out.unwrap_or(-1.0));
-    }
-    Ok(out)
 }
 
 fn run_hash_aggregate(bm: &BufferManager, input: &Plan, keys: &[BExpr], aggs: &[AggSpec], sink: &mut Sink<'_>) -> Result<bool> {

@@ -82,6 +82,7 @@ pub mod expr;
 pub mod fold;
 pub mod join;
 pub mod rows;
+pub mod sample;
 pub mod scan;
 pub mod sort;
 pub mod subquery;

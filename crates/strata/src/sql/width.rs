@@ -4,30 +4,25 @@
 //! the rows of each join by the width of the columns the query reads.
 //!
 //! A table's column widths are the mean encoded sizes (see [`super::rows::encode_value`])
-//! over a sample of its first rows; a computed column counts as a fixed-size value.
+//! over a sample of its first rows ([`sampled_widths`]); a computed column counts as a
+//! fixed-size value.
 
 use super::exec::Plan;
 use super::expr::BExpr;
 use super::join::JoinKind;
-use crate::access::table::{Table, Value};
+use super::sample::sampled_widths;
+use crate::access::table::Value;
 use crate::buffer::BufferManager;
 use crate::error::Result;
 
-/// Rows sampled per table.
-const SAMPLE: u64 = 256;
-
 /// The bytes of a computed (fixed-size) value's encoding.
-const FIXED: f64 = 9.0;
+pub(super) const FIXED: f64 = 9.0;
 
 /// Bytes per record besides its columns: hash, lengths, key, hash table slot.
 pub const RECORD: f64 = 32.0;
 
-/// Mean widths by database directory, table and row count (sampled once).
-type WidthCache = std::collections::HashMap<String, Vec<f64>>;
-static WIDTHS: std::sync::Mutex<Option<WidthCache>> = std::sync::Mutex::new(None);
-
 /// The encoded size of `v` (see [`super::rows::encode_value`]).
-fn encoded(v: &Value) -> f64 {
+pub(super) fn encoded(v: &Value) -> f64 {
     match v {
         Value::Null | Value::Bool(_) => 1.0,
         Value::I64(_) | Value::F64(_) => 9.0,
@@ -35,34 +30,6 @@ fn encoded(v: &Value) -> f64 {
         Value::Str(s) => 5.0 + s.len() as f64,
         Value::Bytes(b) => 5.0 + b.len() as f64,
     }
-}
-
-/// The mean encoded size of each column of `table` over its first rows (a fixed size for
-/// an empty table).
-pub fn sampled_widths(bm: &BufferManager, table: &Table) -> Result<Vec<f64>> {
-    let n = table.rows(bm)?;
-    let key = format!("{}|{:p}|{:?}|{n}", bm.dir().display(), bm, table.root());
-    if let Some(w) = WIDTHS.lock().ok().and_then(|c| c.as_ref().and_then(|c| c.get(&key).cloned())) {
-        return Ok(w);
-    }
-    let cols = table.schema.len();
-    let (mut sum, mut k) = (vec![0.0f64; cols], 0u64);
-    table.scan(bm, 0, &mut |_, row| {
-        k += 1;
-        for (s, v) in sum.iter_mut().zip(row) {
-            *s += encoded(v);
-        }
-        k < SAMPLE
-    })?;
-    let w: Vec<f64> = if k == 0 { vec![FIXED; cols] } else { sum.into_iter().map(|s| s / k as f64).collect() };
-    if let Ok(mut c) = WIDTHS.lock() {
-        let c = c.get_or_insert_with(WidthCache::new);
-        if c.len() > 4096 {
-            c.clear();
-        }
-        c.insert(key, w.clone());
-    }
-    Ok(w)
 }
 
 fn expr_widths(bm: &BufferManager, input: &Plan, exprs: &mut dyn Iterator<Item = &BExpr>) -> Result<Vec<f64>> {

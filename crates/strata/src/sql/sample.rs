@@ -1,0 +1,139 @@
+//! What the planner learns from samples of a table's rows: the share passing a filter
+//! ([`sampled_share`]), whether an expression's values repeat ([`sampled_domain`]) and the
+//! mean encoded width of each column ([`sampled_widths`]). Each reads at most a few hundred
+//! rows, whatever the table's size, and is remembered (one bounded memo for all three), so a
+//! table is sampled once however often the planner and the joins ask.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+
+use super::expr::BExpr;
+use super::rows::encode_value;
+use super::width::{encoded, FIXED};
+use crate::access::table::{Table, Value};
+use crate::buffer::BufferManager;
+use crate::error::Result;
+
+/// Rows per sampled window (three windows: the first rows, the middle and the last ones).
+const SAMPLE_WINDOW: u64 = 256;
+
+/// Entries the memo keeps before it starts again.
+const MEMO_ENTRIES: usize = 4096;
+
+/// Sampled figures by what was sampled: kind, database directory, buffer manager, table
+/// root, row count (a table that grew is sampled again) and expression.
+/// Process-global for now; owned by the Database it would need no keying by directory.
+static MEMO: Mutex<Option<HashMap<String, Vec<f64>>>> = Mutex::new(None);
+
+/// The memo's key for `kind` of `table` (and `what`, an expression's text or "").
+fn key(kind: &str, bm: &BufferManager, table: &Table, rows: u64, what: &dyn std::fmt::Display) -> String {
+    format!("{kind}|{}|{:p}|{:?}|{rows}|{what}", bm.dir().display(), bm, table.root())
+}
+
+fn recall(key: &str) -> Option<Vec<f64>> {
+    MEMO.lock().ok().and_then(|m| m.as_ref().and_then(|m| m.get(key).cloned()))
+}
+
+fn remember(key: String, figures: Vec<f64>) {
+    if let Ok(mut m) = MEMO.lock() {
+        let m = m.get_or_insert_with(HashMap::new);
+        if m.len() > MEMO_ENTRIES {
+            m.clear();
+        }
+        m.insert(key, figures);
+    }
+}
+
+/// Calls `f` on the rows of at most three windows of [`SAMPLE_WINDOW`] rows of a table of
+/// `rows` rows (all of them if it has at most three windows' worth); returns the rows seen.
+fn sample_windows(bm: &BufferManager, table: &Table, rows: u64, f: &mut dyn FnMut(&[Value])) -> Result<u64> {
+    let (starts, per) = if rows <= 3 * SAMPLE_WINDOW { (vec![0], rows) } else { (vec![0, rows / 2, rows - SAMPLE_WINDOW], SAMPLE_WINDOW) };
+    let mut seen = 0;
+    for s in starts {
+        let mut k = 0u64;
+        table.scan(bm, s, &mut |_, row| {
+            k += 1;
+            f(row);
+            k < per
+        })?;
+        seen += k;
+    }
+    Ok(seen)
+}
+
+/// The share of a table's rows that pass `filter`, from the sampled windows. A sample with
+/// no passing row counts half a row (a filter never makes a relation look empty); a row on
+/// which the filter cannot be evaluated yet (a subquery's value not computed) passes, and
+/// such a share is not remembered.
+pub fn sampled_share(bm: &BufferManager, table: &Table, filter: &BExpr) -> Result<f64> {
+    let n = table.rows(bm)?;
+    let key = key("share", bm, table, n, filter);
+    if let Some(s) = recall(&key) {
+        return Ok(s[0]);
+    }
+    let (mut hit, mut unknown) = (0u64, false);
+    let seen = sample_windows(bm, table, n, &mut |row| match filter.eval(row) {
+        Ok(Value::Bool(true)) => hit += 1,
+        Ok(_) => {}
+        Err(_) => {
+            unknown = true;
+            hit += 1;
+        }
+    })?;
+    if seen == 0 {
+        return Ok(1.0);
+    }
+    let share = (hit as f64).max(0.5) / seen as f64;
+    if !unknown {
+        remember(key, vec![share]);
+    }
+    Ok(share)
+}
+
+/// The distinct values of `expr` over the sampled windows when they repeat (at most half as
+/// many as the rows sampled: a small domain, such as a nation key in a table of customers),
+/// else `None` (key-like values). For the join order: a join on such values on both sides
+/// multiplies rows.
+pub fn sampled_domain(bm: &BufferManager, table: &Table, expr: &BExpr) -> Result<Option<f64>> {
+    let n = table.rows(bm)?;
+    let key = key("domain", bm, table, n, expr);
+    if let Some(d) = recall(&key) {
+        return Ok((d[0] >= 0.0).then_some(d[0]));
+    }
+    let (mut values, mut buf) = (HashSet::new(), Vec::new());
+    let seen = sample_windows(bm, table, n, &mut |row| {
+        if let Ok(v) = expr.eval(row) {
+            buf.clear();
+            encode_value(&v, &mut buf);
+            if !values.contains(&buf) {
+                values.insert(buf.clone());
+            }
+        }
+    })?;
+    let d = values.len() as f64;
+    let out = (seen > 0 && d * 2.0 <= seen as f64).then_some(d.max(1.0));
+    remember(key, vec![out.unwrap_or(-1.0)]);
+    Ok(out)
+}
+
+/// The mean encoded size of each column of `table` over its first [`SAMPLE_WINDOW`] rows
+/// (a fixed size for an empty table).
+pub fn sampled_widths(bm: &BufferManager, table: &Table) -> Result<Vec<f64>> {
+    let n = table.rows(bm)?;
+    let key = key("widths", bm, table, n, &"");
+    if let Some(w) = recall(&key) {
+        return Ok(w);
+    }
+    let cols = table.schema.len();
+    let (mut sum, mut k) = (vec![0.0f64; cols], 0u64);
+    table.scan(bm, 0, &mut |_, row| {
+        k += 1;
+        for (s, v) in sum.iter_mut().zip(row) {
+            *s += encoded(v);
+        }
+        k < SAMPLE_WINDOW
+    })?;
+    let w: Vec<f64> = if k == 0 { vec![FIXED; cols] } else { sum.into_iter().map(|s| s / k as f64).collect() };
+    remember(key, w.clone());
+    Ok(w)
+}
