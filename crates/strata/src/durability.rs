@@ -205,12 +205,17 @@ impl Durability {
         *self.stored_start.lock() = Some(start_lsn);
     }
 
+    /// The log position at which the oldest active transaction began (`u64::MAX` if none).
+    pub(crate) fn oldest_active(&self) -> u64 {
+        self.active.lock().values().copied().min().unwrap_or(u64::MAX)
+    }
+
     /// Where recovery must start reading after a checkpoint that began at `began`: the
-    /// oldest of that, the first unwritten change of a dirty page and the start of an active
-    /// transaction.
-    pub(crate) fn redo_start(&self, began: u64) -> u64 {
+    /// oldest of that, the first unwritten change of a dirty page and `oldest_tx`, the
+    /// [`oldest_active`](Self::oldest_active) transaction's start, taken before the
+    /// checkpoint copied the allocation bitmaps.
+    pub(crate) fn redo_start(&self, began: u64, oldest_tx: u64) -> u64 {
         let oldest_dirty = self.dirty.entries().into_iter().map(|(_, lsn)| lsn).min().unwrap_or(u64::MAX);
-        let oldest_tx = self.active.lock().values().copied().min().unwrap_or(u64::MAX);
         began.min(oldest_dirty).min(oldest_tx)
     }
 }

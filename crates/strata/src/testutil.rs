@@ -22,3 +22,44 @@ pub(crate) fn rng(seed: &mut u64) -> u64 {
 pub(crate) fn temp_pages(bm: &BufferManager) -> u64 {
     bm.stats().classes.iter().map(|c| c.temp_pages).sum()
 }
+
+/// Points in the library where a unit test can run code of its own, to force an
+/// interleaving that threads would reach only by chance (a checkpoint between a commit and
+/// its frees, say). A hook belongs to the thread that set it and runs once.
+pub(crate) mod hooks {
+    use std::cell::RefCell;
+
+    /// Where a hook runs.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub(crate) enum Point {
+        /// A transaction ends: its commit (or rollback) is logged and its locks are
+        /// released; its frees are not applied yet.
+        FreesPending,
+        /// A checkpoint wrote the dirty pages and is about to copy the allocation bitmaps.
+        CheckpointCopiesBitmaps,
+        /// A checkpoint copied the allocation bitmaps and has not stored them yet.
+        CheckpointCopiedBitmaps,
+    }
+
+    type Hook = (Point, Box<dyn FnOnce()>);
+
+    thread_local! {
+        static HOOKS: RefCell<Vec<Hook>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// Runs `f` the next time this thread reaches `at`.
+    pub(crate) fn set(at: Point, f: impl FnOnce() + 'static) {
+        HOOKS.with(|h| h.borrow_mut().push((at, Box::new(f))));
+    }
+
+    /// Called by the library at `at`.
+    pub(crate) fn run(at: Point) {
+        let hook = HOOKS.with(|h| {
+            let mut h = h.borrow_mut();
+            h.iter().position(|(p, _)| *p == at).map(|i| h.remove(i).1)
+        });
+        if let Some(f) = hook {
+            f();
+        }
+    }
+}

@@ -146,8 +146,6 @@ impl BufferManager {
     /// The checkpoint that began at log position `began`; `changed`: whether a page became
     /// dirty since the last stored checkpoint record. Writes nothing when nothing changed.
     fn checkpoint_from(&self, began: u64, changed: bool) -> Result<()> {
-        // Every allocation in the table stored below must have its log record on disk.
-        self.durability.wal.flush_all()?;
         let dirty = self.durability.dirty_before(began);
         for batch in dirty.chunks(CLOCK_BATCH) {
             let mut latched: Vec<(PageId, &Space)> = Vec::new();
@@ -201,12 +199,24 @@ impl BufferManager {
             }
             self.dw.clear()?;
         }
+        #[cfg(test)]
+        crate::testutil::hooks::run(crate::testutil::hooks::Point::CheckpointCopiesBitmaps);
+        // A transaction changes the bitmaps after its last log record (frees at commit, the
+        // allocations a rollback undid) and ends only then: one that ended before this point
+        // is in the copy below, and the log from the start of one still active replays
+        // whatever it changes after the copy.
+        let oldest_tx = self.durability.oldest_active();
         let mut table = AllocTable::new(self.classes.count());
         for class in 0..self.classes.count() {
             if let Some(sp) = self.spaces[class * 2].get() {
                 table.classes[class] = sp.bitmap.lock().clone();
             }
         }
+        #[cfg(test)]
+        crate::testutil::hooks::run(crate::testutil::hooks::Point::CheckpointCopiedBitmaps);
+        // Every allocation in the copy has its record in the log (it is logged under the
+        // bitmap's lock); the record must be on disk before the table is.
+        self.durability.wal.flush_all()?;
         let table_unchanged = !self.alloc_table_unsure.load(Ordering::Relaxed) && *self.durable.read() == table.classes;
         if !table_unchanged {
             // While the table is replaced, a slot allocated in either version counts as durable.
@@ -222,7 +232,7 @@ impl BufferManager {
             *self.durable.write() = table.classes;
             self.alloc_table_unsure.store(false, Ordering::Relaxed);
         }
-        let start_lsn = self.durability.redo_start(began);
+        let start_lsn = self.durability.redo_start(began, oldest_tx);
         if table_unchanged && self.durability.record_unchanged(start_lsn, changed) {
             // Nothing changed since the stored checkpoint: a database that was only read is
             // closed without writing (and so without needing free space).

@@ -256,18 +256,10 @@ impl<'a> Transaction<'a> {
             return Err(self.fail(e));
         }
         let frees = std::mem::take(&mut self.frees);
-        self.finish();
-        // The commit is durable: the pages can go (their records are in the log, so recovery
-        // redoes the frees if the bitmap was not stored yet).
-        let mut first_error = None;
-        for pid in frees {
-            if let Err(e) = self.bm.free_if_allocated(pid) {
-                first_error.get_or_insert(e);
-            }
-        }
-        if let Some(e) = first_error {
-            return Err(e);
-        }
+        // The commit is durable: the pages can go once the locks are released (their
+        // records are in the log, so recovery redoes the frees if the bitmap was not stored
+        // yet).
+        self.finish_freeing(frees, Ok(()))?;
         // Bound recovery time and log size. The commit is durable whatever happens here; a
         // checkpoint that fails (disk full) leaves the log longer, and the next explicit
         // checkpoint or close reports the error.
@@ -318,15 +310,8 @@ impl<'a> Transaction<'a> {
             }
         }
         let r = if self.last_lsn != 0 { self.bm.durability.wal.append(self.txid, self.last_lsn, &Body::Abort).map(|_| ()) } else { Ok(()) };
-        self.finish();
-        // The locks are released: the pages this transaction allocated can go now.
-        let mut first_error = r.err();
-        for pid in freed {
-            if let Err(e) = self.bm.free_if_allocated(pid) {
-                first_error.get_or_insert(e);
-            }
-        }
-        first_error.map_or(Ok(()), Err)
+        // The pages this transaction allocated go once its locks are released.
+        self.finish_freeing(freed, r)
     }
 
     /// Undoes one atomic section (its records in reverse), holding the exclusive latches of
@@ -382,14 +367,31 @@ impl<'a> Transaction<'a> {
         e
     }
 
-    fn finish(&mut self) {
+    /// Ends the transaction: releases its locks, then frees `pages` (frees it committed, or
+    /// allocations its rollback undid) and only then leaves the active set. A page must be
+    /// unlocked before it is free (another transaction may allocate and lock it at once),
+    /// and the transaction must stay active until its frees are in the bitmaps: a
+    /// checkpoint copies the bitmaps and lets the log start after every transaction that
+    /// ended before the copy, so a free still to come after that would be neither in the
+    /// stored table nor in the log recovery reads, and the page would stay allocated,
+    /// referenced by nothing. Returns `r`, else the first failed free.
+    fn finish_freeing(&mut self, pages: Vec<PageId>, r: Result<()>) -> Result<()> {
         self.active = false;
-        self.bm.tx_end(self.txid);
         self.locks.release(self.txid, &self.held);
         self.held.clear();
         self.held_set.clear();
         self.undo.clear();
         self.sections.clear();
+        #[cfg(test)]
+        crate::testutil::hooks::run(crate::testutil::hooks::Point::FreesPending);
+        let mut first_error = r.err();
+        for pid in pages {
+            if let Err(e) = self.bm.free_if_allocated(pid) {
+                first_error.get_or_insert(e);
+            }
+        }
+        self.bm.tx_end(self.txid);
+        first_error.map_or(Ok(()), Err)
     }
 }
 
@@ -398,5 +400,133 @@ impl Drop for Transaction<'_> {
         if self.active {
             let _ = self.rollback();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::sync::{mpsc, Arc};
+
+    use super::*;
+    use crate::buffer::Config;
+    use crate::testutil::hooks::{self, Point};
+
+    const POOL: u64 = 4 << 20;
+
+    fn reopen(dir: &Path) -> BufferManager {
+        BufferManager::open(Config::new(dir).min_page(4096).pool_size(POOL)).unwrap()
+    }
+
+    /// Kills the manager (nothing more of it runs) once the test holds its only reference.
+    fn crash(bm: Arc<BufferManager>) {
+        match Arc::try_unwrap(bm) {
+            Ok(bm) => bm.crash(),
+            Err(_) => panic!("the manager is still shared"),
+        }
+    }
+
+    /// A database with two committed pages, `keep` and `gone`, checkpointed.
+    fn two_pages() -> (tempfile::TempDir, Arc<BufferManager>, LockTable, PageId, PageId) {
+        let (t, bm) = crate::testutil::bm(POOL, 4096);
+        let locks = LockTable::default();
+        let mut tx = Transaction::begin(&bm, &locks);
+        let keep = tx.alloc(100).unwrap();
+        let gone = tx.alloc(100).unwrap();
+        tx.commit().unwrap();
+        bm.checkpoint().unwrap();
+        (t, Arc::new(bm), locks, keep, gone)
+    }
+
+    /// A transaction that frees `gone` and writes `keep`, committed.
+    fn free_one(bm: &BufferManager, locks: &LockTable, keep: PageId, gone: PageId) {
+        let mut tx = Transaction::begin(bm, locks);
+        tx.write(keep, 0, b"still here").unwrap();
+        tx.free(gone).unwrap();
+        tx.commit().unwrap();
+    }
+
+    /// A checkpoint between a commit and its frees (the committer has released its locks
+    /// and not yet cleared the bitmap bit) stores the page as allocated; the log it keeps
+    /// must still replay the free, or the page is allocated after a crash and referenced by
+    /// nothing (found by `strata torture soak` on the tree workload).
+    #[test]
+    fn a_checkpoint_before_a_commits_frees_keeps_them_in_the_log() {
+        let (t, bm, locks, keep, gone) = two_pages();
+        let dir = bm.dir().to_path_buf();
+        let hook_bm = Arc::clone(&bm);
+        hooks::set(Point::FreesPending, move || hook_bm.checkpoint().unwrap());
+        free_one(&bm, &locks, keep, gone);
+        assert_eq!(bm.allocated_pages(), vec![keep]);
+        crash(bm);
+        let bm = reopen(&dir);
+        assert_eq!(bm.allocated_pages(), vec![keep], "the committed free was lost");
+        let g = bm.fix_shared(keep).unwrap();
+        assert_eq!(&g.data()[..10], b"still here");
+        drop(g);
+        bm.close().unwrap();
+        drop(t);
+    }
+
+    /// The same race across threads: the checkpoint copies the bitmaps while the commit's
+    /// frees are pending, and the transaction ends before the checkpoint decides where the
+    /// log must start. The transaction was active when the bitmaps were copied, so the
+    /// start must not pass its records.
+    #[test]
+    fn a_transaction_ending_during_a_checkpoint_keeps_its_frees_in_the_log() {
+        let (t, bm, locks, keep, gone) = two_pages();
+        let dir = bm.dir().to_path_buf();
+        let (durable_tx, durable_rx) = mpsc::channel::<()>();
+        let (copied_tx, copied_rx) = mpsc::channel::<()>();
+        let (done_tx, done_rx) = mpsc::channel::<()>();
+        let (b, l) = (&*bm, &locks);
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                hooks::set(Point::FreesPending, move || {
+                    durable_tx.send(()).unwrap();
+                    copied_rx.recv().unwrap();
+                });
+                free_one(b, l, keep, gone);
+                done_tx.send(()).unwrap();
+            });
+            s.spawn(move || {
+                durable_rx.recv().unwrap();
+                hooks::set(Point::CheckpointCopiedBitmaps, move || {
+                    copied_tx.send(()).unwrap();
+                    done_rx.recv().unwrap();
+                });
+                b.checkpoint().unwrap();
+            });
+        });
+        crash(bm);
+        let bm = reopen(&dir);
+        assert_eq!(bm.allocated_pages(), vec![keep], "the committed free was lost");
+        bm.close().unwrap();
+        drop(t);
+    }
+
+    /// An allocation logged while a checkpoint runs, before it copies the bitmaps, is in
+    /// the stored table: its record must be on disk before the table is, or after a crash
+    /// the page is allocated with no record to roll its transaction back.
+    #[test]
+    fn an_allocation_in_a_stored_table_has_its_record_on_disk() {
+        let (t, bm, locks, keep, gone) = two_pages();
+        let dir = bm.dir().to_path_buf();
+        let hook_bm = Arc::clone(&bm);
+        let locks = Arc::new(locks);
+        let hook_locks = Arc::clone(&locks);
+        hooks::set(Point::CheckpointCopiesBitmaps, move || {
+            // Never committed: the process dies with the transaction open.
+            let mut tx = Transaction::begin(&hook_bm, &hook_locks);
+            tx.alloc(100).unwrap();
+            std::mem::forget(tx);
+        });
+        bm.checkpoint().unwrap();
+        assert_eq!(bm.allocated_pages().len(), 3);
+        crash(bm);
+        let bm = reopen(&dir);
+        assert_eq!(bm.allocated_pages(), vec![keep, gone], "the loser's page was kept");
+        bm.close().unwrap();
+        drop(t);
     }
 }
