@@ -1108,3 +1108,30 @@ fn decorrelated_subqueries_are_joins_in_the_plan() {
     let p = plan("SELECT id FROM t WHERE x > (SELECT avg(x) FROM u)");
     assert!(p.starts_with("$1 := scalar subquery (once, before the rows)") && p.contains("Scan t filter (x > $1)"), "{p}");
 }
+
+/// A grouping's row estimate is the number of groups its sample shows, not its input's
+/// rows: clustered keys (each value in a run of four rows) scale from the sampled windows to
+/// the table, a small domain (25 values met in every window) stays at its size, unique keys
+/// give one group per row. The estimate decides which side an IN-subquery's semi join
+/// builds on (TPC-H Q18: the subquery's groups, not the orders).
+#[test]
+fn group_estimates_follow_the_sampled_groups() {
+    let dir = tempfile::tempdir().unwrap();
+    let row = |i: i64, k: i64, x: i64| R { id: i, k: Some(k), g: None, x: Some(x), y: None, d: None };
+    let items: Vec<R> = (0..6000).map(|i| row(i, i / 4, i % 25)).collect();
+    let o: Vec<R> = (0..1000).map(|i| row(i, i, i)).collect();
+    let db = open(&dir.path().join("db"), 8 << 20, &[("items", &items), ("o", &o)]);
+    for (col, having, build, want) in [
+        // 1500 groups of four rows (~750 after the filter, < 1000 rows of o).
+        ("k", "count(*) > 3", "right", 1000),
+        // 25 groups of 240 rows.
+        ("x", "count(*) > 3", "right", 25),
+        // 6000 groups of one row (~3000 after the filter): builds on o.
+        ("id", "count(*) > 0", "left", 1000),
+    ] {
+        let sql = format!("SELECT o.id FROM o WHERE o.id IN (SELECT {col} FROM items GROUP BY {col} HAVING {having})");
+        let p = q(&db, &format!("EXPLAIN {sql}")).into_iter().map(|r| format!("{:?}", r[0])).collect::<Vec<_>>().join("\n");
+        assert!(p.contains(&format!("HashJoin semi on o.id = subquery (build: {build},")), "{col}: {p}");
+        assert_eq!(q(&db, &sql).len(), want, "{sql}");
+    }
+}

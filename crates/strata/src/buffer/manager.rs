@@ -448,13 +448,11 @@ impl BufferManager {
             r = self.save_hot_set().map(|_| ());
         }
         self.closed.store(true, Ordering::Relaxed);
-        let tmp = self.dir.join("tmp");
         for class in 0..self.classes.count() {
             if self.spaces[class * 2 + 1].get().is_some() {
                 let _ = self.backend.remove(&temp_file(&self.dir, class as u8));
             }
         }
-        let _ = tmp;
         r
     }
 

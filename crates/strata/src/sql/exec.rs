@@ -245,13 +245,26 @@ impl Plan {
     /// sample of its rows that pass the filter (see [`sampled_share`](super::sample::sampled_share)); a filter above a
     /// scan: half its input; an inner equi-join: `left * right / min(left base, right
     /// base)` (a foreign key joined with the key of the smaller table, whose filtered share
-    /// carries over), without keys the product; semi, anti and LEFT joins: the left.
+    /// carries over), without keys the product; semi, anti and LEFT joins: the left; a
+    /// grouping of a scan: the groups its sample shows ([`sampled_groups`](super::sample::sampled_groups)), at most its input; other
+    /// groupings: their input.
     pub fn estimate(&self, bm: &BufferManager) -> Result<(f64, f64)> {
         Ok(match self {
             Plan::Scan { table, filter, .. } => scan_estimate(bm, table, filter.as_ref())?,
             Plan::ColScan(s) => scan_estimate(bm, &s.table, s.filter.as_ref())?,
             Plan::OneRow { .. } | Plan::Aggregate { .. } => (1.0, 1.0),
-            Plan::HashAggregate { keys, input, .. } if !keys.is_empty() => input.estimate(bm)?,
+            Plan::HashAggregate { keys, input, .. } if !keys.is_empty() => {
+                let (r, b) = input.estimate(bm)?;
+                let table = match &**input {
+                    Plan::Scan { table, .. } => Some(table),
+                    Plan::ColScan(s) => Some(&s.table),
+                    _ => None,
+                };
+                match table {
+                    Some(t) => (super::sample::sampled_groups(bm, t, keys)?.min(r).max(1.0), b),
+                    None => (r, b),
+                }
+            }
             Plan::HashAggregate { .. } => (1.0, 1.0),
             Plan::Filter { input, .. } => {
                 let (r, b) = input.estimate(bm)?;

@@ -1,6 +1,7 @@
 //! What the planner learns from samples of a table's rows: the share passing a filter
-//! ([`sampled_share`]), whether an expression's values repeat ([`sampled_domain`]) and the
-//! mean encoded width of each column ([`sampled_widths`]). Each reads at most a few hundred
+//! ([`sampled_share`]), whether an expression's values repeat ([`sampled_domain`]), how many
+//! groups a GROUP BY forms ([`sampled_groups`]) and the mean encoded width of each column
+//! ([`sampled_widths`]). Each reads at most a few hundred
 //! rows, whatever the table's size, and is remembered (one bounded memo for all three), so a
 //! table is sampled once however often the planner and the joins ask.
 
@@ -44,16 +45,17 @@ fn remember(key: String, figures: Vec<f64>) {
     }
 }
 
-/// Calls `f` on the rows of at most three windows of [`SAMPLE_WINDOW`] rows of a table of
-/// `rows` rows (all of them if it has at most three windows' worth); returns the rows seen.
-fn sample_windows(bm: &BufferManager, table: &Table, rows: u64, f: &mut dyn FnMut(&[Value])) -> Result<u64> {
+/// Calls `f(window, row)` on the rows of at most three windows of [`SAMPLE_WINDOW`] rows of
+/// a table of `rows` rows (one window of all of them if it has at most three windows'
+/// worth); returns the rows seen.
+fn sample_windows(bm: &BufferManager, table: &Table, rows: u64, f: &mut dyn FnMut(usize, &[Value])) -> Result<u64> {
     let (starts, per) = if rows <= 3 * SAMPLE_WINDOW { (vec![0], rows) } else { (vec![0, rows / 2, rows - SAMPLE_WINDOW], SAMPLE_WINDOW) };
     let mut seen = 0;
-    for s in starts {
+    for (w, s) in starts.into_iter().enumerate() {
         let mut k = 0u64;
         table.scan(bm, s, &mut |_, row| {
             k += 1;
-            f(row);
+            f(w, row);
             k < per
         })?;
         seen += k;
@@ -72,7 +74,7 @@ pub fn sampled_share(bm: &BufferManager, table: &Table, filter: &BExpr) -> Resul
         return Ok(s[0]);
     }
     let (mut hit, mut unknown) = (0u64, false);
-    let seen = sample_windows(bm, table, n, &mut |row| match filter.eval(row) {
+    let seen = sample_windows(bm, table, n, &mut |_, row| match filter.eval(row) {
         Ok(Value::Bool(true)) => hit += 1,
         Ok(_) => {}
         Err(_) => {
@@ -101,7 +103,7 @@ pub fn sampled_domain(bm: &BufferManager, table: &Table, expr: &BExpr) -> Result
         return Ok((d[0] >= 0.0).then_some(d[0]));
     }
     let (mut values, mut buf) = (HashSet::new(), Vec::new());
-    let seen = sample_windows(bm, table, n, &mut |row| {
+    let seen = sample_windows(bm, table, n, &mut |_, row| {
         if let Ok(v) = expr.eval(row) {
             buf.clear();
             encode_value(&v, &mut buf);
@@ -114,6 +116,54 @@ pub fn sampled_domain(bm: &BufferManager, table: &Table, expr: &BExpr) -> Result
     let out = (seen > 0 && d * 2.0 <= seen as f64).then_some(d.max(1.0));
     remember(key, vec![out.unwrap_or(-1.0)]);
     Ok(out)
+}
+
+/// An estimate of the distinct values of the tuple `keys` over all of `table`'s rows (the
+/// groups of a GROUP BY on them). The sampled windows tell two kinds of values apart:
+/// values that every window meets again form a domain that repeats across the table (a
+/// nation key: as many groups as the sample shows), values that each window has to itself
+/// are clustered or unique (the order keys of line items: each window's share of distinct
+/// values carries over to the whole table). The overlap between the windows weighs the two;
+/// a table sampled whole gives its exact count.
+pub fn sampled_groups(bm: &BufferManager, table: &Table, keys: &[BExpr]) -> Result<f64> {
+    let n = table.rows(bm)?;
+    let what = keys.iter().map(|k| k.to_string()).collect::<Vec<_>>().join(",");
+    let key = key("groups", bm, table, n, &what);
+    if let Some(g) = recall(&key) {
+        return Ok(g[0]);
+    }
+    // Per distinct key tuple, the windows it was met in (bit w).
+    let (mut seen_in, mut buf, mut per_window) = (HashMap::<Vec<u8>, u8>::new(), Vec::new(), [0u64; 3]);
+    let mut windows = 0;
+    let seen = sample_windows(bm, table, n, &mut |w, row| {
+        buf.clear();
+        for k in keys {
+            match k.eval(row) {
+                Ok(v) => encode_value(&v, &mut buf),
+                Err(_) => buf.push(0xff),
+            }
+        }
+        windows = windows.max(w + 1);
+        let bits = seen_in.entry(buf.clone()).or_insert(0);
+        if *bits & (1 << w) == 0 {
+            *bits |= 1 << w;
+            per_window[w] += 1;
+        }
+    })?;
+    let d = seen_in.len() as f64;
+    let groups = if seen == 0 {
+        1.0
+    } else if seen >= n || windows < 2 {
+        d
+    } else {
+        // 1: every window met the same values; 0: no value was met twice.
+        let (sum, max) = (per_window.iter().sum::<u64>() as f64, *per_window.iter().max().unwrap() as f64);
+        let overlap = if sum > max { ((sum - d) / (sum - max)).clamp(0.0, 1.0) } else { 1.0 };
+        let scaled = n as f64 * d / seen as f64;
+        (overlap * d + (1.0 - overlap) * scaled).clamp(d.max(1.0), n as f64)
+    };
+    remember(key, vec![groups]);
+    Ok(groups)
 }
 
 /// The mean encoded size of each column of `table` over its first [`SAMPLE_WINDOW`] rows
