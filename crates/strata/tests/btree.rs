@@ -430,6 +430,64 @@ fn emptied_leaves_are_unlinked_and_freed() {
     assert_same(&db, &tree, &model);
 }
 
+/// Thinning a tree (removing most keys of every leaf, none emptied) merges the underfull
+/// leaves with their neighbours: the tree gives most of its pages back, checks out, and
+/// holds exactly the keys left, before and after a reopen; a thinning that rolls back keeps
+/// every leaf and key.
+#[test]
+fn underfull_leaves_merge_with_their_neighbours() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("db");
+    let db = Database::create(config(&dir, 1 << 20)).unwrap();
+    let tree = db.create_tree("t").unwrap();
+    let mut model = BTreeMap::new();
+    let mut tx = db.begin();
+    for i in 0..4000u64 {
+        let k = i.to_be_bytes().to_vec();
+        let v = value(&k, 150, 1);
+        tree.insert(&mut tx, &k, &v).unwrap();
+        model.insert(k, v);
+    }
+    tx.commit().unwrap();
+    let leaves = |db: &Database| db.check().unwrap().trees["t"].leaves_per_class.iter().sum::<u64>();
+    let full = leaves(&db);
+    assert!(full > 150, "{full} leaves");
+    let thin = |tx: &mut strata::Transaction<'_>, model: &mut BTreeMap<Vec<u8>, Vec<u8>>| {
+        for i in (0..4000u64).filter(|i| i % 10 != 0) {
+            assert!(tree.remove(tx, &i.to_be_bytes()).unwrap());
+            model.remove(&i.to_be_bytes()[..]);
+        }
+    };
+    let mut rolled = model.clone();
+    let mut tx = db.begin();
+    thin(&mut tx, &mut rolled);
+    tx.abort().unwrap();
+    assert_eq!(leaves(&db), full);
+    assert_same(&db, &tree, &model);
+    let mut tx = db.begin();
+    thin(&mut tx, &mut model);
+    tx.commit().unwrap();
+    let after = leaves(&db);
+    // A tenth of the bytes is left: without merges every leaf would stay.
+    assert!(after * 4 < full, "{after} of {full} leaves left");
+    assert_eq!(db.check().unwrap().unreferenced_pages, 0, "the merged-away leaves were freed");
+    assert_same(&db, &tree, &model);
+    db.close().unwrap();
+    let db = Database::open(config(&dir, 1 << 20)).unwrap();
+    let tree = db.tree("t").unwrap();
+    assert_same(&db, &tree, &model);
+    // The merged leaves split again as keys come back.
+    let mut tx = db.begin();
+    for i in 0..4000u64 {
+        let k = i.to_be_bytes().to_vec();
+        let v = value(&k, 150, 3);
+        tree.insert(&mut tx, &k, &v).unwrap();
+        model.insert(k, v);
+    }
+    tx.commit().unwrap();
+    assert_same(&db, &tree, &model);
+}
+
 /// Sorted key sets for the node search tests: big-endian integers spread evenly, clustered
 /// and skewed ones (interpolation guesses far off), short keys, and keys sharing their first
 /// 8 bytes (equal prefix words everywhere).

@@ -1,6 +1,6 @@
 #![cfg(loom)]
-//! Loom models of the B+-tree's optimistic lock coupling (`strata::access::btree`): splits
-//! and the rollback of a split racing a lookup.
+//! Loom models of the B+-tree's optimistic lock coupling (`strata::access::btree`): splits,
+//! the rollback of a split and the merge of two leaves racing a lookup.
 //!
 //! Run with
 //!
@@ -523,26 +523,62 @@ impl Writer {
                 self.release(id);
             }
         }
-        // `free_if_allocated` once the locks are released: latch, drop the frame, EVICTED
-        // with a new version. (The undo has restored the frame's before-image, zeroes, so
-        // dropping it changes no word.)
+        // `free_if_allocated` once the locks are released. (The undo has restored the
+        // frame's before-image, zeroes, so dropping it changes no word.)
         for id in std::mem::take(&mut self.allocated) {
-            let n = &t.nodes[id];
-            loop {
-                let w = n.st.load();
-                if w.is_unlatched() && n.st.try_lock_exclusive(w) {
-                    break;
-                }
-                thread::yield_now();
-            }
-            self.latches += 1;
-            for i in 0..WORDS {
-                if self.pages[id][i] != 0 {
-                    self.store(id, i, 0);
-                }
-            }
-            n.st.unlock_evicted();
+            self.free(id);
         }
+    }
+
+    /// `BufferManager::free`: latch, drop the frame (its words read as zero), EVICTED with
+    /// a new version.
+    fn free(&mut self, id: usize) {
+        let n = &self.t.clone().nodes[id];
+        loop {
+            let w = n.st.load();
+            if w.is_unlatched() && n.st.try_lock_exclusive(w) {
+                break;
+            }
+            thread::yield_now();
+        }
+        self.latches += 1;
+        for i in 0..WORDS {
+            if self.pages[id][i] != 0 {
+                self.store(id, i, 0);
+            }
+        }
+        n.st.unlock_evicted();
+    }
+
+    /// `merge_underfull_leaf` of the leaf holding `key` (child 0) with its right neighbour
+    /// (the parent's `upper`): descend, fix the neighbour optimistically and validate the
+    /// parent, upgrade parent, leaf and neighbour, move the neighbour's entries into the
+    /// leaf, repoint the parent's `upper` to the leaf and drop the separator; release the
+    /// neighbour unchanged (its bytes stay until it is freed), the parent, the leaf. Then
+    /// the commit frees the neighbour.
+    fn merge_leaves(&mut self, key: u64) {
+        let t = self.t.clone();
+        let mut path = descend(&t, key, true).expect("a consistent tree").expect("no other writer: no restart");
+        let (parent, pseen, idx) = path.inner.pop().expect("a leaf has a parent");
+        assert_eq!(idx, 0, "the model merges child 0 with the next child");
+        let img = self.read(parent);
+        assert_eq!(img[COUNT], 1, "the model's parent has one separator");
+        let right = img[UPPER] as usize;
+        let rseen = t.fix_optimistic(right as u64).expect("the neighbour is allocated");
+        assert!(t.validate(parent, pseen));
+        self.upgrade(parent, pseen);
+        let (leaf, lseen) = path.leaf;
+        self.upgrade(leaf, lseen);
+        self.upgrade(right, rseen);
+        let (a, b) = (self.read(leaf), self.read(right));
+        let mut entries: Vec<(u64, u64)> = (0..a[COUNT] as usize).map(|i| (a[KEY0 + i], a[VAL0 + i])).collect();
+        entries.extend((0..b[COUNT] as usize).map(|i| (b[KEY0 + i], b[VAL0 + i])));
+        self.write_image(leaf, &leaf_image(&entries));
+        self.write_image(parent, &inner_image(&[], &[], leaf as u64));
+        t.nodes[right].st.unlock_exclusive_unchanged(false);
+        self.release(parent);
+        self.release(leaf);
+        self.free(right);
     }
 }
 
@@ -644,6 +680,61 @@ fn leaf_split_vs_lookup_of_a_staying_key() {
 #[test]
 fn leaf_split_vs_lookup_of_an_absent_key() {
     leaf_split_vs_lookup(25, None);
+}
+
+/// Pages of the leaf-merge model: the root (0) with separator 20 over leaf 1 (holding 10)
+/// and, as `upper`, leaf 2 (holding 20). The merge moves 20 into leaf 1, makes leaf 1 the
+/// root's `upper` and frees leaf 2.
+fn leaf_merge_tree() -> Tree {
+    Tree::new(&[Some(inner_image(&[20], &[1], 2)), Some(leaf_image(&[(10, 100)])), Some(leaf_image(&[(20, 200)]))])
+}
+
+/// Exclusive latches the leaf merge takes (root, leaf, neighbour, the neighbour's free).
+const LEAF_MERGE_LATCHES: usize = 4;
+
+/// A leaf merge and the commit that frees the emptied neighbour race a lookup of `key`,
+/// which must find `expect` (present before and after, or absent in both): a reader that
+/// reached the neighbour through the old root finds the entry it held, or fails its
+/// validation once the page is freed, never "absent".
+fn leaf_merge_vs_lookup(key: u64, expect: Option<u64>) {
+    check_bounded(&format!("leaf merge vs lookup of {key}"), BOUND, move || {
+        let t = Arc::new(leaf_merge_tree());
+        let (tw, tr) = (t.clone(), t.clone());
+        let (latches, (got, restarts)) = race(
+            move || {
+                let mut w = Writer::new(tw);
+                w.merge_leaves(10);
+                w.latches
+            },
+            move || get(&tr, key, true, LEAF_MERGE_LATCHES),
+        );
+        assert_eq!(got, Ok(expect), "lookup of {key} during a leaf merge");
+        assert_eq!(latches, LEAF_MERGE_LATCHES);
+        assert!(restarts <= latches, "{restarts} restarts for {latches} exclusive sections");
+        // The tree after the merge.
+        assert_eq!(get(&t, 10, true, 0).0, Ok(Some(100)));
+        assert_eq!(get(&t, 20, true, 0).0, Ok(Some(200)));
+        assert_eq!(t.nodes[ROOT].word(COUNT), 0);
+        assert_eq!(t.nodes[2].st.load().state(), EVICTED);
+    });
+}
+
+/// Leaf merge vs a lookup of the key that moves from the freed neighbour into the leaf.
+#[test]
+fn leaf_merge_vs_lookup_of_a_moved_key() {
+    leaf_merge_vs_lookup(20, Some(200));
+}
+
+/// Leaf merge vs a lookup of the key that stays.
+#[test]
+fn leaf_merge_vs_lookup_of_a_staying_key() {
+    leaf_merge_vs_lookup(10, Some(100));
+}
+
+/// Leaf merge vs a lookup of an absent key in the freed neighbour's old range.
+#[test]
+fn leaf_merge_vs_lookup_of_an_absent_key() {
+    leaf_merge_vs_lookup(25, None);
 }
 
 /// Pages of the root-split model: the full root (0) with separators 20, 30, 40 over the

@@ -113,6 +113,24 @@ impl<'a> Transaction<'a> {
         Ok(())
     }
 
+    /// Locks `pid` if no other transaction holds it, without waiting; returns whether the
+    /// transaction holds it now (for best-effort work such as merging B+-tree leaves, which
+    /// is skipped rather than waited for).
+    pub(crate) fn try_lock(&mut self, pid: PageId) -> Result<bool> {
+        self.check_active()?;
+        match self.locks.acquire(pid, self.txid, Duration::ZERO) {
+            Ok(newly) => {
+                if newly {
+                    self.held.push(pid);
+                    self.held_set.insert(pid);
+                }
+                Ok(true)
+            }
+            Err(Error::LockTimeout { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Starts an atomic section: the changes logged until the next section are made under
     /// latches held together (readers see all or none of them), so a rollback undoes them
     /// under the latches of all their pages at once, too. Every [`write`](Self::write) and

@@ -384,7 +384,9 @@ impl BTree {
     }
 
     /// Removes `key`; returns whether it was present. A leaf left empty is unlinked from its
-    /// parent and freed when the transaction commits (unless it is its parent's only child).
+    /// parent and freed when the transaction commits (unless it is its parent's only child);
+    /// a leaf left less than a quarter full is merged with a neighbour when both fit in half
+    /// a page ([`merge_underfull_leaf`](Self::merge_underfull_leaf)).
     pub fn remove(&self, tx: &mut Transaction<'_>, key: &[u8]) -> Result<bool> {
         let bm = tx.buffer();
         let mut buf = Vec::new();
@@ -394,10 +396,14 @@ impl BTree {
             kv_leaf(&g)?;
             tx.begin_section();
             let removed = leaf::remove(tx, &mut g, key, &mut buf)?;
-            let emptied = removed && node::header(g.data()).is_ok_and(|h| h.count == 0);
+            let h = node::header(g.data()).ok();
+            let emptied = removed && h.is_some_and(|h| h.count == 0);
+            let underfull = removed && h.is_some_and(|h| live_bytes(&h, g.len()) < node::room(g.len()) / 4);
             drop(g);
             if emptied {
                 self.unlink_empty_leaf(tx, key, &mut buf)?;
+            } else if underfull {
+                self.merge_underfull_leaf(tx, key, &mut buf)?;
             }
             return Ok(removed);
         }
@@ -451,6 +457,112 @@ impl BTree {
             write_image(tx, &mut pg, &img)?;
             drop((pg, lg));
             return tx.free(lpid);
+        }
+        Ok(())
+    }
+
+    /// Merges the leaf that holds `key`'s range, when it is less than a quarter full, with a
+    /// neighbour under the same parent if the entries of both fit in half of its page: the
+    /// right one of the pair (the leaf and the next child, or for the parent's last child
+    /// the previous child and the leaf) gives its entries to the left one, the parent's
+    /// pointer to the right one is repointed to the left one and the separator between
+    /// them removed, and the right page is freed when the transaction commits. One atomic
+    /// section: parent and both leaves latched together, every change logged, so a rollback
+    /// or a crash restores both leaves and the parent. Best effort: a lock another
+    /// transaction holds is not waited for, and a change under us gives up after a few
+    /// tries (an underfull leaf is a valid leaf). The right page keeps its bytes until it is
+    /// freed, so a reader that reached it through the old parent still finds the entries
+    /// it held.
+    fn merge_underfull_leaf(&self, tx: &mut Transaction<'_>, key: &[u8], buf: &mut Vec<u8>) -> Result<()> {
+        let bm = tx.buffer();
+        for _ in 0..OPTIMISTIC_TRIES {
+            let Some(mut path) = self.descend(bm, key, buf)? else { continue };
+            let parent = path.inner.pop().expect("a leaf has a parent");
+            let (Ok(ph), Ok(lh)) = (node::header(&parent.g), node::header(&path.leaf)) else { continue };
+            if !parent.g.validate() || !path.leaf.validate() {
+                continue;
+            }
+            if lh.kind != KIND_LEAF || ph.count == 0 || live_bytes(&lh, path.leaf.len()) >= node::room(path.leaf.len()) / 4 {
+                return Ok(());
+            }
+            let idx = parent.idx;
+            let child = |j: usize| if j < ph.count { node::slot(&parent.g, j).map(|s| s.3) } else { Ok(parent.g.word(W_UPPER)) };
+            // The pair (i, i + 1) of children to merge, the leaf one of them: with the
+            // previous child first (removals in key order thinned it already), else the next.
+            let mut chosen = None;
+            for i in [idx.checked_sub(1), (idx < ph.count).then_some(idx)].into_iter().flatten() {
+                let (Ok(a), Ok(b)) = (child(i), child(i + 1)) else { break };
+                let Ok(other) = bm.fix_optimistic(PageId::from_raw(if idx == i { b } else { a })) else { break };
+                let Ok(oh) = node::header(&other) else { break };
+                let left_len = if idx == i { path.leaf.len() } else { other.len() };
+                let fits = oh.kind == KIND_LEAF && live_bytes(&lh, path.leaf.len()) + live_bytes(&oh, other.len()) <= node::room(left_len) / 2;
+                if !other.validate() || !parent.g.validate() {
+                    break;
+                }
+                if fits {
+                    chosen = Some((i, a, b, other));
+                    break;
+                }
+            }
+            if !parent.g.validate() {
+                continue;
+            }
+            let Some((i, a, b, other)) = chosen else { return Ok(()) };
+            let (apid, bpid) = (PageId::from_raw(a), PageId::from_raw(b));
+            for pid in [parent.g.pid(), apid, bpid] {
+                if !tx.holds(pid) && !tx.try_lock(pid)? {
+                    return Ok(());
+                }
+            }
+            if !parent.g.validate() {
+                continue;
+            }
+            tx.begin_section();
+            let Ok(mut pg) = parent.g.upgrade() else { continue };
+            let Ok(lg) = path.leaf.upgrade() else {
+                pg.release_unchanged();
+                continue;
+            };
+            let Ok(og) = other.upgrade() else {
+                pg.release_unchanged();
+                lg.release_unchanged();
+                continue;
+            };
+            let (mut ag, bg) = if idx == i { (lg, og) } else { (og, lg) };
+            let (Ok((ah, mut ea)), Ok((bh, eb))) = (node::decode(ag.data()), node::decode(bg.data())) else {
+                let pid = if node::decode(ag.data()).is_err() { ag.pid() } else { bg.pid() };
+                return Err(BTree::corrupt(bm, pid, "impossible leaf"));
+            };
+            let total = node::need(&ea, 0..ea.len(), true) + node::need(&eb, 0..eb.len(), true);
+            if ah.kind != KIND_LEAF || bh.kind != KIND_LEAF || total > node::room(ag.len()) / 2 {
+                pg.release_unchanged();
+                ag.release_unchanged();
+                bg.release_unchanged();
+                return Ok(());
+            }
+            let (h, mut e) = node::decode(pg.data()).map_err(|_| BTree::corrupt(bm, pg.pid(), "impossible inner node"))?;
+            let mut upper = pg.data().word(W_UPPER);
+            let tree = pg.data().word(W_TREE);
+            let child_at = |e: &Entries, j: usize| if j < e.len() { e.child(j) } else { upper };
+            if child_at(&e, i) != a || child_at(&e, i + 1) != b {
+                return Err(BTree::corrupt(bm, pg.pid(), "child pointer moved under a latched parent"));
+            }
+            for j in 0..eb.len() {
+                ea.push(eb.key(j), eb.value(j), eb.items[j].2);
+            }
+            let img = node::build(ag.len(), KIND_LEAF, &ea, 0..ea.len(), 0, 0);
+            write_image(tx, &mut ag, &img)?;
+            if i + 1 < h.count {
+                e.items[i + 1].2 = a;
+            } else {
+                upper = a;
+            }
+            e.items.remove(i);
+            let img = node::build(pg.len(), KIND_INNER, &e, 0..e.len(), upper, tree);
+            write_image(tx, &mut pg, &img)?;
+            bg.release_unchanged();
+            drop((pg, ag));
+            return tx.free(bpid);
         }
         Ok(())
     }
@@ -776,6 +888,11 @@ pub(crate) fn write_image(tx: &mut Transaction<'_>, g: &mut ExclusiveGuard<'_>, 
         tx.write_latched(g, r.start, &img[r])?;
     }
     Ok(())
+}
+
+/// Bytes a node's live entries take (slots and heap, dead heap bytes not counted).
+fn live_bytes(h: &node::Header, size: usize) -> usize {
+    (h.count * SLOT + size.saturating_sub(h.heap)).saturating_sub(h.dead)
 }
 
 /// The split index of inner entries `e` (the entry pushed up), balancing bytes.
