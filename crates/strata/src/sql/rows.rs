@@ -41,29 +41,59 @@ fn canon(f: f64) -> f64 {
     }
 }
 
+/// A value borrowed from where it is stored (a leaf's bytes), for encoding without
+/// building a [`Value`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum ValueRef<'a> {
+    Null,
+    I64(i64),
+    F64(f64),
+    Date(i32),
+    Bool(bool),
+    Str(&'a str),
+    Bytes(&'a [u8]),
+}
+
 /// Appends `v`'s encoding to `out`.
 pub fn encode_value(v: &Value, out: &mut Vec<u8>) {
+    encode_ref(
+        match v {
+            Value::Null => ValueRef::Null,
+            Value::I64(i) => ValueRef::I64(*i),
+            Value::F64(f) => ValueRef::F64(*f),
+            Value::Date(d) => ValueRef::Date(*d),
+            Value::Bool(b) => ValueRef::Bool(*b),
+            Value::Str(s) => ValueRef::Str(s),
+            Value::Bytes(b) => ValueRef::Bytes(b),
+        },
+        out,
+    )
+}
+
+/// Appends the encoding of `v` (the same bytes as [`encode_value`] of the owned value).
+#[inline]
+pub(crate) fn encode_ref(v: ValueRef<'_>, out: &mut Vec<u8>) {
     match v {
-        Value::Null => out.push(T_NULL),
-        Value::I64(i) => {
+        ValueRef::Null => out.push(T_NULL),
+        ValueRef::I64(i) => {
             out.push(T_I64);
             out.extend_from_slice(&i.to_le_bytes());
         }
-        Value::F64(f) => {
+        ValueRef::F64(f) => {
             out.push(T_F64);
-            out.extend_from_slice(&canon(*f).to_bits().to_le_bytes());
+            out.extend_from_slice(&canon(f).to_bits().to_le_bytes());
         }
-        Value::Date(d) => {
+        ValueRef::Date(d) => {
             out.push(T_DATE);
             out.extend_from_slice(&d.to_le_bytes());
         }
-        Value::Bool(b) => out.push(if *b { T_TRUE } else { T_FALSE }),
-        Value::Str(s) => {
+        ValueRef::Bool(b) => out.push(if b { T_TRUE } else { T_FALSE }),
+        ValueRef::Str(s) => {
             out.push(T_STR);
             out.extend_from_slice(&(s.len() as u32).to_le_bytes());
             out.extend_from_slice(s.as_bytes());
         }
-        Value::Bytes(b) => {
+        ValueRef::Bytes(b) => {
             out.push(T_BYTES);
             out.extend_from_slice(&(b.len() as u32).to_le_bytes());
             out.extend_from_slice(b);

@@ -487,10 +487,16 @@ fn group_batch(
 ) -> Result<()> {
     let vector = prog.eval(b).is_ok();
     for (k, &i) in b.sel.iter().enumerate() {
-        b.decode(i as usize, if vector { &g.key_cols } else { &g.needed }, row)?;
         kb.clear();
-        for &c in &g.key_cols {
-            encode_value(&row[c], kb);
+        if vector {
+            // The aggregates' arguments are evaluated already: only the key is read, as
+            // bytes straight from the leaf.
+            b.encode(i as usize, &g.key_cols, kb)?;
+        } else {
+            b.decode(i as usize, &g.needed, row)?;
+            for &c in &g.key_cols {
+                encode_value(&row[c], kb);
+            }
         }
         let into: &mut [St] = match cache.states(kb, main)? {
             Some(s) => s,
