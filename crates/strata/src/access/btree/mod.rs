@@ -409,6 +409,23 @@ impl BTree {
         }
     }
 
+    /// A validated descent to the leaf of `key` with its parent, and both their headers
+    /// (for the structural changes after a removal). `None`: restart.
+    fn leaf_with_parent<'a>(
+        &self,
+        bm: &'a BufferManager,
+        key: &[u8],
+        buf: &mut Vec<u8>,
+    ) -> Result<Option<(Step<'a>, OptimisticGuard<'a>, node::Header, node::Header)>> {
+        let Some(mut path) = self.descend(bm, key, buf)? else { return Ok(None) };
+        let parent = path.inner.pop().expect("a leaf has a parent");
+        let (Ok(ph), Ok(lh)) = (node::header(&parent.g), node::header(&path.leaf)) else { return Ok(None) };
+        if !parent.g.validate() || !path.leaf.validate() {
+            return Ok(None);
+        }
+        Ok(Some((parent, path.leaf, ph, lh)))
+    }
+
     /// Unlinks the empty leaf that holds `key`'s range from its parent (its range joins the
     /// next child's, or the previous child becomes `upper`) and frees it at commit: the
     /// simplest merge, and the one that keeps a tree whose keys were removed from keeping its
@@ -417,25 +434,20 @@ impl BTree {
     fn unlink_empty_leaf(&self, tx: &mut Transaction<'_>, key: &[u8], buf: &mut Vec<u8>) -> Result<()> {
         let bm = tx.buffer();
         for _ in 0..OPTIMISTIC_TRIES {
-            let Some(mut path) = self.descend(bm, key, buf)? else { continue };
-            let parent = path.inner.pop().expect("a leaf has a parent");
-            let (Ok(ph), Ok(lh)) = (node::header(&parent.g), node::header(&path.leaf)) else { continue };
-            if !parent.g.validate() || !path.leaf.validate() {
-                continue;
-            }
+            let Some((parent, leaf, ph, lh)) = self.leaf_with_parent(bm, key, buf)? else { continue };
             if lh.kind != KIND_LEAF || lh.count != 0 || ph.count == 0 {
                 return Ok(());
             }
-            let (ppid, lpid) = (parent.g.pid(), path.leaf.pid());
+            let (ppid, lpid) = (parent.g.pid(), leaf.pid());
             if !tx.holds(ppid) || !tx.holds(lpid) {
-                drop((parent, path));
+                // Optimistic guards hold no latch: the lock waits need not release them.
                 tx.lock(ppid)?;
                 tx.lock(lpid)?;
                 continue;
             }
             let idx = parent.idx;
             let Ok(mut pg) = parent.g.upgrade() else { continue };
-            let Ok(lg) = path.leaf.upgrade() else {
+            let Ok(lg) = leaf.upgrade() else {
                 pg.release_unchanged();
                 continue;
             };
@@ -476,13 +488,8 @@ impl BTree {
     fn merge_underfull_leaf(&self, tx: &mut Transaction<'_>, key: &[u8], buf: &mut Vec<u8>) -> Result<()> {
         let bm = tx.buffer();
         for _ in 0..OPTIMISTIC_TRIES {
-            let Some(mut path) = self.descend(bm, key, buf)? else { continue };
-            let parent = path.inner.pop().expect("a leaf has a parent");
-            let (Ok(ph), Ok(lh)) = (node::header(&parent.g), node::header(&path.leaf)) else { continue };
-            if !parent.g.validate() || !path.leaf.validate() {
-                continue;
-            }
-            if lh.kind != KIND_LEAF || ph.count == 0 || live_bytes(&lh, path.leaf.len()) >= node::room(path.leaf.len()) / 4 {
+            let Some((parent, leaf, ph, lh)) = self.leaf_with_parent(bm, key, buf)? else { continue };
+            if lh.kind != KIND_LEAF || ph.count == 0 || live_bytes(&lh, leaf.len()) >= node::room(leaf.len()) / 4 {
                 return Ok(());
             }
             let idx = parent.idx;
@@ -494,8 +501,8 @@ impl BTree {
                 let (Ok(a), Ok(b)) = (child(i), child(i + 1)) else { break };
                 let Ok(other) = bm.fix_optimistic(PageId::from_raw(if idx == i { b } else { a })) else { break };
                 let Ok(oh) = node::header(&other) else { break };
-                let left_len = if idx == i { path.leaf.len() } else { other.len() };
-                let fits = oh.kind == KIND_LEAF && live_bytes(&lh, path.leaf.len()) + live_bytes(&oh, other.len()) <= node::room(left_len) / 2;
+                let left_len = if idx == i { leaf.len() } else { other.len() };
+                let fits = oh.kind == KIND_LEAF && live_bytes(&lh, leaf.len()) + live_bytes(&oh, other.len()) <= node::room(left_len) / 2;
                 if !other.validate() || !parent.g.validate() {
                     break;
                 }
@@ -519,7 +526,7 @@ impl BTree {
             }
             tx.begin_section();
             let Ok(mut pg) = parent.g.upgrade() else { continue };
-            let Ok(lg) = path.leaf.upgrade() else {
+            let Ok(lg) = leaf.upgrade() else {
                 pg.release_unchanged();
                 continue;
             };
