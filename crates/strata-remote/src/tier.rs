@@ -821,7 +821,7 @@ impl RemoteTier for RedisTier {
         }
     }
 
-    /// See [`RedisTier::image`] for what a reply becomes.
+    /// See `RedisTier::image` for what a reply becomes.
     fn get(&self, pid: PageId, len: usize) -> Result<Option<Vec<u8>>, String> {
         match self.shared.lookup(&self.lookup_cmd(pid, len)) {
             Ok(reply) => self.image(reply, len),
@@ -832,8 +832,8 @@ impl RemoteTier for RedisTier {
         }
     }
 
-    /// Single servers without TLS: [`crate::raw`]'s fast path (the payload read straight
-    /// into `dst`); otherwise `get` and a copy.
+    /// Single servers without TLS: the fast path of the `raw` module (the payload read
+    /// straight into `dst`); otherwise `get` and a copy.
     fn get_into(&self, pid: PageId, mut dst: IoBufMut<'_>) -> Result<Fetched, String> {
         let shared = &self.shared;
         let Some((addr, hs)) = &shared.raw else {
