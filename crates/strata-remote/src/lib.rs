@@ -43,7 +43,10 @@
 //! `allkeys-lru` as the hard limit.
 //!
 //! Lookups run on the caller's thread (one `GET`, or `MGET` for chunks) on pooled
-//! connections with a response timeout (500 ms by default). When a connection fails, the
+//! connections with a response timeout (500 ms by default). A pool miss's lookup on a single
+//! server over TCP or a unix socket speaks RESP itself and reads the reply's payload straight
+//! into the page's frame (no intermediate buffer, no copy); over TLS or on a cluster it goes
+//! through the redis crate (which follows `MOVED`/`ASK`) and is copied once. When a connection fails, the
 //! server is marked down: for the retry interval (200 ms) lookups fail at once, then one
 //! caller probes while the others keep failing. The writer meanwhile discards what it takes
 //! from the queue and reconnects at most once per interval; once the server is back, both
@@ -87,6 +90,7 @@
 
 mod config;
 mod error;
+mod raw;
 mod tier;
 
 pub use config::{

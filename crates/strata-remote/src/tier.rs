@@ -9,9 +9,14 @@
 //!   page is dropped instead. While the server is unreachable the writer discards what it
 //!   takes from the channel and tries to reconnect at most once per retry interval.
 //! * **Reads** (`get`) run on the caller's thread on a connection taken from a small pool
-//!   (one `GET`, or one `MGET` for a chunked page). A connection that fails marks the server
-//!   down: until the retry interval has passed, lookups fail at once without touching the
-//!   network, and then a single caller probes it while the others keep failing fast.
+//!   (one `GET`, or one `MGET` for a chunked page). A miss of the pool (`get_into`) on a
+//!   single server over TCP or a unix socket takes a faster path of its own
+//!   ([`crate::raw`]): its own pool of connections, and the reply's payload read straight
+//!   into the frame, with no intermediate buffer; TLS and cluster endpoints use `get` (the
+//!   redis crate, which follows `MOVED`/`ASK`) and copy. A connection that fails marks the
+//!   server down: until the retry interval has passed, lookups fail at once without
+//!   touching the network, and then a single caller probes it while the others keep failing
+//!   fast.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -21,11 +26,13 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use redis::{Cmd, ConnectionAddr, ConnectionInfo, RedisConnectionInfo, RedisError, RedisResult, Value};
-use strata::buffer::{RemoteStats, RemoteTier};
+use strata::buffer::{Fetched, RemoteStats, RemoteTier};
+use strata::storage::IoBufMut;
 use strata::PageId;
 
 use crate::config::{Addr, Endpoint, RemoteConfig};
 use crate::error::{classify, scrub, RemoteError};
+use crate::raw::{Handshake, RawConn, RawError};
 
 /// Largest object stored: pages above it are split into chunks of this size.
 pub const CHUNK_SIZE: usize = 1 << 20;
@@ -266,6 +273,10 @@ struct Shared {
     queued: AtomicU64,
     closing: AtomicBool,
     pool: Mutex<Vec<Conn>>,
+    /// The lookup fast path's address and handshake: single servers without TLS only.
+    raw: Option<(Addr, Handshake)>,
+    /// Its idle connections.
+    raw_pool: Mutex<Vec<RawConn>>,
     health: Mutex<Health>,
 }
 
@@ -299,6 +310,11 @@ impl Shared {
 
     /// A new read connection, unless the server is known to be down.
     fn fresh(&self) -> Result<Conn, NoConn> {
+        self.fresh_with(|| self.open().map_err(|e| self.message(&e)))
+    }
+
+    /// A new connection made by `open`, unless the server is known to be down.
+    fn fresh_with<C>(&self, open: impl FnOnce() -> Result<C, String>) -> Result<C, NoConn> {
         {
             let mut h = lock(&self.health);
             if h.failures > 0 {
@@ -309,7 +325,7 @@ impl Shared {
                 h.probing = true;
             }
         }
-        let opened = self.open();
+        let opened = open();
         let mut h = lock(&self.health);
         h.probing = false;
         match opened {
@@ -320,10 +336,10 @@ impl Shared {
                 h.failures = 0;
                 Ok(c)
             }
-            Err(e) => {
+            Err(message) => {
                 h.failures += 1;
                 h.until = Instant::now() + self.config.retry_interval;
-                Err(NoConn { message: self.message(&e), at_once: false })
+                Err(NoConn { message, at_once: false })
             }
         }
     }
@@ -335,6 +351,7 @@ impl Shared {
             h.until = Instant::now() + self.config.retry_interval;
         }
         lock(&self.pool).clear();
+        lock(&self.raw_pool).clear();
     }
 
     fn checkin(&self, conn: Conn) {
@@ -389,6 +406,62 @@ impl Shared {
                 }
                 Err(self.message(&e))
             }
+        }
+    }
+
+    /// A new connection of the lookup fast path.
+    fn open_raw(&self, addr: &Addr, hs: &Handshake) -> Result<RawConn, String> {
+        RawConn::open(addr, hs, self.config.connect_timeout, self.config.response_timeout).map_err(|e| self.raw_message(&e))
+    }
+
+    fn raw_message(&self, e: &RawError) -> String {
+        scrub(format!("{}: {}", self.url, e.message()), self.password())
+    }
+
+    /// [`lookup_with`](Self::lookup_with) on the fast path's connections (the same health
+    /// rules: a pooled connection the server closed gets one fresh attempt; an I/O failure
+    /// or a reply out of step marks the server down; an error reply keeps the connection).
+    fn raw_lookup<T>(&self, addr: &Addr, hs: &Handshake, mut run: impl FnMut(&mut RawConn) -> Result<T, RawError>) -> Result<T, String> {
+        let pooled = lock(&self.raw_pool).pop();
+        let (mut conn, was_pooled) = match pooled {
+            Some(c) => (c, true),
+            None => match self.fresh_with(|| self.open_raw(addr, hs)) {
+                Ok(c) => (c, false),
+                Err(no) => {
+                    if no.at_once {
+                        add(&self.counters.gets_failed_fast, 1);
+                    }
+                    return Err(no.message);
+                }
+            },
+        };
+        let mut result = run(&mut conn);
+        if was_pooled && matches!(result, Err(RawError::Dropped(_))) {
+            lock(&self.raw_pool).clear();
+            conn = self.fresh_with(|| self.open_raw(addr, hs)).map_err(|no| no.message)?;
+            add(&self.counters.reconnects, 1);
+            result = run(&mut conn);
+        }
+        match result {
+            Ok(v) => {
+                self.raw_checkin(conn);
+                Ok(v)
+            }
+            Err(e) => {
+                if let RawError::Reply(_) = e {
+                    self.raw_checkin(conn);
+                } else {
+                    self.mark_down();
+                }
+                Err(self.raw_message(&e))
+            }
+        }
+    }
+
+    fn raw_checkin(&self, conn: RawConn) {
+        let mut pool = lock(&self.raw_pool);
+        if pool.len() < MAX_IDLE {
+            pool.push(conn);
         }
     }
 
@@ -591,6 +664,11 @@ impl RedisTier {
         let password = config.endpoint.password.clone();
         let fail = |e: RedisError| classify(&e, url.clone(), password.as_deref());
         let health = Health { failures: 0, until: Instant::now(), probing: false };
+        let ep = &config.endpoint;
+        let raw = (!ep.cluster && !ep.tls).then(|| {
+            let hs = Handshake { user: ep.user.clone(), password: ep.password.clone(), db: ep.db };
+            (ep.nodes[0].clone(), hs)
+        });
         let shared = Arc::new(Shared {
             url: url.clone(),
             client,
@@ -598,6 +676,8 @@ impl RedisTier {
             queued: AtomicU64::new(0),
             closing: AtomicBool::new(false),
             pool: Mutex::new(Vec::new()),
+            raw,
+            raw_pool: Mutex::new(Vec::new()),
             health: Mutex::new(health),
             config,
         });
@@ -741,12 +821,40 @@ impl RemoteTier for RedisTier {
         }
     }
 
-    /// See [`RedisTier::image`] for what a reply becomes.
+    /// See `RedisTier::image` for what a reply becomes.
     fn get(&self, pid: PageId, len: usize) -> Result<Option<Vec<u8>>, String> {
         match self.shared.lookup(&self.lookup_cmd(pid, len)) {
             Ok(reply) => self.image(reply, len),
             Err(msg) => {
                 add(&self.shared.counters.get_errors, 1);
+                Err(msg)
+            }
+        }
+    }
+
+    /// Single servers without TLS: the fast path of the `raw` module (the payload read
+    /// straight into `dst`); otherwise `get` and a copy.
+    fn get_into(&self, pid: PageId, mut dst: IoBufMut<'_>) -> Result<Fetched, String> {
+        let shared = &self.shared;
+        let Some((addr, hs)) = &shared.raw else {
+            return match self.get(pid, dst.len())? {
+                None => Ok(Fetched::Missing),
+                Some(image) if image.len() == dst.len() => {
+                    dst.copy_from(0, &image);
+                    Ok(Fetched::Filled)
+                }
+                Some(_) => Ok(Fetched::WrongSize),
+            };
+        };
+        match shared.raw_lookup(addr, hs, |conn| conn.get_page(&shared.config.prefix, pid, &mut dst)) {
+            Ok(fetched) => {
+                if fetched == Fetched::Filled {
+                    add(&shared.counters.bytes_received, dst.len() as u64);
+                }
+                Ok(fetched)
+            }
+            Err(msg) => {
+                add(&shared.counters.get_errors, 1);
                 Err(msg)
             }
         }
@@ -833,6 +941,66 @@ impl Drop for RedisTier {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::raw::fake::{bulk, image, Act, Fake};
+    use std::sync::atomic::AtomicUsize;
+
+    /// A fake server that answers the redis crate's handshake and `GET`s: the `GET`s whose
+    /// number is in `cut` get half a reply and a closed connection.
+    fn fake_server(img: Vec<u8>, cut: &'static [usize]) -> (Fake, Arc<AtomicUsize>) {
+        let gets = Arc::new(AtomicUsize::new(0));
+        let seen = gets.clone();
+        let fake = Fake::start(move |_, args| match args[0].to_ascii_uppercase().as_slice() {
+            b"PING" => Act::Reply(b"+PONG\r\n".to_vec(), 0),
+            b"GET" => {
+                let reply = bulk(&img);
+                if cut.contains(&seen.fetch_add(1, Ordering::SeqCst)) {
+                    Act::ReplyClose(reply[..reply.len() / 2].to_vec())
+                } else {
+                    Act::Reply(reply, 0)
+                }
+            }
+            _ => Act::Reply(b"+OK\r\n".to_vec(), 0),
+        });
+        (fake, gets)
+    }
+
+    #[test]
+    fn lookups_reconnect_after_a_connection_dropped_mid_reply() {
+        const LEN: usize = 64 << 10;
+        let img = image(LEN, 3);
+        // GET 0 (a fresh connection) and GET 2 (a pooled one) are cut off.
+        let (fake, gets) = fake_server(img.clone(), &[0, 2]);
+        let retry = Duration::from_millis(300);
+        let config = RemoteConfig::new(&format!("unix://{}", fake.path.display())).unwrap().retry_interval(retry);
+        let tier = RedisTier::connect(config).unwrap();
+        let pid = PageId::from_raw(7);
+        let mut dst = vec![0u8; LEN];
+        let get = |dst: &mut Vec<u8>| tier.get_into(pid, IoBufMut::from_slice(dst));
+
+        // Cut off on a fresh connection: an error, and the server counts as down...
+        assert!(get(&mut dst).is_err());
+        let start = Instant::now();
+        // ...so the next lookup fails at once (unless the retry interval has passed).
+        let fast = get(&mut dst);
+        if start.elapsed() < retry {
+            assert!(fast.is_err());
+            assert_eq!(tier.counters().gets_failed_fast, 1);
+        }
+        std::thread::sleep(retry + Duration::from_millis(50));
+        assert_eq!(get(&mut dst), Ok(Fetched::Filled));
+        assert!(dst == img);
+        let c = tier.counters();
+        assert!(c.reconnects >= 1 && c.get_errors >= 1, "{c:?}");
+        assert_eq!(gets.load(Ordering::SeqCst), 2);
+
+        // Cut off on a pooled connection: one fresh attempt in the same lookup, which works.
+        dst.fill(0);
+        assert_eq!(get(&mut dst), Ok(Fetched::Filled));
+        assert!(dst == img);
+        assert_eq!(gets.load(Ordering::SeqCst), 4);
+        assert_eq!(tier.counters().reconnects, c.reconnects + 1);
+        assert_eq!(tier.counters().bytes_received, 2 * LEN as u64);
+    }
 
     #[test]
     fn keys_and_chunks() {

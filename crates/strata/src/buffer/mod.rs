@@ -35,4 +35,4 @@ pub use guard::{ExclusiveGuard, OptimisticGuard, Restart, SharedGuard};
 pub use manager::{BufferManager, ClassAllocation, PageInspection, RecoveryReport};
 pub use readahead::{FilePages, PageSource, ReadAhead, ReadAheadStats};
 pub use stats::{Bucket, ClassStats, Contention, IoStats, Stats};
-pub use tier::{RemoteStats, RemoteTier};
+pub use tier::{Fetched, RemoteStats, RemoteTier};

@@ -4,6 +4,7 @@
 
 use super::manager::BufferManager;
 use super::space::Space;
+use super::tier::Fetched;
 use crate::error::Result;
 use crate::storage::{IoBufMut, PageId};
 
@@ -43,14 +44,54 @@ impl BufferManager {
 
     /// The remote tier as a source of a miss: fills the frame of page `index` (latched and
     /// charged by the caller) if the tier holds a verified image of the page's current
-    /// version; false otherwise (the caller reads the disk).
+    /// version; false otherwise (the caller reads the disk). The tier writes the image
+    /// straight into the frame ([`RemoteTier::get_into`](super::tier::RemoteTier::get_into)).
     pub(super) fn fill_from_remote(&self, sp: &Space, index: u64) -> bool {
         let Some(tier) = &self.remote else { return false };
         let pid = sp.pid(index);
         if !self.remote_versions.contains(pid) {
             return false;
         }
-        self.install_remote(sp, index, tier.get(pid, sp.page_size() as usize))
+        let size = sp.page_size() as usize;
+        // SAFETY: the caller holds the page's exclusive latch (no other writer); the frame is
+        // mapped, aligned and `size` bytes long; optimistic readers only load from it.
+        let buf = unsafe { IoBufMut::from_frame(sp.frame(index), size) };
+        let answer = tier.get_into(pid, buf);
+        let Some(crc) = self.remote_versions.get(pid) else {
+            sp.frames.discard(index, 1);
+            return false;
+        };
+        // SAFETY: as above: latched, mapped, `size` bytes; we only read what we wrote.
+        let head = unsafe { std::slice::from_raw_parts(sp.frame(index), 4) };
+        match answer {
+            Ok(Fetched::Filled) if head == crc.to_le_bytes() => {
+                if self.verify_frame(sp, index).is_ok() {
+                    self.counters.remote_hits.add(1);
+                    return true;
+                }
+                self.reject_remote(sp, index);
+            }
+            Ok(Fetched::Filled | Fetched::WrongSize) => self.reject_remote(sp, index),
+            Ok(Fetched::Missing) => {
+                sp.frames.discard(index, 1);
+                self.counters.remote_misses.add(1);
+                self.remote_versions.remove(pid);
+            }
+            Err(_) => {
+                sp.frames.discard(index, 1);
+                self.counters.remote_errors.add(1);
+            }
+        }
+        false
+    }
+
+    /// The tier answered page `index` (latched) with an image that is not the page's
+    /// current one: gives the frame back as a non-resident page's is (unbacked: zeros),
+    /// counts it, and forgets the page there, so that the next eviction offers it again.
+    fn reject_remote(&self, sp: &Space, index: u64) {
+        sp.frames.discard(index, 1);
+        self.counters.remote_rejected.add(1);
+        self.forget_remote(sp.pid(index));
     }
 
     /// Puts what the tier answered for page `index` (latched by the caller) into its frame if
@@ -69,10 +110,7 @@ impl BufferManager {
                     self.counters.remote_hits.add(1);
                     return true;
                 }
-                // Give the frame back as a non-resident page's is: unbacked (zeros).
-                sp.frames.discard(index, 1);
-                self.counters.remote_rejected.add(1);
-                self.forget_remote(pid);
+                self.reject_remote(sp, index);
                 false
             }
             Ok(Some(_)) => {

@@ -5,11 +5,12 @@
 //! * **Victim caching.** When a clean persistent page leaves the pool, its sealed image is
 //!   offered with [`RemoteTier::put`] (the implementation queues it; the evicting thread never
 //!   waits for the network). The manager remembers the image's checksum.
-//! * **Misses** of pages it remembers try [`RemoteTier::get`] before the disk. What comes
-//!   back is used only if it verifies as that page (checksum, id) *and* its checksum is the
-//!   one remembered for the page's current disk version; anything else (an object from an
-//!   older version, another database, a tampered or truncated value) is counted as rejected
-//!   and the page is read from disk. Errors count and fall back to the disk too.
+//! * **Misses** of pages it remembers try [`RemoteTier::get_into`] (straight into the frame)
+//!   before the disk. What comes back is used only if it verifies as that page (checksum,
+//!   id) *and* its checksum is the one remembered for the page's current disk version;
+//!   anything else (an object from an older version, another database, a tampered or
+//!   truncated value) is counted as rejected and the page is read from disk. Errors count
+//!   and fall back to the disk too.
 //! * **Safety.** Only clean pages go to the tier, so it never holds the only copy of
 //!   anything: a server that evicts keys, restarts or disappears costs speed, never data.
 //!   When a page's disk copy changes (write-back) or the page is freed, the manager forgets
@@ -21,7 +22,19 @@ use std::fmt;
 
 use serde::Serialize;
 
-use crate::storage::PageId;
+use crate::storage::{IoBufMut, PageId};
+
+/// What [`RemoteTier::get_into`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fetched {
+    /// The tier holds an object of exactly the buffer's length; the buffer holds it now.
+    Filled,
+    /// The tier holds no object for the page (or lost part of a chunked one).
+    Missing,
+    /// The tier holds an object of another length (truncated or damaged). The buffer's
+    /// contents are unspecified.
+    WrongSize,
+}
 
 /// A second tier of memory for clean page images.
 pub trait RemoteTier: Send + Sync + fmt::Debug {
@@ -30,6 +43,20 @@ pub trait RemoteTier: Send + Sync + fmt::Debug {
     fn put(&self, pid: PageId, image: &[u8]);
     /// The stored image of `pid`, if the tier has one (`len`: the page size).
     fn get(&self, pid: PageId, len: usize) -> Result<Option<Vec<u8>>, String>;
+    /// [`get`](Self::get) straight into `dst` (the page's frame; `dst.len()` is the page
+    /// size), so that a hit costs no intermediate buffer. Whatever it returns, `dst` may
+    /// have been written: the caller verifies a [`Fetched::Filled`] image and discards the
+    /// frame otherwise. Default: `get`, then one copy.
+    fn get_into(&self, pid: PageId, mut dst: IoBufMut<'_>) -> Result<Fetched, String> {
+        match self.get(pid, dst.len())? {
+            None => Ok(Fetched::Missing),
+            Some(image) if image.len() == dst.len() => {
+                dst.copy_from(0, &image);
+                Ok(Fetched::Filled)
+            }
+            Some(_) => Ok(Fetched::WrongSize),
+        }
+    }
     /// Several lookups at once (one round trip where the tier can): one result per page, in
     /// order. Default: one `get` after the other.
     fn get_many(&self, pages: &[(PageId, usize)]) -> Vec<Result<Option<Vec<u8>>, String>> {
