@@ -210,18 +210,19 @@ impl Table {
             None => false,
         };
         if in_place < rows.len() && leaf.count > 0 && worth {
-            // Repack: the leaf's rows, then the new ones.
-            let mut all = Vec::with_capacity(leaf.count + rows.len());
+            // Repack: the leaf's rows, then the new ones (borrowed, not copied).
+            let mut old = Vec::with_capacity(leaf.count);
             if plain == Some(true) {
                 let mut row = Vec::new();
                 for i in 0..leaf.count {
                     pax::read_row(g.data(), &self.schema, &leaf, i, &mut row).map_err(|_| self.corrupt(bm, pid, "a row is unreadable"))?;
-                    all.push(std::mem::take(&mut row));
+                    old.push(std::mem::take(&mut row));
                 }
             } else {
-                packed::rows(g.data(), &self.schema, &mut all).map_err(|_| self.corrupt(bm, pid, "a row is unreadable"))?;
+                packed::rows(g.data(), &self.schema, &mut old).map_err(|_| self.corrupt(bm, pid, "a row is unreadable"))?;
             }
-            all.extend_from_slice(&rows[..rows.len().min(packed::max_rows(g.len()))]);
+            let new = &rows[..rows.len().min(packed::max_rows(g.len()))];
+            let all: Vec<&[Value]> = old.iter().chain(new).map(Vec::as_slice).collect();
             let (k, full) = packed::fit(&self.schema, g.len(), &all);
             let (plain_rows, _) = pax::plan(&self.schema, g.len(), &all);
             if k > plain_rows.max(leaf.count + in_place) {

@@ -67,9 +67,9 @@ const TAG_PLAIN: u8 = 5;
 
 /// The most entries of a string column's dictionary.
 pub const DICT_MAX: usize = 4096;
-/// After this many distinct values a dictionary is given up if over 90% of the values
+/// After this many distinct values a dictionary is given up if over 95% of the values
 /// were distinct (it would not be smaller than plain strings).
-const DICT_PROBE: usize = 1024;
+const DICT_PROBE: usize = 256;
 const MAX_SCALE: usize = 4;
 const POW10: [f64; MAX_SCALE + 1] = [1.0, 10.0, 100.0, 1000.0, 10000.0];
 /// Scaled values stay below 2^53 in magnitude (exact as `f64`).
@@ -354,7 +354,7 @@ impl<'a> ColStats<'a> {
                     let next = d.len();
                     if let std::collections::hash_map::Entry::Vacant(e) = d.entry(b) {
                         // Full, or nearly every value distinct after many: no dictionary.
-                        if next == DICT_MAX || (next >= DICT_PROBE && next * 10 > self.n * 9) {
+                        if next == DICT_MAX || (next >= DICT_PROBE && next * 20 > self.n * 19) {
                             *dict = None;
                             *entries = Vec::new();
                             return;
@@ -461,14 +461,14 @@ impl<'a> Packer<'a> {
 
 /// How many of `rows` (from the first) a packed leaf of `size` bytes holds, and whether a
 /// row was left out because it did not fit (rather than for want of rows).
-pub fn fit(schema: &Schema, size: usize, rows: &[Vec<Value>]) -> (usize, bool) {
+pub fn fit<R: AsRef<[Value]>>(schema: &Schema, size: usize, rows: &[R]) -> (usize, bool) {
     let mut p = Packer::new(schema);
     let limit = max_rows(size);
     for (i, row) in rows.iter().enumerate() {
         if i == limit {
             return (i, true);
         }
-        p.add(row);
+        p.add(row.as_ref());
         if p.bytes() > size || p.expanded_bytes(schema) > max_expanded(size) {
             return (i, true);
         }
@@ -480,7 +480,7 @@ pub fn fit(schema: &Schema, size: usize, rows: &[Vec<Value>]) -> (usize, bool) {
 
 /// The packed image (of `size` bytes, zero padded) of `rows`, with ids from `first` on;
 /// `full` sets [`FLAG_FULL`]. The rows must fit (see [`fit`]).
-pub fn encode(size: usize, schema: &Schema, first: u64, rows: &[Vec<Value>], full: bool) -> Vec<u8> {
+pub fn encode<R: AsRef<[Value]>>(size: usize, schema: &Schema, first: u64, rows: &[R], full: bool) -> Vec<u8> {
     let mut img = Vec::with_capacity(size);
     img.resize(HDR, 0);
     let n = rows.len();
@@ -491,7 +491,7 @@ pub fn encode(size: usize, schema: &Schema, first: u64, rows: &[Vec<Value>], ful
     for (c, def) in schema.columns.iter().enumerate() {
         let mut st = ColStats::new(def.ty);
         for row in rows {
-            st.add(&row[c]);
+            st.add(&row.as_ref()[c]);
         }
         encode_column(&mut img, &st, rows, c);
     }
@@ -503,7 +503,12 @@ pub fn encode(size: usize, schema: &Schema, first: u64, rows: &[Vec<Value>], ful
 }
 
 /// Appends column `c`'s block.
-fn encode_column(img: &mut Vec<u8>, st: &ColStats<'_>, rows: &[Vec<Value>], c: usize) {
+/// Column `c` of `row`.
+fn col<R: AsRef<[Value]>>(row: &R, c: usize) -> &Value {
+    &row.as_ref()[c]
+}
+
+fn encode_column<R: AsRef<[Value]>>(img: &mut Vec<u8>, st: &ColStats<'_>, rows: &[R], c: usize) {
     let n = rows.len();
     let start = img.len();
     let enc = st.enc(n);
@@ -527,7 +532,7 @@ fn encode_column(img: &mut Vec<u8>, st: &ColStats<'_>, rows: &[Vec<Value>], c: u
         let at = img.len();
         img.resize(at + pax::bitmap_bytes(n), 0);
         for (i, row) in rows.iter().enumerate() {
-            if matches!(row[c], Value::Null) {
+            if matches!(col(row, c), Value::Null) {
                 img[at + i / 8] |= 1 << (i % 8);
             }
         }
@@ -536,14 +541,14 @@ fn encode_column(img: &mut Vec<u8>, st: &ColStats<'_>, rows: &[Vec<Value>], c: u
         Enc::Int { base, w } => {
             let mut bw = BitWriter::new(img);
             for row in rows {
-                bw.put(int_of(&row[c]).unwrap_or(base).wrapping_sub(base) as u64, w);
+                bw.put(int_of(col(row, c)).unwrap_or(base).wrapping_sub(base) as u64, w);
             }
             bw.finish();
         }
         Enc::Dec { base, w, s } => {
             let mut bw = BitWriter::new(img);
             for row in rows {
-                let k = match row[c] {
+                let k = match *col(row, c) {
                     Value::F64(x) => scaled(x, s).unwrap_or(base),
                     _ => base,
                 };
@@ -553,7 +558,7 @@ fn encode_column(img: &mut Vec<u8>, st: &ColStats<'_>, rows: &[Vec<Value>], c: u
         }
         Enc::Raw => {
             for row in rows {
-                let b = if let Value::F64(x) = row[c] { x.to_bits() } else { 0 };
+                let b = if let Value::F64(x) = *col(row, c) { x.to_bits() } else { 0 };
                 img.extend_from_slice(&b.to_le_bytes());
             }
         }
@@ -562,12 +567,12 @@ fn encode_column(img: &mut Vec<u8>, st: &ColStats<'_>, rows: &[Vec<Value>], c: u
             put_strings(img, entries.iter().copied(), lbase, lw);
             let mut bw = BitWriter::new(img);
             for row in rows {
-                let code = str_bytes(&row[c]).and_then(|b| d.get(b)).copied().unwrap_or(0);
+                let code = str_bytes(col(row, c)).and_then(|b| d.get(b)).copied().unwrap_or(0);
                 bw.put(code as u64, w);
             }
             bw.finish();
         }
-        Enc::Plain { lbase, lw } => put_strings(img, rows.iter().map(|r| str_bytes(&r[c]).unwrap_or(&[])), lbase, lw),
+        Enc::Plain { lbase, lw } => put_strings(img, rows.iter().map(|r| str_bytes(col(r, c)).unwrap_or(&[])), lbase, lw),
     }
     // Length of the block (header included).
     let len = (img.len() - start) as u32;
