@@ -313,8 +313,9 @@ impl Database {
     }
 
     fn append_batched(&self, table: &Table, feed: &mut RowFeed<'_>, committed: &mut dyn FnMut(u64)) -> Result<u64> {
-        /// Row bytes handed to one `append`.
-        const BATCH: usize = 256 << 10;
+        /// Row bytes handed to one `append` (large enough that packed leaves are seldom
+        /// repacked: each append rewrites the open last leaf once).
+        const BATCH: usize = 1 << 20;
         /// Row bytes per transaction.
         const COMMIT: usize = 4 << 20;
         let mut tx = self.begin();

@@ -262,7 +262,7 @@ impl ColScan {
         let mut bits = Bits::default();
         let any_row = self.conjs.iter().any(|c| matches!(c, Conj::Row(_)));
         let mut go = true;
-        self.table.scan_pages(bm, 0, &mut |pid, page, leaf, start| {
+        self.table.scan_pages(bm, 0, Some(&self.need), &mut |pid, page, leaf, start| {
             let n = leaf.count;
             if start >= n {
                 return Ok(true);
@@ -410,7 +410,7 @@ impl ColScan {
         let mut bits = Bits::default();
         let mut sel: Vec<u32> = Vec::new();
         let mut go = true;
-        self.table.scan_pages(bm, from, &mut |pid, page, leaf, start| {
+        self.table.scan_pages(bm, from, Some(&self.need), &mut |pid, page, leaf, start| {
             if leaf.first >= to {
                 return Ok(false);
             }

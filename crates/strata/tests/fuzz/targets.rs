@@ -23,13 +23,14 @@ use strata::access::btree::node;
 use strata::access::catalog::Catalog;
 use strata::access::column::ColumnPage;
 use strata::access::table::csv::{self, CsvOptions};
-use strata::access::table::{parquet as pq, pax, ColumnDef, ColumnType, Schema, Value};
+use strata::access::table::{packed, parquet as pq, pax, ColumnDef, ColumnType, Schema, Value};
 use strata::access::ValueFormat;
 use strata::storage::backend::OpenMode;
 use strata::storage::doublewrite::DoubleWrite;
 use strata::storage::wal::record::{self, Body, Compensation};
 use strata::storage::wal::{CheckpointInfo, Wal, WalOptions};
 use strata::storage::{page, AllocTable, Meta, PageId, SimBackend, StorageBackend};
+use strata::util::SplitMix64;
 use strata::{Config, Database};
 
 /// What one execution gave.
@@ -984,6 +985,7 @@ pub fn pax_leaf(data: &[u8]) -> Verdict {
             }
             rows.push(r);
         }
+        packed_leaf(data, &schema, size, &rows);
         let mut img = if u.ratio(1, 8)? {
             let mut img = vec![0u8; size];
             let raw = &bytes_upto(u, 0..=size)?;
@@ -1008,6 +1010,38 @@ pub fn pax_leaf(data: &[u8]) -> Verdict {
         let _ = pax::fit_in_place(&schema, &leaf, &rows[..rows.len().min(3)]);
         Ok(verdict(r))
     })
+}
+
+/// The packed form of the same rows (`pax_leaf`'s second half, consuming no input so that
+/// the corpus keeps its meaning): it expands into the rows, and damaged copies (bytes
+/// changed by a generator seeded from the input) expand or fail, never panic.
+fn packed_leaf(data: &[u8], schema: &Schema, size: usize, rows: &[Vec<Value>]) {
+    let (n, _) = packed::fit(schema, size, rows);
+    if n == 0 {
+        return;
+    }
+    let good = packed::encode(size, schema, 3, &rows[..n], n < rows.len());
+    let mut out = Vec::new();
+    let leaf = packed::expand(&good, schema, None, &mut out).expect("a packed image expands");
+    let mut row = Vec::new();
+    for (i, want) in rows[..n].iter().enumerate() {
+        pax::read_row(&out[..], schema, &leaf, i, &mut row).expect("an expanded row reads");
+        assert_eq!(format!("{row:?}"), format!("{want:?}"), "row {i} of a packed leaf");
+    }
+    let used = packed::header(&good[..], schema).expect("a packed header").used;
+    let mut r = SplitMix64(data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3)));
+    for _ in 0..4 {
+        let mut img = good.clone();
+        for _ in 0..1 + r.below(6) {
+            let at = r.below(used as u64) as usize;
+            img[at] = if r.below(2) == 0 { img[at] ^ (1 << r.below(8)) } else { r.below(256) as u8 };
+        }
+        let need: Vec<bool> = (0..schema.len()).map(|_| r.below(2) == 0).collect();
+        if let Ok(leaf) = packed::expand(&img, schema, Some(&need), &mut out) {
+            let _ = pax::verify(&out, schema, &leaf);
+        }
+        let _ = packed::read_row(&img[..], schema, r.below(n as u64 + 1) as usize, &mut row);
+    }
 }
 
 // ------------------------------------------------- databases of the import targets

@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use super::node::{self, Entries, Src, KIND_INNER, KIND_LEAF, KIND_PAX, W_UPPER};
+use super::node::{self, Entries, Src, KIND_INNER, KIND_LEAF, W_UPPER};
 use crate::buffer::BufferManager;
 use crate::error::{Error, Result};
 use crate::storage::PageId;
@@ -65,7 +65,7 @@ impl Walk<'_> {
         self.report.bytes += self.bm.classes().page_size(pid.class());
         let g = self.bm.fix_shared(pid)?;
         let d = g.data();
-        if d[0] == KIND_PAX && !is_root {
+        if node::is_table_leaf(d[0]) && !is_root {
             let Some(pax) = self.pax else { return Err(bad(pid, "a table leaf in a key-value tree".into())) };
             let (first, count) = pax(pid, d)?;
             drop(g);

@@ -187,7 +187,7 @@ impl BTree {
             if is_root {
                 return BTree::restart_or_corrupt(bm, g, "the root is not an inner node");
             }
-            if kind != KIND_LEAF && kind != node::KIND_PAX {
+            if kind != KIND_LEAF && !node::is_table_leaf(kind) {
                 return BTree::restart_or_corrupt(bm, g, "unknown node kind");
             }
             return Ok(Some(Next::Leaf));
@@ -303,7 +303,7 @@ impl BTree {
         let mut g = bm.fix_shared(self.root())?;
         for depth in 0..=MAX_DEPTH {
             let d = g.data();
-            if depth > 0 && (d[0] == KIND_LEAF || d[0] == node::KIND_PAX) {
+            if depth > 0 && (d[0] == KIND_LEAF || node::is_table_leaf(d[0])) {
                 return Ok(g);
             }
             let h = node::header(d).map_err(|_| BTree::corrupt(bm, g.pid(), "impossible header"))?;

@@ -12,6 +12,9 @@
 //! | 3    | `upper`: child for keys ≥ last sep  | –                       | first row id      |
 //! | 4    | tree word (tables: next row id)     | –                       | –                 |
 //!
+//! (A packed table leaf, `KIND_PACKED`, has its own words after word 0: see
+//! `access::table::packed`.)
+//!
 //! Inner nodes and key-value leaves then hold `count` slots of three words each, sorted by
 //! key, and a heap of key (and value) bytes growing down from the end of the page:
 //!
@@ -42,6 +45,14 @@ pub const KIND_INNER: u8 = 1;
 pub const KIND_LEAF: u8 = 2;
 /// A PAX leaf of a table.
 pub const KIND_PAX: u8 = 3;
+/// A packed (compressed, read-only) leaf of a table (see `access::table::packed`).
+pub const KIND_PACKED: u8 = 4;
+
+/// Whether `kind` is a table leaf's (plain PAX or packed).
+#[inline]
+pub fn is_table_leaf(kind: u8) -> bool {
+    kind == KIND_PAX || kind == KIND_PACKED
+}
 
 /// Header word offsets.
 pub const W_KIND_COUNT: usize = 0;

@@ -13,12 +13,18 @@
 //! ```
 //!
 //! Rows get dense ids in insertion order (0, 1, 2, ...); the tree's keys are the ids as 8
-//! big-endian bytes, and each leaf holds a run of consecutive rows in the PAX format of
-//! [`pax`]: fixed-size values column by column at the start of the page, long strings at
-//! its end. Appends go to the last leaf in place while it has room, else to a new leaf
-//! linked at the right edge of the tree (no split: tables grow at the end). A leaf is a
-//! page of the smallest size class unless a row needs more: a row with a 50 MiB string
-//! gets a leaf of a class that holds it whole. The next row id lives in the root's header
+//! big-endian bytes, and each leaf holds a run of consecutive rows, either in the plain PAX
+//! format of [`pax`] (fixed-size values column by column at the start of the page, long
+//! strings at its end) or packed ([`packed`]: frame-of-reference bit packing, decimal
+//! floats, string dictionaries; expanded into the plain layout to be read). Small appends
+//! go to a plain last leaf in place while all their rows fit; larger ones rewrite that
+//! leaf (or a packed last leaf that was not full) packed with its rows followed by new
+//! ones, then fill new leaves linked at the right edge of the tree (no split: tables grow
+//! at the end): packed while the rest does not fit one plain leaf, and only where packing
+//! holds more rows than plain; a rest that fits one plain leaf gets one, with room for
+//! later small appends. A
+//! leaf is a page of the smallest size class unless a row needs more: a row with a 50 MiB
+//! string gets a plain leaf of a class that holds it whole. The next row id lives in the root's header
 //! and is written last by each append, so a reader that sees `rows() == n` finds every row
 //! below `n`.
 //!
@@ -29,6 +35,7 @@
 //! appended so far, committed or not.
 
 pub mod csv;
+pub mod packed;
 pub mod parquet;
 pub mod pax;
 pub mod schema;
@@ -40,7 +47,7 @@ use serde::{Deserialize, Serialize};
 
 pub use schema::{ColumnDef, ColumnType, Schema, Value};
 
-use crate::access::btree::node::W_TREE;
+use crate::access::btree::node::{KIND_PACKED, W_TREE};
 use crate::access::btree::{write_image, BTree, TreeReport};
 use crate::buffer::BufferManager;
 use crate::error::{Error, Result};
@@ -140,38 +147,31 @@ impl Table {
         tx.lock(root)?;
         let first = tx.read_u64(root, W_TREE)?;
         let end = first.checked_add(rows.len() as u64).ok_or_else(|| Error::InvalidInput("row ids exhausted".into()))?;
-        // The last leaf, in place, as far as the rows fit.
-        let mut done = {
-            let mut g = self.tree.lock_leaf(tx, &first.to_be_bytes())?;
-            let leaf = pax::header(g.data(), &self.schema).map_err(|_| self.corrupt(bm, g.pid(), "impossible header"))?;
-            if leaf.first + leaf.count as u64 != first {
-                return Err(self.corrupt(bm, g.pid(), &format!("the last leaf ends at row {}, the table at {first}", leaf.first + leaf.count as u64)));
-            }
-            let n = pax::fit_in_place(&self.schema, &leaf, rows);
-            if n > 0 {
-                tx.begin_section();
-                for (at, bytes) in pax::append_writes(g.data(), &self.schema, &leaf, &rows[..n]) {
-                    tx.write_latched(&mut g, at, &bytes)?;
-                }
-            }
-            n
-        };
+        let mut done = self.append_last_leaf(tx, first, rows)?;
         // The rest in new leaves at the right edge.
         let small = bm.payload_size(0);
         while done < rows.len() {
             let id = first + done as u64;
             let rest = &rows[done..];
             tx.begin_section();
-            let (mut g, (n, cap)) = match pax::plan(&self.schema, small, rest) {
+            let (mut g, img, n) = match pax::plan(&self.schema, small, rest) {
                 (0, _) => {
                     let g = tx.alloc_latched(pax::row_bytes(&self.schema, &rest[0]))?;
-                    let plan = pax::plan(&self.schema, g.len(), rest);
-                    (g, plan)
+                    let (n, cap) = pax::plan(&self.schema, g.len(), rest);
+                    let img = pax::build(g.len(), &self.schema, id, cap, &rest[..n]);
+                    (g, img, n)
                 }
-                plan => (tx.alloc_latched(small)?, plan),
+                (n, cap) => {
+                    // Packed unless every remaining row fits one plain leaf (the table's tail,
+                    // extended in place by later small appends), and only if packing holds
+                    // more rows than a plain leaf would.
+                    let (k, full) = if n < rest.len() { packed::fit(&self.schema, small, rest) } else { (0, false) };
+                    let img =
+                        if k > n { packed::encode(small, &self.schema, id, &rest[..k], full) } else { pax::build(small, &self.schema, id, cap, &rest[..n]) };
+                    (tx.alloc_latched(small)?, img, k.max(n))
+                }
             };
             debug_assert!(n > 0);
-            let img = pax::build(g.len(), &self.schema, id, cap, &rest[..n]);
             write_image(tx, &mut g, &img)?;
             let pid = g.pid();
             drop(g);
@@ -182,10 +182,77 @@ impl Table {
         Ok(first..end)
     }
 
+    /// Appends what it can of `rows` (with ids from `first`) to the table's last leaf, as
+    /// part of `tx`; returns how many. All of them in place if they fit a plain leaf;
+    /// otherwise a non-empty plain leaf, or a packed one that was not closed, is rewritten
+    /// packed with its rows followed by as many new rows as fit (when that holds more rows
+    /// than plain in-place appends would); else the plain leaf is filled in place.
+    fn append_last_leaf(&self, tx: &mut Transaction<'_>, first: u64, rows: &[Vec<Value>]) -> Result<usize> {
+        let bm = tx.buffer();
+        let mut g = self.tree.lock_leaf(tx, &first.to_be_bytes())?;
+        let pid = g.pid();
+        let (leaf, plain) = match g.data()[0] {
+            KIND_PACKED => {
+                let p = packed::header(g.data(), &self.schema).map_err(|_| self.corrupt(bm, pid, "impossible header"))?;
+                (pax::Leaf { count: p.count, var: 0, cap: p.count, first: p.first }, if p.full { None } else { Some(false) })
+            }
+            _ => (pax::header(g.data(), &self.schema).map_err(|_| self.corrupt(bm, pid, "impossible header"))?, Some(true)),
+        };
+        if leaf.first + leaf.count as u64 != first {
+            return Err(self.corrupt(bm, pid, &format!("the last leaf ends at row {}, the table at {first}", leaf.first + leaf.count as u64)));
+        }
+        let in_place = if plain == Some(true) { pax::fit_in_place(&self.schema, &leaf, rows) } else { 0 };
+        // An open packed leaf is repacked only for more rows than a new plain leaf holds
+        // (single-row inserts after an import start a plain tail instead).
+        let worth = match plain {
+            Some(true) => true,
+            Some(false) => pax::plan(&self.schema, bm.payload_size(0), rows).0 < rows.len(),
+            None => false,
+        };
+        if in_place < rows.len() && leaf.count > 0 && worth {
+            // Repack: the leaf's rows, then the new ones (borrowed, not copied).
+            let mut old = Vec::with_capacity(leaf.count);
+            if plain == Some(true) {
+                let mut row = Vec::new();
+                for i in 0..leaf.count {
+                    pax::read_row(g.data(), &self.schema, &leaf, i, &mut row).map_err(|_| self.corrupt(bm, pid, "a row is unreadable"))?;
+                    old.push(std::mem::take(&mut row));
+                }
+            } else {
+                packed::rows(g.data(), &self.schema, &mut old).map_err(|_| self.corrupt(bm, pid, "a row is unreadable"))?;
+            }
+            let new = &rows[..rows.len().min(packed::max_rows(g.len()))];
+            let all: Vec<&[Value]> = old.iter().chain(new).map(Vec::as_slice).collect();
+            let (k, full) = packed::fit(&self.schema, g.len(), &all);
+            let (plain_rows, _) = pax::plan(&self.schema, g.len(), &all);
+            if k > plain_rows.max(leaf.count + in_place) {
+                tx.begin_section();
+                let img = packed::encode(g.len(), &self.schema, leaf.first, &all[..k], full);
+                write_image(tx, &mut g, &img)?;
+                return Ok(k - leaf.count);
+            }
+        }
+        if in_place > 0 {
+            tx.begin_section();
+            for (at, bytes) in pax::append_writes(g.data(), &self.schema, &leaf, &rows[..in_place]) {
+                tx.write_latched(&mut g, at, &bytes)?;
+            }
+        }
+        Ok(in_place)
+    }
+
     /// Row `id`, or `None` if the table has no such row.
     pub fn get(&self, bm: &BufferManager, id: u64) -> Result<Option<Vec<Value>>> {
         let mut row = Vec::with_capacity(self.schema.len());
         let found = self.tree.read_leaf(bm, &id.to_be_bytes(), &mut |_, s| {
+            if s.word(0) as u8 == KIND_PACKED {
+                let p = packed::header(s, &self.schema)?;
+                if id < p.first || id - p.first >= p.count as u64 {
+                    return Ok(false);
+                }
+                packed::read_row(s, &self.schema, (id - p.first) as usize, &mut row)?;
+                return Ok(true);
+            }
             let leaf = pax::header(s, &self.schema)?;
             if id < leaf.first || id - leaf.first >= leaf.count as u64 {
                 return Ok(false);
@@ -200,9 +267,10 @@ impl Table {
     /// false. Each leaf is read whole (a validated copy) before its rows are handed out.
     pub fn scan(&self, bm: &BufferManager, from: u64, f: &mut dyn FnMut(u64, &[Value]) -> bool) -> Result<()> {
         let mut row = Vec::with_capacity(self.schema.len());
+        let mut img = Vec::new();
         self.tree.scan_leaves(bm, &from.to_be_bytes(), &mut |pid, page, next| {
             let next = next.try_into().map(u64::from_be_bytes).unwrap_or(from).max(from);
-            let leaf = pax::header(page, &self.schema).map_err(|_| self.corrupt(bm, pid, "impossible header"))?;
+            let (page, leaf) = self.plain_image(bm, pid, page, None, &mut img)?;
             for i in 0..leaf.count {
                 let id = leaf.first + i as u64;
                 if id < next {
@@ -223,13 +291,40 @@ impl Table {
     /// concurrent change revisits a leaf; rows below `start` were seen already). For
     /// readers that decode only some columns ([`crate::sql`]'s vectorized scan).
     /// Starts at the leaf holding row `from` (rows below it are not handed out).
-    pub(crate) fn scan_pages(&self, bm: &BufferManager, from: u64, f: &mut PageVisitor<'_>) -> Result<()> {
+    /// A packed leaf is handed out expanded into its plain image (with only the columns
+    /// `need` marks filled, if given).
+    pub(crate) fn scan_pages(&self, bm: &BufferManager, from: u64, need: Option<&[bool]>, f: &mut PageVisitor<'_>) -> Result<()> {
+        let mut img = Vec::new();
         self.tree.scan_leaves(bm, &from.to_be_bytes(), &mut |pid, page, next| {
             let next = next.try_into().map(u64::from_be_bytes).unwrap_or(from).max(from);
-            let leaf = pax::header(page, &self.schema).map_err(|_| self.corrupt(bm, pid, "impossible header"))?;
+            let (page, leaf) = self.plain_image(bm, pid, page, need, &mut img)?;
             let start = next.saturating_sub(leaf.first).min(leaf.count as u64) as usize;
             f(pid, page, &leaf, start)
         })
+    }
+
+    /// The plain image of a (copied or latched) leaf and its checked header: the page
+    /// itself if it is plain, else its expansion into `img` (the columns `need` marks).
+    fn plain_image<'p>(&self, bm: &BufferManager, pid: PageId, page: &'p [u8], need: Option<&[bool]>, img: &'p mut Vec<u8>) -> Result<(&'p [u8], pax::Leaf)> {
+        if page[0] == KIND_PACKED {
+            let leaf = packed::expand(page, &self.schema, need, img).map_err(|_| self.corrupt(bm, pid, "impossible packed leaf"))?;
+            let img: &'p Vec<u8> = img;
+            return Ok((&img[..], leaf));
+        }
+        let leaf = pax::header(page, &self.schema).map_err(|_| self.corrupt(bm, pid, "impossible header"))?;
+        Ok((page, leaf))
+    }
+
+    /// How many of the table's leaves are packed, and how many leaves it has (reads every
+    /// leaf).
+    pub fn packed_leaves(&self, bm: &BufferManager) -> Result<(u64, u64)> {
+        let (mut packed, mut all) = (0, 0);
+        self.tree.scan_leaves(bm, &0u64.to_be_bytes(), &mut |_, page, _| {
+            all += 1;
+            packed += (page[0] == KIND_PACKED) as u64;
+            Ok(true)
+        })?;
+        Ok((packed, all))
     }
 
     /// A corruption error naming leaf `pid` of this table.
@@ -251,7 +346,14 @@ impl Table {
     pub fn check(&self, bm: &BufferManager, visit: &mut dyn FnMut(PageId)) -> Result<TreeReport> {
         let (report, end) = self.tree.check_table(bm, visit, &|pid, page| {
             let bad = |what: &str| Error::Inconsistent(format!("table leaf {pid}: {what}"));
-            let leaf = pax::header(page, &self.schema).map_err(|_| bad("impossible header (or a schema that does not match)"))?;
+            let mut img = Vec::new();
+            let (page, leaf) = if page[0] == KIND_PACKED {
+                packed::header(page, &self.schema).map_err(|_| bad("impossible packed header (or a schema that does not match)"))?;
+                let leaf = packed::expand(page, &self.schema, None, &mut img).map_err(|_| bad("an impossible packed column"))?;
+                (&img[..], leaf)
+            } else {
+                (page, pax::header(page, &self.schema).map_err(|_| bad("impossible header (or a schema that does not match)"))?)
+            };
             pax::verify(page, &self.schema, &leaf).map_err(|_| bad("a row is unreadable"))?;
             Ok((leaf.first, leaf.count as u64))
         })?;

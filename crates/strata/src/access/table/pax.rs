@@ -178,11 +178,11 @@ pub fn fit_in_place(schema: &Schema, leaf: &Leaf, rows: &[Vec<Value>]) -> usize 
 /// Rows are taken while they fit; when all of them fit, the capacity leaves room for more
 /// rows of the same average size (appends fill the leaf in place later). `(0, 0)`: even the
 /// first row does not fit a page of this size.
-pub fn plan(schema: &Schema, size: usize, rows: &[Vec<Value>]) -> (usize, usize) {
+pub fn plan<R: AsRef<[Value]>>(schema: &Schema, size: usize, rows: &[R]) -> (usize, usize) {
     let mut var = 0usize;
     let mut n = 0;
     while n < rows.len() {
-        let v = var + var_bytes(&rows[n]);
+        let v = var + var_bytes(rows[n].as_ref());
         if fixed_end(schema, n + 1) + v > size {
             break;
         }
