@@ -611,6 +611,89 @@ fn bits_by(n: usize, out: &mut [u64], mut f: impl FnMut(usize) -> bool) {
     }
 }
 
+/// Sets bit `i` of `out` for each of the first `n` values of `vals` (`N`-byte
+/// little-endian words, decoded by `read`) where `pred` holds: the column-at-a-time kernel
+/// of the comparisons with a literal. `Err` if the page holds fewer than `n` values.
+#[inline]
+fn bits_of<const N: usize, T: Copy>(
+    vals: &[u8],
+    n: usize,
+    out: &mut [u64],
+    read: impl Fn([u8; N]) -> T,
+    pred: impl Fn(T) -> bool,
+) -> std::result::Result<(), Bad> {
+    let vals = vals.get(..n * N).ok_or(Bad)?;
+    for (o, chunk) in out.iter_mut().zip(vals.chunks(64 * N)) {
+        let mut x = 0u64;
+        for (j, v) in chunk.chunks_exact(N).enumerate() {
+            let v: [u8; N] = v.try_into().expect("chunks_exact");
+            x |= (pred(read(v)) as u64) << j;
+        }
+        *o = x;
+    }
+    Ok(())
+}
+
+/// [`bits_of`] for `value op y`, with the operator chosen once for the whole column
+/// (`cmp` orders a value against `y`; floats compare as `partial_cmp` does: NaN never
+/// satisfies a comparison).
+#[inline]
+fn cmp_bits<const N: usize, T: Copy + PartialOrd>(
+    vals: &[u8],
+    n: usize,
+    out: &mut [u64],
+    read: impl Fn([u8; N]) -> T,
+    op: CmpOp,
+    y: T,
+) -> std::result::Result<(), Bad> {
+    match op {
+        CmpOp::Eq => bits_of(vals, n, out, read, |v| v == y),
+        CmpOp::Ne => bits_of(vals, n, out, read, |v| v.partial_cmp(&y).is_some_and(|o| o != Ordering::Equal)),
+        CmpOp::Lt => bits_of(vals, n, out, read, |v| v < y),
+        CmpOp::Le => bits_of(vals, n, out, read, |v| v <= y),
+        CmpOp::Gt => bits_of(vals, n, out, read, |v| v > y),
+        CmpOp::Ge => bits_of(vals, n, out, read, |v| v >= y),
+    }
+}
+
+/// Sets bit `i` of `out` for each pair of values of `a` and `b` (`N`-byte little-endian
+/// words, decoded by `read`, as many as `out` has bits for) where `pred` holds.
+#[inline]
+fn pairs_bits<const N: usize, T: Copy>(a: &[u8], b: &[u8], out: &mut [u64], read: impl Fn([u8; N]) -> T, pred: impl Fn(T, T) -> bool) {
+    for ((o, ca), cb) in out.iter_mut().zip(a.chunks(64 * N)).zip(b.chunks(64 * N)) {
+        let mut x = 0u64;
+        for (j, (va, vb)) in ca.chunks_exact(N).zip(cb.chunks_exact(N)).enumerate() {
+            let (va, vb): ([u8; N], [u8; N]) = (va.try_into().expect("chunks_exact"), vb.try_into().expect("chunks_exact"));
+            x |= (pred(read(va), read(vb)) as u64) << j;
+        }
+        *o = x;
+    }
+}
+
+/// Sets bit `i` of `out` for each of the first `n` rows where `a[i] op b[i]` (two columns'
+/// `N`-byte values; floats compare as `partial_cmp` does). `Err` if the page holds fewer
+/// than `n` values of either.
+#[inline]
+fn cmp_cols_bits<const N: usize, T: Copy + PartialOrd>(
+    a: &[u8],
+    b: &[u8],
+    n: usize,
+    out: &mut [u64],
+    read: impl Fn([u8; N]) -> T,
+    op: CmpOp,
+) -> std::result::Result<(), Bad> {
+    let (a, b) = (a.get(..n * N).ok_or(Bad)?, b.get(..n * N).ok_or(Bad)?);
+    match op {
+        CmpOp::Eq => pairs_bits(a, b, out, read, |x, y| x == y),
+        CmpOp::Ne => pairs_bits(a, b, out, read, |x, y| x.partial_cmp(&y).is_some_and(|o| o != Ordering::Equal)),
+        CmpOp::Lt => pairs_bits(a, b, out, read, |x, y| x < y),
+        CmpOp::Le => pairs_bits(a, b, out, read, |x, y| x <= y),
+        CmpOp::Gt => pairs_bits(a, b, out, read, |x, y| x > y),
+        CmpOp::Ge => pairs_bits(a, b, out, read, |x, y| x >= y),
+    }
+    Ok(())
+}
+
 /// Like [`bits_by`] for a test that can fail.
 fn try_bits_by(n: usize, out: &mut [u64], mut f: impl FnMut(usize) -> std::result::Result<bool, Bad>) -> std::result::Result<(), Bad> {
     for (w, o) in out.iter_mut().enumerate() {
@@ -643,16 +726,14 @@ impl VPred {
             VPred::Const(None) => u.fill(!0),
             VPred::CmpLit { col, op, lit } => {
                 let (col, op) = (*col, *op);
+                let vals = lf.page.get(lf.at[col].1..).ok_or(Bad)?;
                 match (lf.schema.columns[col].ty, lit) {
-                    (ColumnType::I64, Value::I64(y)) => bits_by(n, &mut t, |i| op.holds(lf.i64_at(col, i).cmp(y))),
-                    (ColumnType::F64, Value::F64(y)) => bits_by(n, &mut t, |i| lf.f64_at(col, i).partial_cmp(y).is_some_and(|o| op.holds(o))),
+                    (ColumnType::I64, Value::I64(y)) => cmp_bits(vals, n, &mut t, i64::from_le_bytes, op, *y)?,
+                    (ColumnType::F64, Value::F64(y)) => cmp_bits(vals, n, &mut t, f64::from_le_bytes, op, *y)?,
                     // An i64 within ±2^53 converts to f64 exactly, so the comparison is the
                     // exact one of `compare`.
-                    (ColumnType::F64, Value::I64(y)) if y.unsigned_abs() <= 1 << 53 => {
-                        let y = *y as f64;
-                        bits_by(n, &mut t, |i| lf.f64_at(col, i).partial_cmp(&y).is_some_and(|o| op.holds(o)))
-                    }
-                    (ColumnType::Date, Value::Date(y)) => bits_by(n, &mut t, |i| op.holds(lf.date_at(col, i).cmp(y))),
+                    (ColumnType::F64, Value::I64(y)) if y.unsigned_abs() <= 1 << 53 => cmp_bits(vals, n, &mut t, f64::from_le_bytes, op, *y as f64)?,
+                    (ColumnType::Date, Value::Date(y)) => cmp_bits(vals, n, &mut t, i32::from_le_bytes, op, *y)?,
                     (ColumnType::Str, Value::Str(y)) => {
                         let y = y.as_bytes();
                         try_bits_by(n, &mut t, |i| Ok(lf.is_null(col, i) || op.holds(lf.bytes_at(col, i)?.cmp(y))))?
@@ -667,10 +748,11 @@ impl VPred {
             }
             VPred::CmpCols { a, op, b } => {
                 let (a, b, op) = (*a, *b, *op);
+                let (va, vb) = (lf.page.get(lf.at[a].1..).ok_or(Bad)?, lf.page.get(lf.at[b].1..).ok_or(Bad)?);
                 match lf.schema.columns[a].ty {
-                    ColumnType::I64 => bits_by(n, &mut t, |i| op.holds(lf.i64_at(a, i).cmp(&lf.i64_at(b, i)))),
-                    ColumnType::F64 => bits_by(n, &mut t, |i| lf.f64_at(a, i).partial_cmp(&lf.f64_at(b, i)).is_some_and(|o| op.holds(o))),
-                    ColumnType::Date => bits_by(n, &mut t, |i| op.holds(lf.date_at(a, i).cmp(&lf.date_at(b, i)))),
+                    ColumnType::I64 => cmp_cols_bits(va, vb, n, &mut t, i64::from_le_bytes, op)?,
+                    ColumnType::F64 => cmp_cols_bits(va, vb, n, &mut t, f64::from_le_bytes, op)?,
+                    ColumnType::Date => cmp_cols_bits(va, vb, n, &mut t, i32::from_le_bytes, op)?,
                     ColumnType::Str | ColumnType::Bytes => {
                         try_bits_by(n, &mut t, |i| Ok(lf.is_null(a, i) || lf.is_null(b, i) || op.holds(lf.bytes_at(a, i)?.cmp(lf.bytes_at(b, i)?))))?
                     }
@@ -965,6 +1047,43 @@ pub fn set_threads(plan: &mut Plan, threads: usize) {
 mod tests {
     use super::*;
     use crate::sql::rows::encode_value;
+
+    /// The column kernels give the bits of the row-at-a-time comparison (`partial_cmp` and
+    /// `CmpOp::holds`) for every operator: NaN, -0.0 and equal values included, row counts
+    /// that end inside a word; too few bytes for the rows is an error, not a panic.
+    #[test]
+    fn column_kernels_agree_with_row_comparisons() {
+        let xs = [1.5, -0.0, 0.0, f64::NAN, 2.0, -3.25, 1.5, f64::INFINITY, 7.0, 1e300];
+        let (n, words) = (150, 3);
+        let a: Vec<f64> = (0..n).map(|i| xs[i % xs.len()]).collect();
+        let b: Vec<f64> = (0..n).map(|i| xs[(i * 7 + 3) % xs.len()]).collect();
+        let ab: Vec<u8> = a.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let bb: Vec<u8> = b.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let ai: Vec<u8> = (0..n as i32).flat_map(|i| (i % 9 - 4).to_le_bytes()).collect();
+        for op in [CmpOp::Eq, CmpOp::Ne, CmpOp::Lt, CmpOp::Le, CmpOp::Gt, CmpOp::Ge] {
+            let holds = |x: f64, y: f64| x.partial_cmp(&y).is_some_and(|o| op.holds(o));
+            let bit = |v: &[u64], i: usize| v[i / 64] >> (i % 64) & 1 == 1;
+            for y in [1.5, 0.0, -0.0, f64::NAN, 100.0] {
+                let mut t = vec![0u64; words];
+                cmp_bits(&ab, n, &mut t, f64::from_le_bytes, op, y).ok().unwrap();
+                for (i, &x) in a.iter().enumerate() {
+                    assert_eq!(bit(&t, i), holds(x, y), "{op:?} {x} vs {y}");
+                }
+            }
+            let mut t = vec![0u64; words];
+            cmp_cols_bits(&ab, &bb, n, &mut t, f64::from_le_bytes, op).ok().unwrap();
+            for (i, (&x, &y)) in a.iter().zip(&b).enumerate() {
+                assert_eq!(bit(&t, i), holds(x, y), "{op:?} {x} vs {y}");
+            }
+            let mut t = vec![0u64; words];
+            cmp_bits(&ai, n, &mut t, i32::from_le_bytes, op, 0).ok().unwrap();
+            for i in 0..n {
+                assert_eq!(bit(&t, i), op.holds((i as i32 % 9 - 4).cmp(&0)), "{op:?} row {i}");
+            }
+            assert!(cmp_bits(&ab[..8 * n - 1], n, &mut t, f64::from_le_bytes, op, 0.0).is_err());
+            assert!(cmp_cols_bits(&ab, &bb[..8], n, &mut t, f64::from_le_bytes, op).is_err());
+        }
+    }
 
     /// A key encoded straight from a leaf's bytes is the encoding of the decoded value, for
     /// every type, NULLs and strings inline and out of line.
