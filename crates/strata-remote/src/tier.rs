@@ -354,8 +354,27 @@ impl Shared {
         lock(&self.raw_pool).clear();
     }
 
-    fn checkin(&self, conn: Conn) {
-        let mut pool = lock(&self.pool);
+    /// A connection for one request: an idle one of `pool` (then `true`), else a fresh one
+    /// made by `open` unless the server is known to be down (counted as failed at once).
+    fn checkout<C>(&self, pool: &Mutex<Vec<C>>, open: impl FnOnce() -> Result<C, String>) -> Result<(C, bool), String> {
+        if let Some(c) = lock(pool).pop() {
+            return Ok((c, true));
+        }
+        match self.fresh_with(open) {
+            Ok(c) => Ok((c, false)),
+            Err(no) => {
+                if no.at_once {
+                    add(&self.counters.gets_failed_fast, 1);
+                }
+                Err(no.message)
+            }
+        }
+    }
+
+    /// Gives a healthy connection back to `pool` (kept while it has fewer than
+    /// [`MAX_IDLE`]).
+    fn checkin<C>(pool: &Mutex<Vec<C>>, conn: C) {
+        let mut pool = lock(pool);
         if pool.len() < MAX_IDLE {
             pool.push(conn);
         }
@@ -369,19 +388,7 @@ impl Shared {
 
     /// [`lookup`](Self::lookup) for any request (a pipeline of lookups).
     fn lookup_with<T>(&self, run: impl Fn(&mut Conn) -> RedisResult<T>) -> Result<T, String> {
-        let pooled = lock(&self.pool).pop();
-        let (mut conn, was_pooled) = match pooled {
-            Some(c) => (c, true),
-            None => match self.fresh() {
-                Ok(c) => (c, false),
-                Err(no) => {
-                    if no.at_once {
-                        add(&self.counters.gets_failed_fast, 1);
-                    }
-                    return Err(no.message);
-                }
-            },
-        };
+        let (mut conn, was_pooled) = self.checkout(&self.pool, || self.open().map_err(|e| self.message(&e)))?;
         let mut result = run(&mut conn);
         if was_pooled {
             if let Err(e) = &result {
@@ -395,14 +402,14 @@ impl Shared {
         }
         match result {
             Ok(v) => {
-                self.checkin(conn);
+                Self::checkin(&self.pool, conn);
                 Ok(v)
             }
             Err(e) => {
                 if fatal(&e) {
                     self.mark_down();
                 } else {
-                    self.checkin(conn);
+                    Self::checkin(&self.pool, conn);
                 }
                 Err(self.message(&e))
             }
@@ -422,19 +429,7 @@ impl Shared {
     /// rules: a pooled connection the server closed gets one fresh attempt; an I/O failure
     /// or a reply out of step marks the server down; an error reply keeps the connection).
     fn raw_lookup<T>(&self, addr: &Addr, hs: &Handshake, mut run: impl FnMut(&mut RawConn) -> Result<T, RawError>) -> Result<T, String> {
-        let pooled = lock(&self.raw_pool).pop();
-        let (mut conn, was_pooled) = match pooled {
-            Some(c) => (c, true),
-            None => match self.fresh_with(|| self.open_raw(addr, hs)) {
-                Ok(c) => (c, false),
-                Err(no) => {
-                    if no.at_once {
-                        add(&self.counters.gets_failed_fast, 1);
-                    }
-                    return Err(no.message);
-                }
-            },
-        };
+        let (mut conn, was_pooled) = self.checkout(&self.raw_pool, || self.open_raw(addr, hs))?;
         let mut result = run(&mut conn);
         if was_pooled && matches!(result, Err(RawError::Dropped(_))) {
             lock(&self.raw_pool).clear();
@@ -444,24 +439,17 @@ impl Shared {
         }
         match result {
             Ok(v) => {
-                self.raw_checkin(conn);
+                Self::checkin(&self.raw_pool, conn);
                 Ok(v)
             }
             Err(e) => {
                 if let RawError::Reply(_) = e {
-                    self.raw_checkin(conn);
+                    Self::checkin(&self.raw_pool, conn);
                 } else {
                     self.mark_down();
                 }
                 Err(self.raw_message(&e))
             }
-        }
-    }
-
-    fn raw_checkin(&self, conn: RawConn) {
-        let mut pool = lock(&self.raw_pool);
-        if pool.len() < MAX_IDLE {
-            pool.push(conn);
         }
     }
 
@@ -698,7 +686,7 @@ impl RedisTier {
                 return Err(RemoteError::Server { url, reason: format!("the cluster is not ready ({state})") });
             }
         }
-        shared.checkin(conn);
+        Shared::checkin(&shared.pool, conn);
         let (tx, rx) = mpsc::channel();
         let writer_shared = shared.clone();
         let writer = std::thread::Builder::new()
