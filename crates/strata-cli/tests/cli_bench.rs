@@ -133,6 +133,28 @@ fn bench_scan() {
             assert!(ok(r, e), "{e} failed: {r}");
             assert_eq!(num(&r["engines"][e], "ops"), 4.0, "4 MiB in 1 MiB morsels");
         }
+        assert!(r["engines"].get("strata-noprefetch").is_none(), "runs only when named: {r}");
+    }
+    // Prefetch off: the engine without read-ahead reads the same file, page by page.
+    let v = bench(&[
+        "scan",
+        "--pool",
+        "1MiB",
+        "--data",
+        "4MiB",
+        "--page-size",
+        "64KiB",
+        "--threads",
+        "1",
+        "--engines",
+        "strata,strata-noprefetch",
+        "--rounds",
+        "1",
+    ]);
+    for r in &check_shape(&v, "scan", &["strata", "strata-noprefetch"]) {
+        assert!(ok(r, "strata-noprefetch"), "{r}");
+        assert_eq!(num(&r["engines"]["strata-noprefetch"], "ops"), 4.0, "{r}");
+        assert_eq!(r["checksums_agree"], true, "{r}");
     }
 }
 

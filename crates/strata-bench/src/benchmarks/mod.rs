@@ -98,9 +98,15 @@ pub(crate) struct Ctx<'a> {
 impl Ctx<'_> {
     /// The engines of `all` to run: those `--engines` names, else all, in `all`'s order.
     pub fn engines<'e>(&self, all: &[&'e str]) -> Vec<&'e str> {
+        self.engines_of(all, all)
+    }
+
+    /// The engines of `known` that `--engines` names, else `defaults` (engines that run only
+    /// when asked for are in `known` alone).
+    pub fn engines_of<'e>(&self, known: &[&'e str], defaults: &[&'e str]) -> Vec<&'e str> {
         match &self.opts.engines {
-            Some(want) => all.iter().copied().filter(|e| want.iter().any(|w| w == e)).collect(),
-            None => all.to_vec(),
+            Some(want) => known.iter().copied().filter(|e| want.iter().any(|w| w == e)).collect(),
+            None => defaults.to_vec(),
         }
     }
 
@@ -135,7 +141,7 @@ pub fn run(name: &str, opts: &Options) -> Result<Value, String> {
     if let Some(want) = &opts.engines {
         let known: &[&str] = match name {
             "random-read" => random_read::ENGINES.as_slice(),
-            "scan" => scan::ENGINES.as_slice(),
+            "scan" => scan::KNOWN.as_slice(),
             "btree" => btree::ENGINES.as_slice(),
             _ => return Err(format!("--engines applies to random-read, scan and btree only, not to {name}")),
         };
@@ -215,6 +221,7 @@ pub(crate) fn with_engine<T>(name: &str, ds: &DataSet, pool: u64, page_size: usi
     match name {
         "strata" => f(&StrataStore::open(ds, pool)?),
         "strata-auto" => f(&StrataStore::open_with(ds, pool, false)?),
+        "strata-noprefetch" => f(&StrataStore::open_without_prefetch(ds, pool)?),
         "strata-recycle" => f(&StrataStore::open_with_recycling(ds, pool)?),
         "hashpool" => f(&HashPool::open(&ds.files, page_size, pool, false)?),
         "mmap" => with_mmap(&ds.files, pool, |m| f(m))?,

@@ -18,6 +18,9 @@ use crate::workload::sum_words;
 use crate::{EResult, PageStore};
 
 pub(super) const ENGINES: [&str; 4] = ["strata", "strata-auto", "mmap", "raw"];
+/// Engines that run when `--engines` names them: `strata-noprefetch` (no read-ahead at all,
+/// the "prefetch off" side of the prefetch comparison).
+pub(super) const KNOWN: [&str; 5] = ["strata", "strata-auto", "strata-noprefetch", "mmap", "raw"];
 const MORSEL: u64 = 1 << 20;
 /// Rounds per engine by default: the median of three smooths a shared machine's noise.
 const DEFAULT_ROUNDS: usize = 3;
@@ -62,7 +65,7 @@ pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
     mmap_cap_note(ctx);
 
     let rounds = o.rounds.unwrap_or(DEFAULT_ROUNDS).max(1);
-    let engines = ctx.engines(&ENGINES);
+    let engines = ctx.engines_of(&KNOWN, &ENGINES);
     let mut runs = Vec::new();
     for &threads in &o.thread_counts() {
         // [phase][engine] -> one result per round
@@ -118,7 +121,7 @@ pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
         }
     }
     ctx.notes.push(format!(
-        "scan: one operation = one morsel of {} (latencies are per morsel); cold = first pass after opening the engine with the file dropped from the page cache, warm = second pass on the same engine. strata fixes page by page (shared latch) behind a read-ahead stream; strata-auto fixes page by page with no hint at all (its sequential misses are detected and read ahead in windows); raw reads each morsel with one O_DIRECT request. Each engine ran {rounds} round(s) (fresh engine each, engines alternating in rotating order); its figures are those of its median round by bytes/s, and rounds_bytes_per_sec lists every round.",
+        "scan: one operation = one morsel of {} (latencies are per morsel); cold = first pass after opening the engine with the file dropped from the page cache, warm = second pass on the same engine. strata fixes page by page (shared latch) behind a read-ahead stream; strata-auto fixes page by page with no hint at all (its sequential misses are detected and read ahead in windows); strata-noprefetch (only when named) reads no page ahead at all; raw reads each morsel with one O_DIRECT request. Each engine ran {rounds} round(s) (fresh engine each, engines alternating in rotating order); its figures are those of its median round by bytes/s, and rounds_bytes_per_sec lists every round.",
         short_size(morsel_pages * ps)
     ));
     Ok(runs)

@@ -50,6 +50,13 @@ impl StrataStore {
         StrataStore::open_config(ds, Config::new(&ds.db_dir).pool_size(pool_bytes), streams)
     }
 
+    /// [`StrataStore::open`] with no read-ahead at all: no hints and no detection of
+    /// sequential misses (the `strata-noprefetch` engine: every miss is one page read when
+    /// it is fixed).
+    pub fn open_without_prefetch(ds: &DataSet, pool_bytes: u64) -> EResult<StrataStore> {
+        StrataStore::open_config(ds, Config::new(&ds.db_dir).pool_size(pool_bytes).sequential_readahead(false), false)
+    }
+
     /// [`StrataStore::open_with`] with frame recycling for every page size (the
     /// `strata-recycle` engine: loads take the frames of evicted pages through `UFFDIO_MOVE`
     /// where the kernel has it; `frame_recycling` in its figures says whether it did).
