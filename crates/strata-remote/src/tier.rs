@@ -196,7 +196,16 @@ fn dropped(e: &RedisError) -> bool {
     e.is_connection_dropped()
 }
 
-/// Why [`Shared::fresh`] gave no connection.
+/// How [`Shared::request`] treats a failed request: `dropped` (the server closed a pooled
+/// connection: one fresh attempt), `keep` (the connection is still good: it goes back to the
+/// pool; otherwise the server is marked down), and the error's message.
+struct Rules<D, K, M> {
+    dropped: D,
+    keep: K,
+    message: M,
+}
+
+/// Why [`Shared::fresh_with`] gave no connection.
 struct NoConn {
     message: String,
     /// Refused without a connection attempt: the server is marked down.
@@ -308,11 +317,6 @@ impl Shared {
         }
     }
 
-    /// A new read connection, unless the server is known to be down.
-    fn fresh(&self) -> Result<Conn, NoConn> {
-        self.fresh_with(|| self.open().map_err(|e| self.message(&e)))
-    }
-
     /// A new connection made by `open`, unless the server is known to be down.
     fn fresh_with<C>(&self, open: impl FnOnce() -> Result<C, String>) -> Result<C, NoConn> {
         {
@@ -388,30 +392,41 @@ impl Shared {
 
     /// [`lookup`](Self::lookup) for any request (a pipeline of lookups).
     fn lookup_with<T>(&self, run: impl Fn(&mut Conn) -> RedisResult<T>) -> Result<T, String> {
-        let (mut conn, was_pooled) = self.checkout(&self.pool, || self.open().map_err(|e| self.message(&e)))?;
+        let rules = Rules { dropped, keep: |e: &RedisError| !fatal(e), message: |e: &RedisError| self.message(e) };
+        self.request(&self.pool, || self.open().map_err(|e| self.message(&e)), run, rules)
+    }
+
+    /// One request on a connection of `pool` (made by `open` when none is idle), with the
+    /// health rules of both kinds of connection: a pooled connection the server closed gets
+    /// one fresh attempt; an error `rules.keep` accepts (an error reply) gives the
+    /// connection back, any other marks the server down.
+    fn request<C, T, E>(
+        &self,
+        pool: &Mutex<Vec<C>>,
+        open: impl Fn() -> Result<C, String>,
+        mut run: impl FnMut(&mut C) -> Result<T, E>,
+        rules: Rules<impl Fn(&E) -> bool, impl Fn(&E) -> bool, impl Fn(&E) -> String>,
+    ) -> Result<T, String> {
+        let (mut conn, was_pooled) = self.checkout(pool, &open)?;
         let mut result = run(&mut conn);
-        if was_pooled {
-            if let Err(e) = &result {
-                if dropped(e) {
-                    lock(&self.pool).clear();
-                    conn = self.fresh().map_err(|no| no.message)?;
-                    add(&self.counters.reconnects, 1);
-                    result = run(&mut conn);
-                }
-            }
+        if was_pooled && result.as_ref().err().is_some_and(&rules.dropped) {
+            lock(pool).clear();
+            conn = self.fresh_with(&open).map_err(|no| no.message)?;
+            add(&self.counters.reconnects, 1);
+            result = run(&mut conn);
         }
         match result {
             Ok(v) => {
-                Self::checkin(&self.pool, conn);
+                Self::checkin(pool, conn);
                 Ok(v)
             }
             Err(e) => {
-                if fatal(&e) {
-                    self.mark_down();
+                if (rules.keep)(&e) {
+                    Self::checkin(pool, conn);
                 } else {
-                    Self::checkin(&self.pool, conn);
+                    self.mark_down();
                 }
-                Err(self.message(&e))
+                Err((rules.message)(&e))
             }
         }
     }
@@ -428,29 +443,13 @@ impl Shared {
     /// [`lookup_with`](Self::lookup_with) on the fast path's connections (the same health
     /// rules: a pooled connection the server closed gets one fresh attempt; an I/O failure
     /// or a reply out of step marks the server down; an error reply keeps the connection).
-    fn raw_lookup<T>(&self, addr: &Addr, hs: &Handshake, mut run: impl FnMut(&mut RawConn) -> Result<T, RawError>) -> Result<T, String> {
-        let (mut conn, was_pooled) = self.checkout(&self.raw_pool, || self.open_raw(addr, hs))?;
-        let mut result = run(&mut conn);
-        if was_pooled && matches!(result, Err(RawError::Dropped(_))) {
-            lock(&self.raw_pool).clear();
-            conn = self.fresh_with(|| self.open_raw(addr, hs)).map_err(|no| no.message)?;
-            add(&self.counters.reconnects, 1);
-            result = run(&mut conn);
-        }
-        match result {
-            Ok(v) => {
-                Self::checkin(&self.raw_pool, conn);
-                Ok(v)
-            }
-            Err(e) => {
-                if let RawError::Reply(_) = e {
-                    Self::checkin(&self.raw_pool, conn);
-                } else {
-                    self.mark_down();
-                }
-                Err(self.raw_message(&e))
-            }
-        }
+    fn raw_lookup<T>(&self, addr: &Addr, hs: &Handshake, run: impl FnMut(&mut RawConn) -> Result<T, RawError>) -> Result<T, String> {
+        let rules = Rules {
+            dropped: |e: &RawError| matches!(e, RawError::Dropped(_)),
+            keep: |e: &RawError| matches!(e, RawError::Reply(_)),
+            message: |e: &RawError| self.raw_message(e),
+        };
+        self.request(&self.raw_pool, || self.open_raw(addr, hs), run, rules)
     }
 
     /// The writer thread: drains the queue in batches until the tier is dropped.
