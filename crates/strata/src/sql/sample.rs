@@ -144,7 +144,10 @@ pub fn sampled_groups(bm: &BufferManager, table: &Table, keys: &[BExpr]) -> Resu
             }
         }
         windows = windows.max(w + 1);
-        let bits = seen_in.entry(buf.clone()).or_insert(0);
+        let bits = match seen_in.get_mut(buf.as_slice()) {
+            Some(b) => b,
+            None => seen_in.entry(buf.clone()).or_insert(0),
+        };
         if *bits & (1 << w) == 0 {
             *bits |= 1 << w;
             per_window[w] += 1;

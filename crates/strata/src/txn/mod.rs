@@ -102,33 +102,31 @@ impl<'a> Transaction<'a> {
 
     /// Locks `pid` until the transaction ends.
     pub fn lock(&mut self, pid: PageId) -> Result<()> {
-        self.check_active()?;
-        if pid.is_temp() {
-            return Err(Error::InvalidPageId { pid, reason: "temporary pages are private and not transactional" });
-        }
-        if self.locks.acquire(pid, self.txid, self.lock_wait)? {
-            self.held.push(pid);
-            self.held_set.insert(pid);
-        }
-        Ok(())
+        self.lock_within(pid, self.lock_wait)
     }
 
     /// Locks `pid` if no other transaction holds it, without waiting; returns whether the
     /// transaction holds it now (for best-effort work such as merging B+-tree leaves, which
     /// is skipped rather than waited for).
     pub(crate) fn try_lock(&mut self, pid: PageId) -> Result<bool> {
-        self.check_active()?;
-        match self.locks.acquire(pid, self.txid, Duration::ZERO) {
-            Ok(newly) => {
-                if newly {
-                    self.held.push(pid);
-                    self.held_set.insert(pid);
-                }
-                Ok(true)
-            }
+        match self.lock_within(pid, Duration::ZERO) {
+            Ok(()) => Ok(true),
             Err(Error::LockTimeout { .. }) => Ok(false),
             Err(e) => Err(e),
         }
+    }
+
+    /// Locks `pid` until the transaction ends, waiting at most `wait` for another holder.
+    fn lock_within(&mut self, pid: PageId, wait: Duration) -> Result<()> {
+        self.check_active()?;
+        if pid.is_temp() {
+            return Err(Error::InvalidPageId { pid, reason: "temporary pages are private and not transactional" });
+        }
+        if self.locks.acquire(pid, self.txid, wait)? {
+            self.held.push(pid);
+            self.held_set.insert(pid);
+        }
+        Ok(())
     }
 
     /// Starts an atomic section: the changes logged until the next section are made under
