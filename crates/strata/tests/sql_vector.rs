@@ -257,7 +257,11 @@ fn grouped_aggregates_through_the_pre_aggregation() {
     let dir = tempfile::tempdir().unwrap();
     let data = rows(6000);
     let db = open(dir.path(), &data);
-    let keyings: [(&str, &dyn Fn(&R) -> Option<i64>); 3] = [("id % 1500", &|r| Some(r.id % 1500)), ("id", &|r| Some(r.id)), ("a", &|r| r.a)];
+    // Keys spread (more groups than the pre-aggregation holds), unique (it steps aside),
+    // with NULLs, and clustered (runs of equal keys: the row before's group is reused;
+    // id / 3 also fills the pre-aggregation in the middle of a leaf).
+    let keyings: [(&str, &dyn Fn(&R) -> Option<i64>); 5] =
+        [("id % 1500", &|r| Some(r.id % 1500)), ("id", &|r| Some(r.id)), ("a", &|r| r.a), ("id / 7", &|r| Some(r.id / 7)), ("id / 3", &|r| Some(r.id / 3))];
     for (k, f) in keyings {
         let sql = format!("SELECT {k}, count(*), count(s), sum(a), min(a) FROM t GROUP BY {k} ORDER BY 1");
         let mut want: BTreeMap<Option<i64>, (i64, i64, Option<i64>, Option<i64>)> = BTreeMap::new();

@@ -248,6 +248,81 @@ pub fn decode_states(kinds: &[AggKind], mut b: &[u8]) -> Result<Vec<St>> {
     Ok(v)
 }
 
+/// Merges the encoded partial states `inc` into the encoded states `dst` in place, when
+/// every aggregate has a fixed-size state (counts, sums, averages) and both encodings are
+/// as long as those states are; `Ok(false)` (nothing changed) otherwise. The same results
+/// and errors as decoding, [`St::merge`] and encoding again, without the allocation.
+fn merge_fixed(kinds: &[AggKind], dst: &mut [u8], inc: &[u8]) -> Result<bool> {
+    let mut len = 0;
+    for k in kinds {
+        len += match k.kind {
+            Kind::Count => 8,
+            Kind::SumI | Kind::SumF => 9,
+            Kind::AvgI => 24,
+            Kind::AvgF => 16,
+            Kind::Min | Kind::Max => return Ok(false),
+        };
+    }
+    if dst.len() != len || inc.len() != len {
+        return Ok(false);
+    }
+    // Overflow is checked before anything is written, so that an error leaves `dst` as it
+    // was (as the decode-merge-encode path does).
+    let mut o = 0;
+    for k in kinds {
+        if k.kind == Kind::SumI && dst[o] == 1 && inc[o] == 1 && (rd64(dst, o + 1) as i64).checked_add(rd64(inc, o + 1) as i64).is_none() {
+            return Err(err(k.pos, format!("i64 overflow in {}", k.label)));
+        }
+        o += match k.kind {
+            Kind::Count => 8,
+            Kind::SumI | Kind::SumF => 9,
+            Kind::AvgI => 24,
+            _ => 16,
+        };
+    }
+    let mut o = 0;
+    for k in kinds {
+        match k.kind {
+            Kind::Count => {
+                wr64(dst, o, (rd64(dst, o) as i64).wrapping_add(rd64(inc, o) as i64) as u64);
+                o += 8;
+            }
+            Kind::SumI | Kind::SumF => {
+                if inc[o] == 1 {
+                    let y = rd64(inc, o + 1);
+                    let v = match (dst[o] == 1, k.kind) {
+                        (false, Kind::SumI) => y,
+                        (true, Kind::SumI) => (rd64(dst, o + 1) as i64).wrapping_add(y as i64) as u64,
+                        // As St::merge: `x.unwrap_or(0.0) + y` (so -0.0 alone sums to 0.0).
+                        (false, _) => (0.0 + f64::from_bits(y)).to_bits(),
+                        (true, _) => (f64::from_bits(rd64(dst, o + 1)) + f64::from_bits(y)).to_bits(),
+                    };
+                    dst[o] = 1;
+                    wr64(dst, o + 1, v);
+                }
+                o += 9;
+            }
+            Kind::AvgI => {
+                let mut a = [0u8; 16];
+                a.copy_from_slice(&dst[o..o + 16]);
+                let mut b = [0u8; 16];
+                b.copy_from_slice(&inc[o..o + 16]);
+                let s = i128::from_le_bytes(a).wrapping_add(i128::from_le_bytes(b));
+                dst[o..o + 16].copy_from_slice(&s.to_le_bytes());
+                wr64(dst, o + 16, (rd64(dst, o + 16) as i64).wrapping_add(rd64(inc, o + 16) as i64) as u64);
+                o += 24;
+            }
+            _ => {
+                let s = f64::from_bits(rd64(dst, o)) + f64::from_bits(rd64(inc, o));
+                wr64(dst, o, s.to_bits());
+                wr64(dst, o + 8, (rd64(dst, o + 8) as i64).wrapping_add(rd64(inc, o + 8) as i64) as u64);
+                o += 16;
+            }
+        }
+    }
+    Ok(true)
+}
+
 fn merge_all(into: &mut [St], from: Vec<St>, kinds: &[AggKind]) -> Result<()> {
     for ((s, o), k) in into.iter_mut().zip(from).zip(kinds) {
         s.merge(o, k)?;
@@ -263,6 +338,9 @@ pub type GroupFn<'f> = dyn FnMut(&[u8], Vec<St>) -> Result<bool> + 'f;
 
 /// Entry header: hash u64, next u32, key length u32, state length u32, state capacity u32.
 const HDR: usize = 24;
+
+/// Bytes of entries [`AggTable::for_each`] copies under one latch.
+const FOR_EACH_BATCH: usize = 32 << 10;
 
 /// The hash table of one aggregation level: one temporary page, not latched between calls.
 struct AggTable<'a> {
@@ -300,6 +378,9 @@ impl<'a> AggTable<'a> {
             if rd64(d, o) == hash && klen == key.len() && &d[o + HDR..o + HDR + klen] == key {
                 let (slen, scap) = (rd32(d, o + 16) as usize, rd32(d, o + 20) as usize);
                 let s0 = o + HDR + klen;
+                if merge_fixed(kinds, &mut d[s0..s0 + slen], inc)? {
+                    return Ok(true);
+                }
                 let mut st = decode_states(kinds, &d[s0..s0 + slen])?;
                 merge_all(&mut st, decode_states(kinds, inc)?, kinds)?;
                 scratch.clear();
@@ -346,25 +427,43 @@ impl<'a> AggTable<'a> {
 
     /// Calls `f(hash, key, state)` for every group, one at a time with the page unlatched
     /// in between (the entry is copied into `buf`).
+    /// Entries are copied a batch at a time (up to [`FOR_EACH_BATCH`] bytes under one
+    /// latch), then handed on with the page unlatched.
     fn for_each(&self, f: &mut EntryFn<'_>) -> Result<bool> {
-        let mut buf = Vec::new();
-        for slot in 0..self.nslots {
-            let mut cur = {
+        // (hash, key length, entry length) per entry of the batch; its bytes in `buf`.
+        let (mut buf, mut ents) = (Vec::new(), Vec::new());
+        // Where to resume: the slot, and the chain's next entry (offset + 1; 0: the slot's head).
+        let (mut slot, mut cur) = (0usize, 0usize);
+        while slot < self.nslots {
+            buf.clear();
+            ents.clear();
+            {
                 let g = self.page.shared()?;
-                rd32(g.data(), slot * 4) as usize
-            };
-            while cur != 0 {
-                let (hash, klen) = {
-                    let g = self.page.shared()?;
-                    let d = g.data();
-                    let o = cur - 1;
-                    let (klen, slen) = (rd32(d, o + 12) as usize, rd32(d, o + 16) as usize);
-                    buf.clear();
-                    buf.extend_from_slice(d.get(o + HDR..o + HDR + klen + slen).ok_or_else(|| corrupt("group entry past its page"))?);
-                    cur = rd32(d, o + 8) as usize;
-                    (rd64(d, o), klen)
-                };
-                if !f(hash, &buf[..klen], &buf[klen..])? {
+                let d = g.data();
+                while slot < self.nslots && buf.len() < FOR_EACH_BATCH {
+                    if cur == 0 {
+                        cur = rd32(d, slot * 4) as usize;
+                    }
+                    while cur != 0 && buf.len() < FOR_EACH_BATCH {
+                        let o = cur - 1;
+                        if o + HDR > d.len() {
+                            return Err(corrupt("group entry past its page"));
+                        }
+                        let (klen, slen) = (rd32(d, o + 12) as usize, rd32(d, o + 16) as usize);
+                        buf.extend_from_slice(d.get(o + HDR..o + HDR + klen + slen).ok_or_else(|| corrupt("group entry past its page"))?);
+                        ents.push((rd64(d, o), klen, klen + slen));
+                        cur = rd32(d, o + 8) as usize;
+                    }
+                    if cur == 0 {
+                        slot += 1;
+                    }
+                }
+            }
+            let mut at = 0;
+            for &(hash, klen, len) in &ents {
+                let e = &buf[at..at + len];
+                at += len;
+                if !f(hash, &e[..klen], &e[klen..])? {
                     return Ok(false);
                 }
             }
@@ -520,6 +619,66 @@ mod tests {
     use crate::sql::rows::{decode_row, hash_bytes};
     use crate::Config;
     use std::collections::BTreeMap;
+
+    /// The in-place merge of fixed-size states gives the bytes (and the errors) of
+    /// decoding, merging and encoding again.
+    #[test]
+    fn fixed_states_merge_in_place_as_decoded_states_do() {
+        let kind = |k: Kind| AggKind { kind: k, pos: None, label: format!("{k:?}") };
+        let kinds: Vec<AggKind> = [Kind::Count, Kind::SumI, Kind::SumF, Kind::AvgI, Kind::AvgF].into_iter().map(kind).collect();
+        let mut r = crate::util::SplitMix64(5);
+        let state = |r: &mut crate::util::SplitMix64| -> Vec<St> {
+            let f = |r: &mut crate::util::SplitMix64| match r.below(4) {
+                0 => -0.0,
+                1 => 0.5,
+                _ => r.below(1000) as f64 / 7.0 - 50.0,
+            };
+            let i = |r: &mut crate::util::SplitMix64| match r.below(8) {
+                0 => i64::MAX - 3,
+                1 => i64::MIN + 3,
+                _ => r.below(1000) as i64 - 500,
+            };
+            vec![
+                St::Count(r.below(100) as i64),
+                St::SumI((r.below(3) != 0).then(|| i(r))),
+                St::SumF((r.below(3) != 0).then(|| f(r))),
+                St::AvgI(i128::from(i(r)) * 3, r.below(9) as i64),
+                St::AvgF(f(r), r.below(9) as i64),
+            ]
+        };
+        let (mut errors, mut merged) = (0, 0);
+        for _ in 0..2000 {
+            let (a, b) = (state(&mut r), state(&mut r));
+            let (mut da, mut db) = (Vec::new(), Vec::new());
+            encode_states(&a, &mut da);
+            encode_states(&b, &mut db);
+            let mut want = decode_states(&kinds, &da).unwrap();
+            let want = merge_all(&mut want, decode_states(&kinds, &db).unwrap(), &kinds).map(|_| {
+                let mut w = Vec::new();
+                encode_states(&want, &mut w);
+                w
+            });
+            let mut got = da.clone();
+            match (merge_fixed(&kinds, &mut got, &db), want) {
+                (Ok(true), Ok(w)) => {
+                    assert_eq!(got, w, "{a:?} + {b:?}");
+                    merged += 1;
+                }
+                (Err(e), Err(w)) => {
+                    assert_eq!(e.to_string(), w.to_string());
+                    assert_eq!(got, da, "an error changes nothing");
+                    errors += 1;
+                }
+                (g, w) => panic!("{a:?} + {b:?}: {g:?} vs {w:?}"),
+            }
+        }
+        assert!(errors > 0 && merged > 1000, "{errors} errors, {merged} merged");
+        // Min and max (variable-size states) are not merged in place.
+        let mm = [kind(Kind::Count), kind(Kind::Max)];
+        let mut d = Vec::new();
+        encode_states(&[St::Count(1), St::Ext(Value::I64(3))], &mut d);
+        assert!(!merge_fixed(&mm, &mut d.clone(), &d).unwrap());
+    }
 
     #[test]
     fn groups_spill_and_match_a_map() {

@@ -81,6 +81,7 @@ pub mod exec;
 pub mod expr;
 pub mod fold;
 pub mod join;
+pub mod keyfilter;
 pub mod rows;
 pub mod sample;
 pub mod scan;
@@ -120,6 +121,22 @@ pub(crate) mod counters {
     pub static GRACE_JOINS: AtomicU64 = AtomicU64::new(0);
     pub static CHUNKED: AtomicU64 = AtomicU64::new(0);
     pub static REPARTITIONS: AtomicU64 = AtomicU64::new(0);
+    pub static JOIN_FILTERS: AtomicU64 = AtomicU64::new(0);
+    pub static JOIN_FILTERED_ROWS: AtomicU64 = AtomicU64::new(0);
+}
+
+/// Join filters pushed into scans so far, process-wide (see [`keyfilter`]): how many
+/// joins installed one, and how many scanned rows they dropped.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct JoinFilterCounters {
+    pub installed: u64,
+    pub rows_dropped: u64,
+}
+
+/// The join-filter counters so far.
+pub fn join_filter_counters() -> JoinFilterCounters {
+    use std::sync::atomic::Ordering::Relaxed;
+    JoinFilterCounters { installed: counters::JOIN_FILTERS.load(Relaxed), rows_dropped: counters::JOIN_FILTERED_ROWS.load(Relaxed) }
 }
 
 /// The spill counters so far.

@@ -19,9 +19,9 @@ use crate::ops::spill::hash64;
 use crate::storage::{PageId, PAGE_HEADER_SIZE};
 
 const T_NULL: u8 = 0;
-const T_I64: u8 = 1;
+pub(crate) const T_I64: u8 = 1;
 const T_F64: u8 = 2;
-const T_DATE: u8 = 3;
+pub(crate) const T_DATE: u8 = 3;
 const T_FALSE: u8 = 4;
 const T_TRUE: u8 = 5;
 const T_STR: u8 = 6;
@@ -88,17 +88,22 @@ pub(crate) fn encode_ref(v: ValueRef<'_>, out: &mut Vec<u8>) {
             out.extend_from_slice(&d.to_le_bytes());
         }
         ValueRef::Bool(b) => out.push(if b { T_TRUE } else { T_FALSE }),
-        ValueRef::Str(s) => {
-            out.push(T_STR);
-            out.extend_from_slice(&(s.len() as u32).to_le_bytes());
-            out.extend_from_slice(s.as_bytes());
-        }
+        ValueRef::Str(s) => encode_str_bytes(s.as_bytes(), out),
         ValueRef::Bytes(b) => {
             out.push(T_BYTES);
             out.extend_from_slice(&(b.len() as u32).to_le_bytes());
             out.extend_from_slice(b);
         }
     }
+}
+
+/// Appends the encoding of a string given as its bytes, as [`encode_ref`] of the string
+/// (bytes that are not UTF-8 are caught where the encoding is decoded).
+#[inline]
+pub(crate) fn encode_str_bytes(b: &[u8], out: &mut Vec<u8>) {
+    out.push(T_STR);
+    out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+    out.extend_from_slice(b);
 }
 
 /// Appends the encoding of every value of `row`.
@@ -194,6 +199,7 @@ pub fn decode_row_into(mut b: &[u8], out: &mut Vec<Value>) -> Result<()> {
 }
 
 /// A 64-bit hash of `b` (word-at-a-time mixing, MurmurHash3's finaliser).
+#[inline]
 pub fn hash_bytes(b: &[u8]) -> u64 {
     let mut h = 0x9E37_79B9_7F4A_7C15u64 ^ (b.len() as u64).wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
     let mut chunks = b.chunks_exact(8);

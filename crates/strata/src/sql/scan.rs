@@ -25,7 +25,8 @@ use std::cmp::Ordering;
 use super::exec::{Plan, Sink};
 use super::expr::{compare, like, BExpr, CmpOp};
 use super::join::JoinKind;
-use super::rows::{encode_ref, ValueRef};
+use super::keyfilter::KeyFilter;
+use super::rows::{encode_ref, encode_str_bytes, hash_bytes, ValueRef, T_DATE, T_I64};
 use crate::access::table::pax::{self, Leaf};
 use crate::access::table::{ColumnType, Schema, Table, Value};
 use crate::buffer::BufferManager;
@@ -43,6 +44,9 @@ pub struct ColScan {
     /// Worker threads an aggregation straight over this scan may use (morsels of rows).
     pub threads: usize,
     conjs: Vec<Conj>,
+    /// A join's filter on its keys while the join probes with this scan's rows (see
+    /// [`super::keyfilter`]).
+    pub(crate) keys: super::keyfilter::Slot,
 }
 
 #[derive(Clone, Debug)]
@@ -249,7 +253,7 @@ impl ColScan {
             conjuncts(f, &mut parts);
         }
         let conjs = parts.into_iter().map(|c| compile(&c, &table.schema).map_or(Conj::Row(c), Conj::Vec)).collect();
-        ColScan { name, table, filter, need, threads: 1, conjs }
+        ColScan { name, table, filter, need, threads: 1, conjs, keys: Default::default() }
     }
 
     /// Runs the scan, handing each row that passes the filter to `sink`.
@@ -261,6 +265,11 @@ impl ColScan {
         let needed: Vec<usize> = (0..ncols).filter(|&c| self.need[c]).collect();
         let mut bits = Bits::default();
         let any_row = self.conjs.iter().any(|c| matches!(c, Conj::Row(_)));
+        // A join's filter, while it drops enough rows to pay for itself (at least one in
+        // JOIN_FILTER_MIN_DROP of the first JOIN_FILTER_PROBATION rows it tests).
+        let mut kf = self.keys.get();
+        let mut kb = Vec::new();
+        let (mut tested, mut dropped) = (0u64, 0u64);
         let mut go = true;
         self.table.scan_pages(bm, 0, Some(&self.need), &mut |pid, page, leaf, start| {
             let n = leaf.count;
@@ -294,6 +303,14 @@ impl ColScan {
                 }
             }
             if !any_row {
+                if let Some(f) = &kf {
+                    let (t, d) = key_filter(f, &lf, &mut all, &mut kb).map_err(|_| bad("a value is unreadable"))?;
+                    tested += t;
+                    dropped += d;
+                    if tested >= JOIN_FILTER_PROBATION && dropped * JOIN_FILTER_MIN_DROP < tested {
+                        kf = None;
+                    }
+                }
                 for (w, &x) in all.iter().enumerate() {
                     let mut x = x;
                     while x != 0 {
@@ -338,6 +355,18 @@ impl ColScan {
                         }
                     }
                     if all_true {
+                        // The join filter last: every conjunct was evaluated on this row,
+                        // as without it.
+                        if let Some(f) = &kf {
+                            tested += 1;
+                            if !key_may_match(f, &lf, i, &mut kb).map_err(|_| bad("a value is unreadable"))? {
+                                dropped += 1;
+                                continue 'rows;
+                            }
+                            if tested >= JOIN_FILTER_PROBATION && dropped * JOIN_FILTER_MIN_DROP < tested {
+                                kf = None;
+                            }
+                        }
                         if !decoded {
                             lf.decode(i, &needed, &mut row).map_err(|_| bad(&format!("row {} is unreadable", leaf.first + i as u64)))?;
                         }
@@ -355,8 +384,85 @@ impl ColScan {
             bits.give(all);
             Ok(true)
         })?;
+        super::counters::JOIN_FILTERED_ROWS.fetch_add(dropped, std::sync::atomic::Ordering::Relaxed);
         Ok(go)
     }
+}
+
+/// Whether row `i`'s key may be in the join's build side (a NULL key matches nothing).
+#[inline]
+fn key_may_match(kf: &KeyFilter, lf: &LeafView<'_>, i: usize, kb: &mut Vec<u8>) -> std::result::Result<bool, Bad> {
+    kb.clear();
+    for &c in &kf.cols {
+        if lf.is_null(c, i) {
+            return Ok(false);
+        }
+        if lf.schema.columns[c].ty == ColumnType::Str {
+            encode_str_bytes(lf.bytes_at(c, i)?, kb);
+        } else {
+            encode_ref(lf.value_ref_at(c, i)?, kb);
+        }
+    }
+    Ok(kf.may_contain(hash_bytes(kb)))
+}
+
+/// Rows a join filter is tested on before it may be given up.
+const JOIN_FILTER_PROBATION: u64 = 1 << 14;
+/// A join filter is given up if it dropped fewer than one row in this many.
+const JOIN_FILTER_MIN_DROP: u64 = 16;
+
+/// Clears the bits of `all` whose rows' keys cannot be in the join's build side; returns
+/// how many rows it tested and how many it cleared.
+fn key_filter(kf: &KeyFilter, lf: &LeafView<'_>, all: &mut [u64], kb: &mut Vec<u8>) -> std::result::Result<(u64, u64), Bad> {
+    // Integer and date columns (most join keys): the key's encoding on the stack.
+    if kf.cols.len() <= 8 && kf.cols.iter().all(|&c| matches!(lf.schema.columns[c].ty, ColumnType::I64 | ColumnType::Date)) {
+        let (mut tested, mut dropped) = (0, 0);
+        let mut buf = [0u8; 72];
+        for (w, x) in all.iter_mut().enumerate() {
+            if *x == 0 {
+                continue;
+            }
+            let nulls = kf.cols.iter().fold(0, |n, &c| n | lf.null_word(c, w));
+            let mut rest = *x;
+            while rest != 0 {
+                let b = rest.trailing_zeros() as usize;
+                rest &= rest - 1;
+                tested += 1;
+                let i = w * 64 + b;
+                let mut p = 0;
+                for &c in &kf.cols {
+                    if lf.schema.columns[c].ty == ColumnType::I64 {
+                        buf[p] = T_I64;
+                        buf[p + 1..p + 9].copy_from_slice(&lf.i64_at(c, i).to_le_bytes());
+                        p += 9;
+                    } else {
+                        buf[p] = T_DATE;
+                        buf[p + 1..p + 5].copy_from_slice(&lf.date_at(c, i).to_le_bytes());
+                        p += 5;
+                    }
+                }
+                if nulls >> b & 1 == 1 || !kf.may_contain(hash_bytes(&buf[..p])) {
+                    *x &= !(1u64 << b);
+                    dropped += 1;
+                }
+            }
+        }
+        return Ok((tested, dropped));
+    }
+    let (mut tested, mut dropped) = (0, 0);
+    for (w, x) in all.iter_mut().enumerate() {
+        let mut rest = *x;
+        while rest != 0 {
+            let b = rest.trailing_zeros() as usize;
+            rest &= rest - 1;
+            tested += 1;
+            if !key_may_match(kf, lf, w * 64 + b, kb)? {
+                *x &= !(1u64 << b);
+                dropped += 1;
+            }
+        }
+    }
+    Ok((tested, dropped))
 }
 
 /// A leaf's rows that passed the scan filter (see [`ColScan::run_batches`]).
@@ -376,9 +482,15 @@ impl Batch<'_> {
     /// Appends the encoding of the `cols` of row `i` ([`encode_value`](super::rows::encode_value)
     /// of each, in order) straight from the leaf's bytes.
     pub(crate) fn encode(&self, i: usize, cols: &[usize], out: &mut Vec<u8>) -> Result<()> {
+        let unreadable = |_| (self.bad)(&format!("row {} is unreadable", self.lf.leaf.first + i as u64));
         for &c in cols {
-            let v = self.lf.value_ref_at(c, i).map_err(|_| (self.bad)(&format!("row {} is unreadable", self.lf.leaf.first + i as u64)))?;
-            encode_ref(v, out);
+            // A string's bytes go in as they are (no UTF-8 check per row: a key is checked
+            // when it is decoded).
+            if self.lf.schema.columns[c].ty == ColumnType::Str && !self.lf.is_null(c, i) {
+                encode_str_bytes(self.lf.bytes_at(c, i).map_err(unreadable)?, out);
+                continue;
+            }
+            encode_ref(self.lf.value_ref_at(c, i).map_err(unreadable)?, out);
         }
         Ok(())
     }
@@ -523,6 +635,37 @@ impl<'a> LeafView<'a> {
     }
     pub(crate) fn f64_at(&self, col: usize, i: usize) -> f64 {
         f64::from_bits(self.i64_at(col, i) as u64)
+    }
+    /// Whether any of the rows `sel` (ascending) of `col` is NULL: one word of the bitmap
+    /// per 64 rows of their span.
+    pub(crate) fn any_null(&self, col: usize, sel: &[u32]) -> bool {
+        let (Some(&a), Some(&z)) = (sel.first(), sel.last()) else { return false };
+        let (a, z) = (a as usize, z as usize);
+        let (wa, wz) = (a / 64, z / 64);
+        (wa..=wz).any(|w| {
+            let mut x = self.null_word(col, w);
+            if w == wa {
+                x &= !0u64 << (a % 64);
+            }
+            if w == wz && z % 64 < 63 {
+                x &= (1u64 << (z % 64 + 1)) - 1;
+            }
+            x != 0
+        })
+    }
+    /// The 8-byte values of `col` at the rows `sel` (ascending), each read as a
+    /// little-endian word and mapped by `f`, into `out` (cleared first); a run of consecutive rows is one slice of the column.
+    pub(crate) fn gather8<T>(&self, col: usize, sel: &[u32], out: &mut Vec<T>, f: impl Fn(u64) -> T) {
+        out.clear();
+        let (Some(&a), Some(&z)) = (sel.first(), sel.last()) else { return };
+        let at = self.at[col].1;
+        if (z - a) as usize + 1 == sel.len() {
+            let src = &self.page[at + a as usize * 8..at + (z as usize + 1) * 8];
+            out.extend(src.chunks_exact(8).map(|c| f(u64::from_le_bytes(c.try_into().unwrap()))));
+        } else {
+            let col = &self.page[at..at + (z as usize + 1) * 8];
+            out.extend(sel.iter().map(|&i| f(u64::from_le_bytes(col[i as usize * 8..i as usize * 8 + 8].try_into().unwrap()))));
+        }
     }
     pub(crate) fn date_at(&self, col: usize, i: usize) -> i32 {
         let at = self.at[col].1 + i * 4;

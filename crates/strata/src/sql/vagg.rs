@@ -20,6 +20,14 @@ pub const KEY_BYTES: usize = 256 << 10;
 
 const SLOTS: usize = GROUPS * 4;
 
+/// What [`GroupCache::probe`] found.
+pub enum Probe {
+    /// The group's index.
+    Group(usize),
+    /// No room for a new group.
+    Full,
+}
+
 /// The pre-aggregation table.
 pub struct GroupCache {
     kinds: Vec<AggKind>,
@@ -45,13 +53,12 @@ impl GroupCache {
         self.off
     }
 
-    /// The states of the group of `key` (created empty if new), flushing into `main` first
-    /// when the cache is full. `None`: the cache is off, push the row directly.
-    pub fn states(&mut self, key: &[u8], main: &mut HashAgg<'_>) -> Result<Option<&mut [St]>> {
-        if self.off {
-            return Ok(None);
-        }
-        let h = hash_bytes(key);
+    /// The group of `key` (whose hash is `h`), created with empty states if new and there
+    /// is room; [`Probe::Full`] if there is none (then [`make_room`](Self::make_room)).
+    /// Only while the cache is on.
+    #[inline]
+    pub fn probe(&mut self, key: &[u8], h: u64) -> Probe {
+        debug_assert!(!self.off);
         let mut s = (h as usize) & (SLOTS - 1);
         loop {
             match self.slots[s] as usize {
@@ -60,29 +67,73 @@ impl GroupCache {
                     let (gh, o, l) = self.groups[g - 1];
                     if gh == h && &self.keys[o..o + l] == key {
                         self.rows += 1;
-                        let n = self.kinds.len();
-                        return Ok(Some(&mut self.states[(g - 1) * n..g * n]));
+                        return Probe::Group(g - 1);
                     }
                 }
             }
             s = (s + 1) & (SLOTS - 1);
         }
         if self.groups.len() >= GROUPS || self.keys.len() + key.len() > KEY_BYTES {
-            let (rows, groups) = (self.rows, self.groups.len() as u64);
-            self.flush(main)?;
-            if rows < 2 * groups {
-                self.off = true;
-                return Ok(None);
-            }
-            return self.states(key, main);
+            return Probe::Full;
         }
         self.rows += 1;
         let g = self.groups.len();
         self.groups.push((h, self.keys.len(), key.len()));
         self.keys.extend_from_slice(key);
         self.slots[s] = (g + 1) as u32;
-        let n = self.kinds.len();
         self.states.extend(self.kinds.iter().map(|k| St::empty(k.kind)));
+        Probe::Group(g)
+    }
+
+    /// Counts a row found in a group without [`probe`](Self::probe).
+    pub fn hit(&mut self) {
+        self.rows += 1;
+    }
+
+    /// Whether the cache holds no group.
+    pub fn is_empty(&self) -> bool {
+        self.groups.is_empty()
+    }
+
+    /// Every group's states: group `g`'s are `[g * n .. (g + 1) * n]` for `n` aggregates.
+    pub fn all_states(&mut self) -> &mut [St] {
+        &mut self.states
+    }
+
+    /// Hands the groups to `main` to make room; if they saw fewer than two rows each, the
+    /// cache turns itself off for the rest of the input.
+    pub fn make_room(&mut self, main: &mut HashAgg<'_>) -> Result<()> {
+        let (rows, groups) = (self.rows, self.groups.len() as u64);
+        self.flush(main)?;
+        if rows < 2 * groups {
+            self.off = true;
+        }
+        Ok(())
+    }
+
+    /// The states of the group of `key` (created empty if new), flushing into `main` first
+    /// when the cache is full. `None`: the cache is off, push the row directly.
+    pub fn states(&mut self, key: &[u8], main: &mut HashAgg<'_>) -> Result<Option<&mut [St]>> {
+        if self.off {
+            return Ok(None);
+        }
+        let h = hash_bytes(key);
+        let g = match self.probe(key, h) {
+            Probe::Group(g) => g,
+            Probe::Full => {
+                self.make_room(main)?;
+                if self.off {
+                    return Ok(None);
+                }
+                match self.probe(key, h) {
+                    Probe::Group(g) => g,
+                    // An empty cache holds any one key of at most KEY_BYTES; a longer one
+                    // goes to the hash aggregation directly.
+                    Probe::Full => return Ok(None),
+                }
+            }
+        };
+        let n = self.kinds.len();
         Ok(Some(&mut self.states[g * n..(g + 1) * n]))
     }
 
@@ -145,11 +196,22 @@ enum Op {
     NegF { dst: usize, a: usize },
 }
 
+/// A register: one value per row of the batch. `nulls` says whether `null` is valid; when
+/// it is false no row is NULL (and `null` is stale), so the common case of columns without
+/// NULLs costs no null vector at all.
 #[derive(Default, Clone)]
 struct Reg {
     i: Vec<i64>,
     f: Vec<f64>,
     null: Vec<bool>,
+    nulls: bool,
+}
+
+impl Reg {
+    #[inline]
+    fn is_null(&self, k: usize) -> bool {
+        self.nulls && self.null[k]
+    }
 }
 
 /// The arguments of an aggregation as one register program.
@@ -160,75 +222,94 @@ struct Prog {
     outs: Vec<Option<(usize, Rt)>>,
 }
 
-fn compile(e: &BExpr, schema: &Schema, ops: &mut Vec<Op>, n: &mut usize) -> Option<(usize, Rt)> {
-    let mut reg = || {
+/// Registers already computed, by the expression they hold (its debug form): a
+/// subexpression shared by several aggregates (TPC-H Q1's `l_extendedprice * (1 -
+/// l_discount)`, or a column loaded by several) is computed once per batch.
+type Memo = Vec<(String, usize, Rt)>;
+
+fn compile(e: &BExpr, schema: &Schema, ops: &mut Vec<Op>, n: &mut usize, memo: &mut Memo) -> Option<(usize, Rt)> {
+    let key = format!("{e:?}");
+    if let Some(&(_, r, t)) = memo.iter().find(|(k, ..)| *k == key) {
+        return Some((r, t));
+    }
+    let reg = |n: &mut usize| {
         *n += 1;
         *n - 1
     };
-    Some(match e {
+    let out = match e {
         BExpr::Col(c, _) => match schema.columns.get(*c)?.ty {
             ColumnType::I64 => {
-                let dst = reg();
+                let dst = reg(n);
                 ops.push(Op::LoadI { dst, col: *c });
                 (dst, Rt::I)
             }
             ColumnType::F64 => {
-                let dst = reg();
+                let dst = reg(n);
                 ops.push(Op::LoadF { dst, col: *c });
                 (dst, Rt::F)
             }
             _ => return None,
         },
         BExpr::Lit(Value::I64(v)) => {
-            let dst = reg();
+            let dst = reg(n);
             ops.push(Op::ConstI { dst, v: *v });
             (dst, Rt::I)
         }
         BExpr::Lit(Value::F64(v)) => {
-            let dst = reg();
+            let dst = reg(n);
             ops.push(Op::ConstF { dst, v: *v });
             (dst, Rt::F)
         }
         BExpr::Neg(x, _) => {
-            let (a, t) = compile(x, schema, ops, n)?;
-            let dst = *n;
-            *n += 1;
+            let (a, t) = compile(x, schema, ops, n, memo)?;
+            let dst = reg(n);
             ops.push(if t == Rt::I { Op::NegI { dst, a } } else { Op::NegF { dst, a } });
             (dst, t)
         }
         BExpr::Arith(op, a, b, _) => {
-            let (ra, ta) = compile(a, schema, ops, n)?;
-            let (rb, tb) = compile(b, schema, ops, n)?;
+            let (ra, ta) = compile(a, schema, ops, n, memo)?;
+            let (rb, tb) = compile(b, schema, ops, n, memo)?;
             let to_f = |r: usize, t: Rt, ops: &mut Vec<Op>, n: &mut usize| {
                 if t == Rt::F {
                     return r;
                 }
-                let dst = *n;
-                *n += 1;
+                let dst = reg(n);
                 ops.push(Op::ToF { dst, a: r });
                 dst
             };
             if ta == Rt::I && tb == Rt::I {
-                let dst = *n;
-                *n += 1;
+                let dst = reg(n);
                 ops.push(Op::ArI { op: *op, dst, a: ra, b: rb });
                 (dst, Rt::I)
             } else {
                 let a = to_f(ra, ta, ops, n);
                 let b = to_f(rb, tb, ops, n);
-                let dst = *n;
-                *n += 1;
+                let dst = reg(n);
                 ops.push(Op::ArF { op: *op, dst, a, b });
                 (dst, Rt::F)
             }
         }
         _ => return None,
-    })
+    };
+    memo.push((key, out.0, out.1));
+    Some(out)
+}
+
+/// `dst.null` = `a.null | b.null` (when either has NULLs).
+fn union_nulls(dst: &mut Reg, a: &Reg, b: &Reg, len: usize) {
+    dst.null.clear();
+    dst.nulls = a.nulls || b.nulls;
+    match (a.nulls, b.nulls) {
+        (true, true) => dst.null.extend(a.null.iter().zip(&b.null).map(|(x, y)| x | y)),
+        (true, false) => dst.null.extend_from_slice(&a.null[..len]),
+        (false, true) => dst.null.extend_from_slice(&b.null[..len]),
+        (false, false) => {}
+    }
 }
 
 impl Prog {
     fn new(aggs: &[AggSpec], schema: &Schema) -> Option<Prog> {
-        let (mut ops, mut n) = (Vec::new(), 0usize);
+        let (mut ops, mut n, mut memo) = (Vec::new(), 0usize, Memo::new());
         let mut outs = Vec::with_capacity(aggs.len());
         for a in aggs {
             if a.distinct {
@@ -236,7 +317,7 @@ impl Prog {
             }
             outs.push(match &a.arg {
                 None => None,
-                Some(e) => Some(compile(e, schema, &mut ops, &mut n)?),
+                Some(e) => Some(compile(e, schema, &mut ops, &mut n, &mut memo)?),
             });
         }
         Some(Prog { ops, regs: vec![Reg::default(); n], outs })
@@ -262,55 +343,58 @@ impl Prog {
             // Operands are earlier registers than `dst`.
             let (done, rest) = self.regs.split_at_mut(dst);
             let d = &mut rest[0];
-            d.null.clear();
             match op {
-                Op::LoadI { col, .. } => {
-                    d.i.clear();
-                    d.i.extend(sel.iter().map(|&i| b.lf.i64_at(*col, i as usize)));
-                    d.null.extend(sel.iter().map(|&i| b.lf.is_null(*col, i as usize)));
-                }
-                Op::LoadF { col, .. } => {
-                    d.f.clear();
-                    d.f.extend(sel.iter().map(|&i| b.lf.f64_at(*col, i as usize)));
-                    d.null.extend(sel.iter().map(|&i| b.lf.is_null(*col, i as usize)));
+                Op::LoadI { col, .. } | Op::LoadF { col, .. } => {
+                    if matches!(op, Op::LoadI { .. }) {
+                        b.lf.gather8(*col, sel, &mut d.i, |x| x as i64);
+                    } else {
+                        b.lf.gather8(*col, sel, &mut d.f, f64::from_bits);
+                    }
+                    d.nulls = b.lf.any_null(*col, sel);
+                    d.null.clear();
+                    if d.nulls {
+                        d.null.extend(sel.iter().map(|&i| b.lf.is_null(*col, i as usize)));
+                    }
                 }
                 Op::ConstI { v, .. } => {
                     d.i.clear();
                     d.i.resize(len, *v);
-                    d.null.resize(len, false);
+                    d.nulls = false;
                 }
                 Op::ConstF { v, .. } => {
                     d.f.clear();
                     d.f.resize(len, *v);
-                    d.null.resize(len, false);
+                    d.nulls = false;
                 }
                 Op::ToF { a, .. } => {
                     let a = &done[*a];
                     d.f.clear();
                     d.f.extend(a.i.iter().map(|&x| x as f64));
-                    d.null.extend_from_slice(&a.null);
+                    d.nulls = a.nulls;
+                    d.null.clone_from(&a.null);
                 }
                 Op::NegI { a, .. } => {
                     let a = &done[*a];
                     d.i.clear();
-                    d.null.extend_from_slice(&a.null);
-                    for (x, &nl) in a.i.iter().zip(&a.null) {
-                        d.i.push(if nl { 0 } else { x.checked_neg().ok_or(())? });
+                    d.nulls = a.nulls;
+                    d.null.clone_from(&a.null);
+                    for (k, x) in a.i.iter().enumerate() {
+                        d.i.push(if a.is_null(k) { 0 } else { x.checked_neg().ok_or(())? });
                     }
                 }
                 Op::NegF { a, .. } => {
                     let a = &done[*a];
                     d.f.clear();
                     d.f.extend(a.f.iter().map(|&x| -x));
-                    d.null.extend_from_slice(&a.null);
+                    d.nulls = a.nulls;
+                    d.null.clone_from(&a.null);
                 }
                 Op::ArI { op, a, b: bb, .. } => {
                     let (a, bb) = (&done[*a], &done[*bb]);
+                    union_nulls(d, a, bb, len);
                     d.i.clear();
                     for k in 0..len {
-                        let nl = a.null[k] | bb.null[k];
-                        d.null.push(nl);
-                        d.i.push(if nl {
+                        d.i.push(if d.is_null(k) {
                             0
                         } else {
                             let (x, y) = (a.i[k], bb.i[k]);
@@ -327,21 +411,19 @@ impl Prog {
                 }
                 Op::ArF { op, a, b: bb, .. } => {
                     let (a, bb) = (&done[*a], &done[*bb]);
+                    union_nulls(d, a, bb, len);
+                    if matches!(op, ArOp::Div | ArOp::Rem) && (0..len).any(|k| bb.f[k] == 0.0 && !d.is_null(k)) {
+                        return Err(());
+                    }
+                    let (x, y) = (&a.f[..len], &bb.f[..len]);
                     d.f.clear();
-                    for k in 0..len {
-                        let nl = a.null[k] | bb.null[k];
-                        d.null.push(nl);
-                        let (x, y) = (a.f[k], bb.f[k]);
-                        if !nl && matches!(op, ArOp::Div | ArOp::Rem) && y == 0.0 {
-                            return Err(());
-                        }
-                        d.f.push(match op {
-                            ArOp::Add => x + y,
-                            ArOp::Sub => x - y,
-                            ArOp::Mul => x * y,
-                            ArOp::Div => x / y,
-                            ArOp::Rem => x % y,
-                        });
+                    // One loop per operator, so that each is a plain vector loop.
+                    match op {
+                        ArOp::Add => d.f.extend(x.iter().zip(y).map(|(x, y)| x + y)),
+                        ArOp::Sub => d.f.extend(x.iter().zip(y).map(|(x, y)| x - y)),
+                        ArOp::Mul => d.f.extend(x.iter().zip(y).map(|(x, y)| x * y)),
+                        ArOp::Div => d.f.extend(x.iter().zip(y).map(|(x, y)| x / y)),
+                        ArOp::Rem => d.f.extend(x.iter().zip(y).map(|(x, y)| x % y)),
                     }
                 }
             }
@@ -349,30 +431,62 @@ impl Prog {
         Ok(())
     }
 
-    /// Merges row `k` of the batch into `states`.
-    fn merge_row(&self, k: usize, states: &mut [St], kinds: &[AggKind]) -> Result<()> {
-        for ((s, out), kind) in states.iter_mut().zip(&self.outs).zip(kinds) {
+    /// Merges rows `rows` of the batch into the states: row `k` into the group
+    /// `group(k)`, whose states are `states[group * n .. (group + 1) * n]` (`n` aggregates).
+    /// Aggregate by aggregate, so that each is one loop of one kind of update; the rows of
+    /// a group are still added in the batch's order.
+    fn merge_rows(&self, rows: std::ops::Range<usize>, group: impl Fn(usize) -> usize, states: &mut [St], kinds: &[AggKind]) -> Result<()> {
+        let n = kinds.len();
+        for (a, (out, kind)) in self.outs.iter().zip(kinds).enumerate() {
+            let st = |k: usize| group(k) * n + a;
             let Some((r, t)) = *out else {
-                if let St::Count(n) = s {
-                    *n += 1;
-                    continue;
+                for k in rows.clone() {
+                    match &mut states[st(k)] {
+                        St::Count(c) => *c += 1,
+                        s => s.merge(St::one(kind.kind, Value::Bool(true)), kind)?,
+                    }
                 }
-                s.merge(St::one(kind.kind, Value::Bool(true)), kind)?;
                 continue;
             };
             let reg = &self.regs[r];
-            if reg.null[k] {
-                continue;
-            }
-            match (s, t) {
-                (St::Count(n), _) => *n += 1,
-                (St::SumF(x), Rt::F) => *x = Some(x.unwrap_or(0.0) + reg.f[k]),
-                (St::AvgF(x, n), Rt::F) if kind.kind == Kind::AvgF => {
-                    *x += reg.f[k];
-                    *n += 1;
+            match (kind.kind, t) {
+                (Kind::Count, _) => {
+                    for k in rows.clone().filter(|&k| !reg.is_null(k)) {
+                        match &mut states[st(k)] {
+                            St::Count(c) => *c += 1,
+                            s => s.merge(St::one(kind.kind, Value::Bool(true)), kind)?,
+                        }
+                    }
                 }
-                (s, Rt::F) => s.merge(St::one(kind.kind, Value::F64(reg.f[k])), kind)?,
-                (s, Rt::I) => s.merge(St::one(kind.kind, Value::I64(reg.i[k])), kind)?,
+                (Kind::SumF, Rt::F) => {
+                    for k in rows.clone().filter(|&k| !reg.is_null(k)) {
+                        match &mut states[st(k)] {
+                            St::SumF(x) => *x = Some(x.unwrap_or(0.0) + reg.f[k]),
+                            s => s.merge(St::one(kind.kind, Value::F64(reg.f[k])), kind)?,
+                        }
+                    }
+                }
+                (Kind::AvgF, Rt::F) => {
+                    for k in rows.clone().filter(|&k| !reg.is_null(k)) {
+                        match &mut states[st(k)] {
+                            St::AvgF(x, c) => {
+                                *x += reg.f[k];
+                                *c += 1;
+                            }
+                            s => s.merge(St::one(kind.kind, Value::F64(reg.f[k])), kind)?,
+                        }
+                    }
+                }
+                (_, Rt::F) => {
+                    for k in rows.clone().filter(|&k| !reg.is_null(k)) {
+                        states[st(k)].merge(St::one(kind.kind, Value::F64(reg.f[k])), kind)?;
+                    }
+                }
+                (_, Rt::I) => {
+                    for k in rows.clone().filter(|&k| !reg.is_null(k)) {
+                        states[st(k)].merge(St::one(kind.kind, Value::I64(reg.i[k])), kind)?;
+                    }
+                }
             }
         }
         Ok(())
@@ -426,10 +540,7 @@ fn morsels<T: Send>(threads: usize, rows: u64, init: &(dyn Fn() -> T + Sync), wo
 /// One batch into whole-table states.
 fn agg_batch(prog: &mut Prog, b: &Batch<'_>, aggs: &[AggSpec], kinds: &[AggKind], states: &mut [St], needed: &[usize], row: &mut [Value]) -> Result<()> {
     if prog.eval(b).is_ok() {
-        for k in 0..b.sel.len() {
-            prog.merge_row(k, states, kinds)?;
-        }
-        return Ok(());
+        return prog.merge_rows(0..b.sel.len(), |_| 0, states, kinds);
     }
     for &i in b.sel {
         b.decode(i as usize, needed, row)?;
@@ -478,55 +589,129 @@ struct Grouping<'k> {
     kinds: Vec<AggKind>,
 }
 
-/// One batch into the groups of `cache` and `main`.
-#[allow(clippy::too_many_arguments)]
-fn group_batch(
-    g: &Grouping<'_>,
-    prog: &mut Prog,
-    b: &Batch<'_>,
-    cache: &mut GroupCache,
-    main: &mut HashAgg<'_>,
-    row: &mut [Value],
-    kb: &mut Vec<u8>,
-    sb: &mut Vec<u8>,
-    sts: &mut Vec<St>,
-) -> Result<()> {
+/// `a == b` for short keys without a call to `memcmp`: a word at a time.
+#[inline]
+fn same_key(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let (mut ca, mut cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    for (x, y) in (&mut ca).zip(&mut cb) {
+        if u64::from_le_bytes(x.try_into().unwrap()) != u64::from_le_bytes(y.try_into().unwrap()) {
+            return false;
+        }
+    }
+    ca.remainder().iter().zip(cb.remainder()).all(|(x, y)| x == y)
+}
+
+/// Buffers a grouped aggregation reuses from batch to batch.
+#[derive(Default)]
+struct Scratch {
+    row: Vec<Value>,
+    /// Key bytes (this row's, the row before's), state bytes.
+    kb: Vec<u8>,
+    pk: Vec<u8>,
+    sb: Vec<u8>,
+    sts: Vec<St>,
+    /// Per row of the batch: its group in the cache.
+    gids: Vec<u32>,
+}
+
+impl Scratch {
+    fn new(width: usize) -> Scratch {
+        Scratch { row: vec![Value::Null; width], ..Scratch::default() }
+    }
+}
+
+/// One batch into the groups of `cache` and `main`. With the arguments computed as
+/// vectors, the rows' groups are found first (keys encoded straight from the leaf), then
+/// each aggregate is merged over the rows in one loop; when the cache fills up, the rows
+/// so far are merged before it hands its groups on.
+fn group_batch(g: &Grouping<'_>, prog: &mut Prog, b: &Batch<'_>, cache: &mut GroupCache, main: &mut HashAgg<'_>, x: &mut Scratch) -> Result<()> {
     let vector = prog.eval(b).is_ok();
-    for (k, &i) in b.sel.iter().enumerate() {
-        kb.clear();
-        if vector {
-            // The aggregates' arguments are evaluated already: only the key is read, as
-            // bytes straight from the leaf.
-            b.encode(i as usize, &g.key_cols, kb)?;
-        } else {
-            b.decode(i as usize, &g.needed, row)?;
-            for &c in &g.key_cols {
-                encode_value(&row[c], kb);
+    let mut k = 0;
+    if vector && !cache.is_off() {
+        x.gids.clear();
+        let mut from = 0;
+        // The group of the row before and its key (in `x.pk`): rows of one group often
+        // come together (sorted or clustered input), and a key compare is cheaper than a
+        // hash and a probe.
+        let mut prev: Option<u32> = None;
+        while k < b.sel.len() {
+            x.kb.clear();
+            b.encode(b.sel[k] as usize, &g.key_cols, &mut x.kb)?;
+            if let Some(gid) = prev.filter(|_| same_key(&x.kb, &x.pk)) {
+                cache.hit();
+                x.gids.push(gid);
+                k += 1;
+                continue;
+            }
+            match cache.probe(&x.kb, hash_bytes(&x.kb)) {
+                Probe::Group(gid) => {
+                    x.gids.push(gid as u32);
+                    prev = Some(gid as u32);
+                    std::mem::swap(&mut x.kb, &mut x.pk);
+                    k += 1;
+                }
+                Probe::Full => {
+                    if k > from {
+                        let gids = &x.gids;
+                        prog.merge_rows(from..k, |j| gids[j - from] as usize, cache.all_states(), &g.kinds)?;
+                        x.gids.clear();
+                        from = k;
+                    }
+                    // Full while empty: a key longer than the cache holds (the row path
+                    // hands it to the hash aggregation directly).
+                    if cache.is_empty() {
+                        break;
+                    }
+                    cache.make_room(main)?;
+                    prev = None;
+                    if cache.is_off() {
+                        break;
+                    }
+                }
             }
         }
-        let into: &mut [St] = match cache.states(kb, main)? {
+        let gids = &x.gids;
+        prog.merge_rows(from..k, |j| gids[j - from] as usize, cache.all_states(), &g.kinds)?;
+    }
+    // Row by row: without vectors, once the cache is off, or for a key it cannot hold.
+    for (k, &i) in b.sel.iter().enumerate().skip(k) {
+        x.kb.clear();
+        if vector {
+            b.encode(i as usize, &g.key_cols, &mut x.kb)?;
+        } else {
+            b.decode(i as usize, &g.needed, &mut x.row)?;
+            for &c in &g.key_cols {
+                encode_value(&x.row[c], &mut x.kb);
+            }
+        }
+        let cached = cache.states(&x.kb, main)?;
+        let direct = cached.is_none();
+        let into: &mut [St] = match cached {
             Some(s) => s,
             None => {
-                sts.clear();
-                sts.extend(g.kinds.iter().map(|k| St::empty(k.kind)));
-                &mut sts[..]
+                x.sts.clear();
+                x.sts.extend(g.kinds.iter().map(|k| St::empty(k.kind)));
+                &mut x.sts[..]
             }
         };
         if vector {
-            prog.merge_row(k, into, &g.kinds)?;
+            prog.merge_rows(k..k + 1, |_| 0, into, &g.kinds)?;
         } else {
             for ((s, a), kind) in into.iter_mut().zip(g.aggs).zip(&g.kinds) {
                 let v = match &a.arg {
-                    Some(e) => e.eval(row)?,
+                    Some(e) => e.eval(&x.row)?,
                     None => Value::Bool(true),
                 };
                 s.merge(St::one(kind.kind, v), kind)?;
             }
         }
-        if cache.is_off() {
-            sb.clear();
-            encode_states(sts, sb);
-            main.push(kb, hash_bytes(kb), sb)?;
+        if direct {
+            x.sb.clear();
+            encode_states(&x.sts, &mut x.sb);
+            main.push(&x.kb, hash_bytes(&x.kb), &x.sb)?;
         }
     }
     Ok(())
@@ -549,21 +734,12 @@ pub fn fused_grouped(bm: &BufferManager, input: &Plan, keys: &[BExpr], aggs: &[A
     let Some(mut prog) = Prog::new(aggs, schema) else { return Ok(false) };
     let g = Grouping { key_cols, needed: scan.needed(), aggs, kinds: cache.kinds().to_vec() };
     if scan.threads > 1 {
-        type Local<'b> = (Option<Prog>, GroupCache, HashAgg<'b>, Vec<Value>, Vec<u8>, Vec<u8>, Vec<St>);
-        let init = || -> Local<'_> {
-            (
-                Prog::new(aggs, schema),
-                GroupCache::new(g.kinds.clone()),
-                HashAgg::new(bm, g.kinds.clone()),
-                vec![Value::Null; schema.len()],
-                Vec::new(),
-                Vec::new(),
-                Vec::new(),
-            )
-        };
+        type Local<'b> = (Option<Prog>, GroupCache, HashAgg<'b>, Scratch);
+        let init =
+            || -> Local<'_> { (Prog::new(aggs, schema), GroupCache::new(g.kinds.clone()), HashAgg::new(bm, g.kinds.clone()), Scratch::new(schema.len())) };
         let work = |st: &mut Local<'_>, a: u64, z: u64| -> Result<()> {
-            let (Some(prog), cache, main, row, kb, sb, sts) = st else { return Ok(()) };
-            scan.run_batches_range(bm, a, z, &mut |b| group_batch(&g, prog, b, cache, main, row, kb, sb, sts).map(|_| true))?;
+            let (Some(prog), cache, main, x) = st else { return Ok(()) };
+            scan.run_batches_range(bm, a, z, &mut |b| group_batch(&g, prog, b, cache, main, x).map(|_| true))?;
             Ok(())
         };
         let mut sb = Vec::new();
@@ -578,9 +754,7 @@ pub fn fused_grouped(bm: &BufferManager, input: &Plan, keys: &[BExpr], aggs: &[A
         }
         return Ok(true);
     }
-    let mut row = vec![Value::Null; schema.len()];
-    let (mut kb, mut sb) = (Vec::new(), Vec::new());
-    let mut sts: Vec<St> = Vec::with_capacity(aggs.len());
-    scan.run_batches(bm, &mut |b| group_batch(&g, &mut prog, b, cache, main, &mut row, &mut kb, &mut sb, &mut sts).map(|_| true))?;
+    let mut x = Scratch::new(schema.len());
+    scan.run_batches(bm, &mut |b| group_batch(&g, &mut prog, b, cache, main, &mut x).map(|_| true))?;
     Ok(true)
 }

@@ -683,8 +683,12 @@ pub fn expand(page: &[u8], schema: &Schema, need: Option<&[bool]>, out: &mut Vec
     if total > max_expanded(page.len()) {
         return Err(Restart);
     }
-    out.clear();
+    // Only the header and the needed columns are written (each zeroed first); the bytes
+    // of the others are left as an earlier expansion left them, never read (readers of an
+    // expansion read only the columns it was made for).
     out.resize(total, 0);
+    out.truncate(total);
+    out[..HDR].fill(0);
     let words = [(KIND_PAX as u64) | ((n as u64) << 32), fixed as u64, n as u64, p.first, schema.len() as u64];
     for (i, w) in words.iter().enumerate() {
         out[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
@@ -696,6 +700,7 @@ pub fn expand(page: &[u8], schema: &Schema, need: Option<&[bool]>, out: &mut Vec
         let values = bitmap + pax::bitmap_bytes(n);
         let end = bitmap + pax::column_bytes(def.ty, n);
         if need.is_none_or(|m| m.get(c).copied().unwrap_or(true)) {
+            head[bitmap..end].fill(0);
             if let Some(bits) = b.nulls {
                 head[bitmap..bitmap + bits.len()].copy_from_slice(bits);
             }

@@ -24,6 +24,7 @@ mod table;
 
 use super::exec::Plan;
 use super::expr::BExpr;
+use super::keyfilter::{self, KeyFilter};
 use super::rows::{corrupt, encode_value, hash_bytes, part_payload, pow2_floor, rd32, rd64, run_payload, work_payload, wr32, Cursor, RowRun};
 use crate::access::table::Value;
 use crate::buffer::BufferManager;
@@ -145,7 +146,7 @@ impl Ctx<'_> {
         {
             let g = table.page.shared()?;
             let d = g.data();
-            let mut cur = rd32(d, (h as usize & (table.nslots - 1)) * 4) as usize;
+            let mut cur = table.head(d, h);
             while cur != 0 {
                 let o = cur - 1;
                 if o + HDR > d.len() {
@@ -273,7 +274,7 @@ impl Ctx<'_> {
                 let d = g.data();
                 let mut next = match cur {
                     Some(c) => c,
-                    None => rd32(d, (h as usize & (table.nslots - 1)) * 4) as usize,
+                    None => table.head(d, h),
                 };
                 let mut hit = false;
                 while next != 0 {
@@ -379,8 +380,21 @@ pub fn run(bm: &BufferManager, j: &JoinArgs<'_>, sink: &mut Sink<'_>) -> Result<
     let budget = work_payload(bm) as u64;
     let table_bytes = |count: u64, bytes: u64| count.max(1).next_power_of_two() * 4 + bytes + count * 8;
     if table_bytes(brun.len(), brun.bytes()) <= budget {
-        let table = JoinTable::build(bm, &brun, Cursor::default(), brun.len(), brun.bytes())?;
+        // A probe row without a match gives nothing here: the probe scan may drop the rows
+        // whose keys are not in the table (see `keyfilter`).
+        let filtered = match ctx.kind {
+            JoinKind::Inner | JoinKind::Semi => true,
+            JoinKind::NotExists => marks,
+            JoinKind::Left | JoinKind::Anti => false,
+        };
+        let target = if filtered { keyfilter::target(pplan, pkeys) } else { None };
+        let mut filter = target.as_ref().map(|(_, cols)| KeyFilter::new(brun.len(), cols.clone()));
+        let table = JoinTable::build(bm, &brun, Cursor::default(), brun.len(), brun.bytes(), filter.as_mut())?;
         drop(brun);
+        let _installed = target.zip(filter).map(|((scan, _), f)| {
+            super::counters::JOIN_FILTERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            keyfilter::Installed::new(&scan.keys, f)
+        });
         if marks {
             pplan.run(bm, &mut |prow| {
                 if encode_keys(pkeys, prow, &mut kb)? {
@@ -513,7 +527,7 @@ fn join_partition(bm: &BufferManager, ctx: &Ctx<'_>, jr: &mut Joined, b: &RowRun
         // Each chunk of left rows is probed by every right row, then settled.
         let mut rec = Vec::new();
         for &(start, n, bytes) in &chunks {
-            let table = JoinTable::build(bm, b, start, n, bytes)?;
+            let table = JoinTable::build(bm, b, start, n, bytes, None)?;
             let mut cur = Cursor::default();
             while p.next(&mut cur, &mut rec)? {
                 let (h, key, row) = split(&rec)?;
@@ -529,7 +543,7 @@ fn join_partition(bm: &BufferManager, ctx: &Ctx<'_>, jr: &mut Joined, b: &RowRun
     let last_chunk = chunks.len() - 1;
     let mut rec = Vec::new();
     for (ci, &(start, n, bytes)) in chunks.iter().enumerate() {
-        let table = JoinTable::build(bm, b, start, n, bytes)?;
+        let table = JoinTable::build(bm, b, start, n, bytes, None)?;
         let mut cur = Cursor::default();
         let mut idx = 0u64;
         while p.next(&mut cur, &mut rec)? {

@@ -1,6 +1,7 @@
 //! A chunk of a hash join's build side as a hash table in one temporary page, and a
 //! bitmap of probe rows in temporary pages.
 
+use super::super::keyfilter::KeyFilter;
 use super::super::rows::{corrupt, not_temp, rd32, rd64, run_payload, wr32, wr64, Cursor, RowRun};
 use crate::access::TempPage;
 use crate::buffer::BufferManager;
@@ -20,10 +21,29 @@ pub(super) fn split(rec: &[u8]) -> Result<(u64, &[u8], &[u8])> {
 pub(super) const HDR: usize = 20;
 
 /// A chunk of the build side as a hash table in one temporary page.
+///
+/// The page starts with `nslots` directory words, then the entries. A directory word holds
+/// the offset plus one of its chain's first entry in its low `obits` bits (0: empty) and,
+/// in the bits above, a small Bloom filter of the chain's hashes (one bit per entry,
+/// chosen by the hash's top bits; Umbra's tagged pointers): a probe whose bit is clear
+/// has no match without reading an entry, so most probes that match nothing cost one
+/// read of the directory (which is small enough to stay in cache) instead of a cache
+/// miss on an entry.
 pub(super) struct JoinTable<'a> {
     pub(super) page: TempPage<'a>,
     pub(super) nslots: usize,
     pub(super) count: u64,
+    obits: u32,
+}
+
+/// The directory bit of hash `h` for a table whose offsets take `obits` bits (none when
+/// no bit is left above them: every probe reads the chain).
+#[inline]
+fn tag(h: u64, obits: u32) -> u32 {
+    match 32 - obits {
+        0 => 0,
+        t => 1 << (obits + ((h >> 58) as u32 % t)),
+    }
 }
 
 /// The bit of an entry's row length that marks it matched (semi and anti joins that
@@ -32,35 +52,74 @@ pub(super) const MARK: u32 = 1 << 31;
 
 impl<'a> JoinTable<'a> {
     /// The `count` records of `run` from `start` (`bytes` of them with length words).
-    pub(super) fn build(bm: &'a BufferManager, run: &RowRun<'_>, start: Cursor, count: u64, bytes: u64) -> Result<JoinTable<'a>> {
+    /// The table of the `count` records of `run` from `start`; their key hashes also go
+    /// into `filter`, if given.
+    pub(super) fn build(
+        bm: &'a BufferManager,
+        run: &RowRun<'_>,
+        start: Cursor,
+        count: u64,
+        bytes: u64,
+        mut filter: Option<&mut KeyFilter>,
+    ) -> Result<JoinTable<'a>> {
         let nslots = (count.max(1)).next_power_of_two() as usize;
         let payload = nslots * 4 + bytes as usize + count as usize * 8;
         let (page, mut g) = TempPage::alloc(bm, payload)?;
+        let obits;
         {
             let d = g.data_mut().ok_or_else(not_temp)?;
+            obits = 64 - (d.len() as u64 + 1).leading_zeros();
+            if obits > 32 {
+                return Err(corrupt("join table page too large for its offsets"));
+            }
+            let omask = Self::omask(obits);
             let (mut cur, mut rec, mut at) = (start, Vec::new(), nslots * 4);
             for _ in 0..count {
                 if !run.next(&mut cur, &mut rec)? {
                     return Err(corrupt("join build run ended early"));
                 }
                 let (h, key, row) = split(&rec)?;
+                if let Some(f) = filter.as_deref_mut() {
+                    f.add(h);
+                }
                 let slot = (h as usize) & (nslots - 1);
                 let need = HDR + key.len() + row.len();
                 if at + need > d.len() {
                     return Err(corrupt("join table overflow"));
                 }
-                wr32(d, at, rd32(d, slot * 4));
+                let w = rd32(d, slot * 4);
+                wr32(d, at, w & omask);
                 wr64(d, at + 4, h);
                 wr32(d, at + 12, key.len() as u32);
                 wr32(d, at + 16, row.len() as u32);
                 d[at + HDR..at + HDR + key.len()].copy_from_slice(key);
                 d[at + HDR + key.len()..at + need].copy_from_slice(row);
-                wr32(d, slot * 4, (at + 1) as u32);
+                wr32(d, slot * 4, (w & !omask) | tag(h, obits) | (at + 1) as u32);
                 at += need;
             }
         }
         drop(g);
-        Ok(JoinTable { page, nslots, count })
+        Ok(JoinTable { page, nslots, count, obits })
+    }
+
+    fn omask(obits: u32) -> u32 {
+        if obits >= 32 {
+            u32::MAX
+        } else {
+            (1 << obits) - 1
+        }
+    }
+
+    /// The offset plus one of the first entry of the chain of hash `h` in the table's
+    /// bytes `d` (0: no entry can match `h`).
+    #[inline]
+    pub(super) fn head(&self, d: &[u8], h: u64) -> usize {
+        let w = rd32(d, (h as usize & (self.nslots - 1)) * 4);
+        let t = tag(h, self.obits);
+        if w & t != t {
+            return 0;
+        }
+        (w & Self::omask(self.obits)) as usize
     }
 }
 
