@@ -11,11 +11,15 @@
 //! a fraction of the pool anyway.
 //!
 //! A join installs it only where a probe row without a match produces nothing (inner and
-//! semi joins, and the joins that mark a left build side), and only on a scan whose rows
-//! reach the join unchanged but for a projection of plain columns, so that no expression
-//! is skipped that would have been evaluated: the scan applies the filter to rows that
-//! passed its whole filter, just before it hands them on. A NULL key matches nothing and
-//! is dropped too.
+//! semi joins, and the joins that mark a left build side), on a scan whose key columns
+//! reach the join as they are: through projections, filters and groupings on them (a
+//! group whose key cannot match is dropped whole, as TPC-H Q20's sums per part and
+//! supplier of only the parts the join wants). The scan applies the filter to rows that
+//! passed its own conditions (so these fail on the same rows as without it); rows dropped
+//! there are not seen by the operators above the scan, so an expression there that would
+//! have failed on such a row (an overflow in a group that joins nothing) does not, as in
+//! other engines that push join filters down. A NULL key matches nothing and is dropped
+//! too.
 
 use std::sync::{Arc, Mutex};
 
@@ -93,8 +97,10 @@ impl std::fmt::Debug for Slot {
 }
 
 /// The scan under `plan` that a filter on the join keys `keys` (expressions over `plan`'s
-/// rows) can be pushed into, with the scan columns the keys are: `plan` must be a column
-/// scan, under projections of plain columns only, and every key a plain column.
+/// rows) can be pushed into, with the scan columns the keys are: every key a plain
+/// column, traced down through projections (a key must be a plain column of the input),
+/// filters, and groupings whose output key it is (a group key that is a plain column:
+/// dropping the rows of a group drops exactly the group) to a column scan.
 pub fn target<'p>(plan: &'p Plan, keys: &[BExpr]) -> Option<(&'p super::scan::ColScan, Vec<usize>)> {
     let mut cols = Vec::with_capacity(keys.len());
     for k in keys {
@@ -103,23 +109,28 @@ pub fn target<'p>(plan: &'p Plan, keys: &[BExpr]) -> Option<(&'p super::scan::Co
             _ => return None,
         }
     }
+    let through = |cols: &mut Vec<usize>, exprs: &[BExpr]| -> Option<()> {
+        for c in cols.iter_mut() {
+            match exprs.get(*c) {
+                Some(BExpr::Col(i, _)) => *c = *i,
+                _ => return None,
+            }
+        }
+        Some(())
+    };
     let mut plan = plan;
     loop {
         match plan {
             Plan::ColScan(s) => return (cols.iter().all(|&c| c < s.table.schema.len())).then_some((&**s, cols)),
             Plan::Project { input, exprs } => {
-                for c in cols.iter_mut() {
-                    match exprs.get(*c) {
-                        Some(BExpr::Col(i, _)) => *c = *i,
-                        _ => return None,
-                    }
-                }
-                // Another expression could fail on a row the filter drops.
-                if !exprs.iter().all(|e| matches!(e, BExpr::Col(..))) {
-                    return None;
-                }
+                through(&mut cols, exprs)?;
                 plan = input;
             }
+            Plan::HashAggregate { input, keys, .. } => {
+                through(&mut cols, keys)?;
+                plan = input;
+            }
+            Plan::Filter { input, .. } => plan = input,
             _ => return None,
         }
     }

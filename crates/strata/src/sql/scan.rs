@@ -522,6 +522,9 @@ impl ColScan {
         let mut bits = Bits::default();
         let mut sel: Vec<u32> = Vec::new();
         let mut go = true;
+        let mut kf = self.keys.get();
+        let mut kb = Vec::new();
+        let (mut tested, mut dropped) = (0u64, 0u64);
         self.table.scan_pages(bm, from, Some(&self.need), &mut |pid, page, leaf, start| {
             if leaf.first >= to {
                 return Ok(false);
@@ -548,6 +551,14 @@ impl ColScan {
                     bits.give(u);
                 }
             }
+            if let Some(f) = &kf {
+                let (t, d) = key_filter(f, &lf, &mut all, &mut kb).map_err(|_| bad("a value is unreadable"))?;
+                tested += t;
+                dropped += d;
+                if tested >= JOIN_FILTER_PROBATION && dropped * JOIN_FILTER_MIN_DROP < tested {
+                    kf = None;
+                }
+            }
             sel.clear();
             for (w, &x) in all.iter().enumerate() {
                 let mut x = x;
@@ -564,6 +575,7 @@ impl ColScan {
             go = more;
             Ok(more)
         })?;
+        super::counters::JOIN_FILTERED_ROWS.fetch_add(dropped, std::sync::atomic::Ordering::Relaxed);
         Ok(go)
     }
 }
