@@ -303,6 +303,35 @@ pub fn train(sample: &[&[u8]]) -> Symbols {
     t
 }
 
+thread_local! {
+    /// The last few tables trained on this thread, with their samples (each string's length
+    /// and bytes): a packer measures a leaf and the encoder then encodes the same rows.
+    static TRAINED: std::cell::RefCell<Vec<(Vec<u8>, Symbols)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+const TRAINED_KEEP: usize = 4;
+
+/// [`train`], through a small cache of the last tables (the same sample gives the same
+/// table, so this only saves time).
+pub fn train_cached(sample: &[&[u8]]) -> Box<Symbols> {
+    let mut key = Vec::with_capacity(sample.iter().map(|s| s.len() + 4).sum());
+    for s in sample {
+        key.extend_from_slice(&(s.len() as u32).to_le_bytes());
+        key.extend_from_slice(s);
+    }
+    TRAINED.with(|t| {
+        let mut t = t.borrow_mut();
+        if let Some((_, sym)) = t.iter().find(|(k, _)| *k == key) {
+            return Box::new(sym.clone());
+        }
+        let sym = train(sample);
+        if t.len() == TRAINED_KEEP {
+            t.remove(0);
+        }
+        t.push((key, sym.clone()));
+        Box::new(sym)
+    })
+}
+
 /// A stored symbol table, read for decoding.
 pub struct Decoder {
     sym: [u64; 256],

@@ -352,8 +352,10 @@ enum Stats<'a> {
 
 /// A string column's compression state.
 enum Fsst<'a> {
-    /// Collecting the non-NULL strings (and their bytes) until they make a sample.
-    Sampling { strings: Vec<&'a [u8]>, bytes: usize },
+    /// Collecting the non-NULL strings until the first `sampled` of them (their `bytes`)
+    /// make a sample (`sampled` 0: not yet), and then while a dictionary smaller than the
+    /// sample would beat compressed strings anyway (training waits until it fills or goes).
+    Sampling { strings: Vec<&'a [u8]>, bytes: usize, sampled: usize },
     /// Trained on the sample: every string so far compressed with `table`.
     On {
         table: Box<Symbols>,
@@ -361,8 +363,11 @@ enum Fsst<'a> {
         clen: Range,
         /// Compressed bytes.
         codes: usize,
-        /// The compressed length of each dictionary entry, while there is a dictionary.
+        /// The compressed length of each dictionary entry, while there is a dictionary
+        /// (and the codes are not kept).
         entry_clen: Vec<u32>,
+        /// For encoding: the codes of the non-NULL strings so far, and their lengths.
+        kept: Option<(Vec<u8>, Vec<u32>)>,
     },
     /// Not worth it (too few bytes, or the sample did not compress).
     Off,
@@ -374,6 +379,8 @@ struct ColStats<'a> {
     n: usize,
     /// Bytes of strings that make a compression sample.
     sample: usize,
+    /// Whether compressed strings are kept (for encoding) rather than only measured.
+    keep: bool,
     nulls: bool,
     s: Stats<'a>,
 }
@@ -414,7 +421,7 @@ impl<'a> ColStats<'a> {
             ColumnType::I64 | ColumnType::Date | ColumnType::Bool => Stats::Int(Range::EMPTY),
             ColumnType::F64 => Stats::F64 { scales: (1 << (MAX_SCALE + 1)) - 1, k: [Range::EMPTY; MAX_SCALE + 1] },
             ColumnType::Str | ColumnType::Bytes => {
-                let fsst = if !fsst_allowed() { Fsst::Off } else { Fsst::Sampling { strings: Vec::new(), bytes: 0 } };
+                let fsst = if !fsst_allowed() { Fsst::Off } else { Fsst::Sampling { strings: Vec::new(), bytes: 0, sampled: 0 } };
                 Stats::Str {
                     len: Range::EMPTY,
                     total: 0,
@@ -427,7 +434,7 @@ impl<'a> ColStats<'a> {
                 }
             }
         };
-        ColStats { n: 0, sample: (size / SAMPLE_SHARE).clamp(SAMPLE_MIN, SAMPLE_MAX), nulls: false, s }
+        ColStats { n: 0, sample: (size / SAMPLE_SHARE).clamp(SAMPLE_MIN, SAMPLE_MAX), keep: false, nulls: false, s }
     }
 
     fn add(&mut self, v: &'a Value) {
@@ -491,32 +498,61 @@ impl<'a> ColStats<'a> {
                     }
                 }
                 match fsst {
-                    Fsst::Sampling { strings, bytes } => {
+                    Fsst::Sampling { strings, bytes, sampled } => {
                         strings.push(b);
-                        *bytes += b.len();
-                        if *bytes >= self.sample {
-                            let table = Box::new(fsst::train(strings));
-                            let (mut clen, mut codes) = (Range::EMPTY, 0usize);
-                            for s in strings.iter() {
-                                let c = table.compressed_len(s);
+                        if *sampled == 0 {
+                            *bytes += b.len();
+                            if *bytes >= self.sample {
+                                *sampled = strings.len();
+                            } else if strings.len() >= SAMPLE_STRINGS {
+                                *fsst = Fsst::Off;
+                                return;
+                            }
+                        }
+                        if *sampled > 0 && (dict.is_none() || *dict_bytes >= self.sample) {
+                            let sample = &strings[..*sampled];
+                            let table = fsst::train_cached(sample);
+                            let mut kept = self.keep.then(|| (Vec::new(), Vec::with_capacity(strings.len())));
+                            let (mut clen, mut codes, mut sample_codes) = (Range::EMPTY, 0usize, 0usize);
+                            for (i, s) in strings.iter().enumerate() {
+                                let c = match &mut kept {
+                                    Some((out, lens)) => {
+                                        let at = out.len();
+                                        table.compress(s, out);
+                                        lens.push((out.len() - at) as u32);
+                                        out.len() - at
+                                    }
+                                    None => table.compressed_len(s),
+                                };
                                 clen.add(c as i64);
                                 codes += c;
+                                if i + 1 == *sampled {
+                                    sample_codes = codes;
+                                }
                             }
                             // Not worth it unless the sample shrinks by a tenth.
-                            *fsst = if codes * 10 > *bytes * 9 {
+                            *fsst = if sample_codes * 10 > *bytes * 9 {
                                 Fsst::Off
                             } else {
-                                let entry_clen = if dict.is_some() { entries.iter().map(|e| table.compressed_len(e) as u32).collect() } else { Vec::new() };
-                                Fsst::On { table, clen, codes, entry_clen }
+                                let entry_clen = if dict.is_some() && kept.is_none() {
+                                    entries.iter().map(|e| table.compressed_len(e) as u32).collect()
+                                } else {
+                                    Vec::new()
+                                };
+                                Fsst::On { table, clen, codes, entry_clen, kept }
                             };
-                        } else if strings.len() >= SAMPLE_STRINGS {
-                            *fsst = Fsst::Off;
                         }
                     }
-                    Fsst::On { table, clen, codes, entry_clen } => {
-                        let c = match code {
-                            Some(k) if k < entry_clen.len() => entry_clen[k] as usize,
-                            _ => {
+                    Fsst::On { table, clen, codes, entry_clen, kept } => {
+                        let c = match (kept, code) {
+                            (Some((out, lens)), _) => {
+                                let at = out.len();
+                                table.compress(b, out);
+                                lens.push((out.len() - at) as u32);
+                                out.len() - at
+                            }
+                            (None, Some(k)) if k < entry_clen.len() => entry_clen[k] as usize,
+                            (None, _) => {
                                 let c = table.compressed_len(b);
                                 if code == Some(entry_clen.len()) {
                                     entry_clen.push(c as u32);
@@ -663,6 +699,7 @@ pub fn encode<R: AsRef<[Value]>>(size: usize, schema: &Schema, first: u64, rows:
     }
     for (c, def) in schema.columns.iter().enumerate() {
         let mut st = ColStats::new(def.ty, size);
+        st.keep = true;
         for row in rows {
             st.add(&row.as_ref()[c]);
         }
@@ -748,18 +785,19 @@ fn encode_column<R: AsRef<[Value]>>(img: &mut Vec<u8>, st: &ColStats<'_>, rows: 
         }
         Enc::Plain { lbase, lw } => put_strings(img, rows.iter().map(|r| str_bytes(col(r, c)).unwrap_or(&[])), lbase, lw),
         Enc::Fsst { lbase, lw } => {
-            let Stats::Str { fsst: Fsst::On { table, codes, .. }, .. } = &st.s else { unreachable!("compressed strings without a symbol table") };
+            let Stats::Str { fsst: Fsst::On { table, codes, kept: Some((out, lens)), .. }, .. } = &st.s else {
+                unreachable!("compressed strings without a symbol table or codes")
+            };
             table.write(img);
-            let mut out = Vec::with_capacity(*codes);
             let mut bw = BitWriter::new(img);
+            let mut lens = lens.iter();
             for row in rows {
-                let at = out.len();
-                table.compress(str_bytes(col(row, c)).unwrap_or(&[]), &mut out);
-                bw.put(((out.len() - at) as i64).saturating_sub(lbase).max(0) as u64, lw);
+                let l = if matches!(col(row, c), Value::Null) { 0 } else { lens.next().copied().unwrap_or(0) };
+                bw.put((l as i64).saturating_sub(lbase).max(0) as u64, lw);
             }
             bw.finish();
             debug_assert_eq!(out.len(), *codes, "the compressed size is the estimate");
-            img.extend_from_slice(&out);
+            img.extend_from_slice(out);
             img.resize(align8(img.len()), 0);
         }
     }
@@ -1045,6 +1083,11 @@ fn decode_fsst(b: &Block<'_>, n: usize, dst: &mut [u8], var: &mut [u8], var_off:
                 var_at += m;
             }
         } else {
+            // A code stands for at least half a byte: codes for more than the room left
+            // (or an inline string) are impossible, which also bounds the scratch buffer.
+            if c.len() / 2 > free.len().max(12) {
+                return Err(Restart);
+            }
             let m = dec.decode(c, &mut buf)?;
             put_string(h, &buf[..m], var, &mut var_at, var_off)?;
         }
