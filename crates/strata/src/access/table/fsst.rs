@@ -59,56 +59,56 @@ fn load(s: &[u8], p: usize) -> u64 {
     }
 }
 
-/// An open-addressing hash from a 2- or 3-byte prefix to a code.
+/// An open-addressing hash from a 2- or 3-byte prefix (`key` < 2^24) to a code (< 255):
+/// each slot holds `key | code << 24`, never [`EMPTY`].
 #[derive(Clone)]
 struct Slots {
-    key: Vec<u32>,
-    code: Vec<u8>,
+    slot: Box<[u32; SLOTS]>,
     used: Vec<u16>,
 }
 
 impl Slots {
     fn new() -> Self {
-        Slots { key: vec![EMPTY; SLOTS], code: vec![0; SLOTS], used: Vec::new() }
+        Slots { slot: Box::new([EMPTY; SLOTS]), used: Vec::new() }
     }
     #[inline(always)]
     fn home(key: u32) -> usize {
-        (key.wrapping_mul(0x9E37_79B1) >> 22) as usize
+        (key.wrapping_mul(0x9E37_79B1) >> 22) as usize & (SLOTS - 1)
     }
     #[inline(always)]
     fn get(&self, key: u32) -> Option<u8> {
         let mut h = Self::home(key);
         loop {
-            let k = self.key[h];
-            if k == key {
-                return Some(self.code[h]);
-            }
-            if k == EMPTY {
+            let e = self.slot[h];
+            if e == EMPTY {
                 return None;
+            }
+            if e & 0xFF_FFFF == key {
+                return Some((e >> 24) as u8);
             }
             h = (h + 1) & (SLOTS - 1);
         }
     }
     /// Inserts `key` unless present; whether it was inserted.
     fn insert(&mut self, key: u32, code: u8) -> bool {
+        debug_assert!(key < 1 << 24 && code != ESC);
         let mut h = Self::home(key);
         loop {
-            let k = self.key[h];
-            if k == key {
-                return false;
-            }
-            if k == EMPTY {
-                self.key[h] = key;
-                self.code[h] = code;
+            let e = self.slot[h];
+            if e == EMPTY {
+                self.slot[h] = key | (code as u32) << 24;
                 self.used.push(h as u16);
                 return true;
+            }
+            if e & 0xFF_FFFF == key {
+                return false;
             }
             h = (h + 1) & (SLOTS - 1);
         }
     }
     fn clear(&mut self) {
         for &h in &self.used {
-            self.key[h as usize] = EMPTY;
+            self.slot[h as usize] = EMPTY;
         }
         self.used.clear();
     }
@@ -118,8 +118,9 @@ impl Slots {
 #[derive(Clone)]
 pub struct Symbols {
     n: usize,
-    sym: [u64; MAX_SYMBOLS],
-    len: [u8; MAX_SYMBOLS],
+    /// Symbols by code (256 entries, so that a code indexes without a check).
+    sym: [u64; 256],
+    len: [u8; 256],
     /// The code of each 1-byte symbol, [`ESC`] for none.
     single: [u8; 256],
     two: Slots,
@@ -128,7 +129,7 @@ pub struct Symbols {
 
 impl Symbols {
     fn new() -> Self {
-        Symbols { n: 0, sym: [0; MAX_SYMBOLS], len: [0; MAX_SYMBOLS], single: [ESC; 256], two: Slots::new(), long: Slots::new() }
+        Symbols { n: 0, sym: [0; 256], len: [0; 256], single: [ESC; 256], two: Slots::new(), long: Slots::new() }
     }
 
     fn clear(&mut self) {
