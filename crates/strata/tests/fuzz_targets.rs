@@ -323,6 +323,18 @@ macro_rules! targets {
     };
 }
 
+/// The packed-leaf target reaches the compressed-strings encoding (its decoder is fuzzed).
+#[test]
+fn pax_leaf_reaches_compressed_strings() {
+    let mut r = SplitMix64(77);
+    for _ in 0..3000 {
+        let data: Vec<u8> = (0..r.below(4096)).map(|_| r.below(256) as u8).collect();
+        targets::pax_leaf(&data);
+    }
+    let n = targets::PACKED_COMPRESSED.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(n > 10, "{n} packed leaves with compressed strings");
+}
+
 targets!(meta, catalog, alloc_table, page_header, wal, doublewrite, btree_node, pax_leaf, edge_list, csr, column, raw_import, csv, parquet, sql, database);
 
 /// Every target has seed inputs in its committed corpus (inputs it accepts, so that the

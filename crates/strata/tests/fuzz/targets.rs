@@ -1012,10 +1012,69 @@ pub fn pax_leaf(data: &[u8]) -> Verdict {
     })
 }
 
+/// Packed leaves whose strings were compressed (`packed::TAG_FSST`), for the check that
+/// the fuzz targets reach that decoder.
+pub static PACKED_COMPRESSED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+const WORDS: [&str; 24] = [
+    "furious",
+    "sly",
+    "careful",
+    "ideas",
+    "foxes",
+    "pinto beans",
+    "sleep",
+    "cajole",
+    "haggle",
+    "blithely",
+    "quickly",
+    "according to",
+    "among",
+    "the",
+    "final",
+    "regular",
+    "deposits",
+    "requests",
+    "accounts",
+    "packages",
+    "ironic",
+    "even",
+    "theodolites",
+    "excuses",
+];
+
 /// The packed form of the same rows (`pax_leaf`'s second half, consuming no input so that
 /// the corpus keeps its meaning): it expands into the rows, and damaged copies (bytes
-/// changed by a generator seeded from the input) expand or fail, never panic.
+/// changed by a generator seeded from the input) expand or fail, never panic. Then the
+/// same with every string replaced by text from a small vocabulary (seeded from the
+/// input), which compresses, so that the compressed-strings decoder is fuzzed too.
 fn packed_leaf(data: &[u8], schema: &Schema, size: usize, rows: &[Vec<Value>]) {
+    packed_leaf_of(data, schema, size, rows);
+    let mut r = SplitMix64(data.iter().fold(17u64, |h, &b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3)));
+    let mut words = |len: usize| -> String {
+        let mut s = String::new();
+        while s.len() < len {
+            s.push_str(WORDS[r.below(WORDS.len() as u64) as usize]);
+            s.push(' ');
+        }
+        s
+    };
+    let worded: Vec<Vec<Value>> = rows
+        .iter()
+        .map(|row| {
+            row.iter()
+                .map(|v| match v {
+                    Value::Str(s) => Value::Str(words(20 + s.len().min(200) * 2)),
+                    Value::Bytes(b) => Value::Bytes(words(20 + b.len() * 2).into_bytes()),
+                    v => v.clone(),
+                })
+                .collect()
+        })
+        .collect();
+    packed_leaf_of(data, schema, size, &worded);
+}
+
+fn packed_leaf_of(data: &[u8], schema: &Schema, size: usize, rows: &[Vec<Value>]) {
     let (n, _) = packed::fit(schema, size, rows);
     if n == 0 {
         return;
@@ -1029,6 +1088,9 @@ fn packed_leaf(data: &[u8], schema: &Schema, size: usize, rows: &[Vec<Value>]) {
         assert_eq!(format!("{row:?}"), format!("{want:?}"), "row {i} of a packed leaf");
     }
     let used = packed::header(&good[..], schema).expect("a packed header").used;
+    if packed::encodings(&good, schema).expect("a packed leaf's blocks").contains(&packed::TAG_FSST) {
+        PACKED_COMPRESSED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
     let mut r = SplitMix64(data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3)));
     for _ in 0..4 {
         let mut img = good.clone();

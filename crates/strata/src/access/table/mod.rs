@@ -35,6 +35,7 @@
 //! appended so far, committed or not.
 
 pub mod csv;
+mod fsst;
 pub mod packed;
 pub mod parquet;
 pub mod pax;
