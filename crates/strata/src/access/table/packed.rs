@@ -96,21 +96,6 @@ const SAMPLE_STRINGS: usize = 2048;
 /// best other encoding (decoding them costs more than copying).
 const FSST_PERCENT: usize = 80;
 
-#[cfg(test)]
-thread_local! {
-    /// Tests: no compressed strings on this thread (to compare with plain ones).
-    static NO_FSST: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Whether string columns may be compressed (always, but for tests that turn it off).
-#[inline(always)]
-fn fsst_allowed() -> bool {
-    #[cfg(test)]
-    return !NO_FSST.get();
-    #[cfg(not(test))]
-    true
-}
-
 /// The most entries of a string column's dictionary.
 pub const DICT_MAX: usize = 4096;
 /// After this many distinct values a dictionary is given up if over 95% of the values
@@ -421,7 +406,7 @@ impl<'a> ColStats<'a> {
             ColumnType::I64 | ColumnType::Date | ColumnType::Bool => Stats::Int(Range::EMPTY),
             ColumnType::F64 => Stats::F64 { scales: (1 << (MAX_SCALE + 1)) - 1, k: [Range::EMPTY; MAX_SCALE + 1] },
             ColumnType::Str | ColumnType::Bytes => {
-                let fsst = if !fsst_allowed() { Fsst::Off } else { Fsst::Sampling { strings: Vec::new(), bytes: 0, sampled: 0 } };
+                let fsst = Fsst::Sampling { strings: Vec::new(), bytes: 0, sampled: 0 };
                 Stats::Str {
                     len: Range::EMPTY,
                     total: 0,
@@ -1599,57 +1584,5 @@ mod tests {
                 }
             }
         }
-    }
-
-    /// The ratio on real text: `STRATA_COMMENTS=file` (one string a line, e.g. TPC-H's
-    /// l_comment) packed into 64 KiB leaves, compressed against plain; and the time to
-    /// expand them.
-    #[test]
-    #[ignore]
-    fn comments_file_ratio() {
-        let path = std::env::var("STRATA_COMMENTS").expect("STRATA_COMMENTS=file");
-        let text = std::fs::read_to_string(path).unwrap();
-        let rows: Vec<Vec<Value>> = text.lines().map(|l| vec![Value::Str(l.to_string())]).collect();
-        let sc = Schema::parse("c:str").unwrap();
-        let t = std::time::Instant::now();
-        let (mut at, mut leaves, mut used, mut plain, mut fsst) = (0, 0, 0, 0, 0);
-        let mut imgs = Vec::new();
-        while at < rows.len() {
-            let (k, full) = fit(&sc, SIZE, &rows[at..]);
-            let img = encode(SIZE, &sc, 0, &rows[at..at + k], full);
-            let raw: usize = rows[at..at + k].iter().map(|r| str_bytes(&r[0]).unwrap().len()).sum();
-            let (lo, hi) = rows[at..at + k].iter().map(|r| str_bytes(&r[0]).unwrap().len()).fold((usize::MAX, 0), |(a, b), l| (a.min(l), b.max(l)));
-            plain += HDR + BLOCK_HDR + packed_bytes(k, bits((hi - lo) as u64)) + align8(raw);
-            used += header(&img[..], &sc).unwrap().used;
-            fsst += (tags(&img, &sc)[0] == TAG_FSST) as usize;
-            leaves += 1;
-            at += k;
-            imgs.push(img);
-        }
-        let packing = t.elapsed();
-        let t = std::time::Instant::now();
-        let mut out = Vec::new();
-        for img in &imgs {
-            expand(img, &sc, None, &mut out).unwrap();
-        }
-        let expanding = t.elapsed();
-        NO_FSST.set(true);
-        let (mut at, mut plain_imgs) = (0, Vec::new());
-        while at < rows.len() {
-            let (k, full) = fit(&sc, SIZE, &rows[at..]);
-            plain_imgs.push(encode(SIZE, &sc, 0, &rows[at..at + k], full));
-            at += k;
-        }
-        NO_FSST.set(false);
-        let t = std::time::Instant::now();
-        for img in &plain_imgs {
-            expand(img, &sc, None, &mut out).unwrap();
-        }
-        eprintln!("plain: {} leaves, expand {:?}", plain_imgs.len(), t.elapsed());
-        eprintln!(
-            "{} strings, {leaves} leaves ({fsst} compressed): plain {plain} bytes, compressed {used} ({:.2}x); fit+encode {packing:?}, expand {expanding:?}",
-            rows.len(),
-            plain as f64 / used as f64
-        );
     }
 }
