@@ -210,6 +210,12 @@ impl BufferManager {
         let lock = rs.grow_lock();
         let extra = rs.grow_bytes(max_pages);
         if extra > 0 {
+            // A table larger than the budget can count (or than the new pool minus the
+            // metadata) cannot be allocated anyway: a configuration error, as at open.
+            if extra.saturating_add(self.metadata.load(Ordering::Relaxed)) > bytes.min(USED_MASK) {
+                self.pool.store(old, Ordering::Release);
+                return Err(resident_set_too_big(bytes, ResidentSet::memory_bytes_for(max_pages, rs.partitions())));
+            }
             if let Err(e) = self.charge_metadata(extra) {
                 self.pool.store(old, Ordering::Release);
                 return Err(e);

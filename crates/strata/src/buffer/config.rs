@@ -91,7 +91,8 @@ impl Config {
     /// Partitions of the resident-page set and the clock: a power of two from 1 to 64
     /// (anything else is refused at open with [`crate::Error::InvalidConfig`]). Each has its
     /// own slots and its own clock hand, so that misses and evictions on different cores
-    /// share no cache line; an eviction starts in its thread's partition and moves on when
+    /// share no cache line; an eviction starts in a partition chosen per thread (a cursor that
+    /// advances by one at each eviction) and moves on when
     /// that one has nothing to give. Default: the number of CPUs rounded up to a power of
     /// two, at most 64, and no more than a pool of this size can give every partition 64
     /// slots (so a small pool gets one partition and the set costs no extra memory).

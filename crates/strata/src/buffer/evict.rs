@@ -39,12 +39,13 @@ impl BufferManager {
         let rs = &self.resident;
         let mut victims: Vec<(PageId, &Space)> = Vec::new();
         let mut claimed = 0u64;
-        // The clock runs partition by partition (see `super::resident`): it starts in this
-        // thread's partition and moves on to the next one after a batch that found no
-        // victim, or once it ran two laps of a partition. It stops when `need` is met or it
-        // has run two laps of every partition: a page unlatched all along is then marked
-        // on one lap and taken on the next, wherever it lies, so nothing evictable is
-        // missed before the caller reports OutOfMemory.
+        // The clock runs partition by partition (see `super::resident`): it starts in the
+        // partition this thread's cursor names (the next one at each call), moves on to the
+        // next one after a batch that found no victim (outside the clean-only part below)
+        // or once it ran two laps of a partition, and stops when `need` is met or it has run
+        // two laps of every partition: a page unlatched all along is then marked on one lap
+        // and taken on the next, wherever it lies, so nothing evictable is missed before the
+        // caller reports OutOfMemory.
         let parts = rs.partitions();
         let lap = 2 * rs.partition_capacity();
         let mut scanned = [0usize; super::resident::MAX_PARTITIONS];
@@ -95,7 +96,9 @@ impl BufferManager {
             if scanned[part] >= lap {
                 finished += 1;
             }
-            if victims.len() == found && parts > 1 {
+            // Clean victims are first looked for in the starting partition, so a batch
+            // without victims moves on only once the clean-only part is over.
+            if victims.len() == found && parts > 1 && !clean_only {
                 part = (part + 1) & (parts - 1);
                 self.counters.clock_moves.add(1);
             }

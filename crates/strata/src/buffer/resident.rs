@@ -5,9 +5,9 @@
 //! the partition named by the top bits of its hash, and each partition has its own slot
 //! array and its own clock hand, on cache lines of their own. Insert and remove are
 //! lock-free (compare-and-swap, tombstones on removal); an evictor takes batches of slots
-//! from the hand of the partition its thread starts in ([`ResidentSet::home`]) and moves on
-//! to the next partitions when that one yields nothing, so evictors on different cores do
-//! not meet on one hand. Each partition has at least twice its share of the pages the pool
+//! from the hand of the partition it starts in (a per-thread cursor that advances by one
+//! partition per eviction, [`ResidentSet::home`]) and moves on to the next partitions when
+//! that one yields nothing, so evictors on different cores rarely meet on one hand. Each partition has at least twice its share of the pages the pool
 //! can hold, so probes stay short; if an unlucky spread of page ids fills a partition, an
 //! insert spills into the next one (and removes then look there too), so an insert always
 //! finds a slot: the set as a whole has at least twice as many slots as the pool has pages.
@@ -181,10 +181,21 @@ impl ResidentSet {
         self.capacity() as u64 * 8
     }
 
-    /// The partition this thread's evictions start in.
+    /// The partition this thread's next eviction starts in: a per-thread cursor that starts
+    /// at the thread's stripe number and advances by one partition per eviction, so that
+    /// threads evicting at once are spread over the partitions, and one thread alone still
+    /// sweeps every partition in turn (an eviction that stayed in one partition would leave
+    /// the pages of the others unmarked and, in effect, protected).
     #[inline]
     pub(crate) fn home(&self) -> usize {
-        crate::sharded::stripe() & (self.parts.len() - 1)
+        use std::cell::Cell;
+        thread_local!(static NEXT: Cell<usize> = const { Cell::new(usize::MAX) });
+        let n = NEXT.with(|c| {
+            let v = if c.get() == usize::MAX { crate::sharded::stripe() } else { c.get() };
+            c.set(v.wrapping_add(1));
+            v
+        });
+        n & (self.parts.len() - 1)
     }
 
     #[inline]
