@@ -307,3 +307,89 @@ pub fn plot_memory(report: &Value, path: &Path) -> Result<(), String> {
 }
 
 const MIB: f64 = (1u64 << 20) as f64;
+
+/// Draws a `partitions` report as a PNG at `path`: per data set (in and out of memory), a
+/// panel of throughput (ops/s) against the thread count, one line per partition count.
+pub fn plot_partitions(report: &Value, path: &Path) -> Result<(), String> {
+    register_font();
+    let runs = report.get("runs").and_then(Value::as_array).cloned().unwrap_or_default();
+    if runs.is_empty() {
+        return Err("nothing to plot: the report has no runs".into());
+    }
+    let mut memories: Vec<String> = Vec::new();
+    let mut engines: Vec<String> = Vec::new();
+    for r in &runs {
+        let m = r["params"]["memory"].as_str().unwrap_or("?").to_string();
+        if !memories.contains(&m) {
+            memories.push(m);
+        }
+        for k in r["engines"].as_object().into_iter().flatten().map(|(k, _)| k) {
+            if !engines.contains(k) {
+                engines.push(k.clone());
+            }
+        }
+    }
+    // strata-p1, strata-p2, ... in numeric order.
+    engines.sort_by_key(|e| e.trim_start_matches("strata-p").parse::<u64>().unwrap_or(u64::MAX));
+    let p0 = &runs[0]["params"];
+    let e = |e: DrawingAreaErrorKind<_>| format!("plot {}: {e}", path.display());
+    let root = BitMapBackend::new(path, (560 * memories.len() as u32, 480)).into_drawing_area();
+    root.fill(&WHITE).map_err(e)?;
+    let title = format!(
+        "strata bench partitions: uniform random reads of {} pages, pool {}, by clock partitions",
+        short_size(p0["page_size"].as_u64().unwrap_or(0)),
+        short_size(p0["pool_bytes"].as_u64().unwrap_or(0))
+    );
+    let (top, panels) = root.split_vertically(36);
+    top.titled(&title, (FONT, 17)).map_err(e)?;
+    for (memory, area) in memories.iter().zip(panels.split_evenly((1, memories.len()))) {
+        let rs: Vec<&Value> = runs.iter().filter(|r| r["params"]["memory"].as_str() == Some(memory)).collect();
+        let threads: Vec<f64> = rs.iter().filter_map(|r| r["params"]["threads"].as_f64()).collect();
+        let xmax = threads.iter().copied().fold(1.0, f64::max);
+        let point = |r: &Value, name: &str| r["engines"].get(name).and_then(|x| x.get("ops_per_sec")).and_then(Value::as_f64).filter(|&v| v > 0.0);
+        let ymax = rs.iter().flat_map(|r| engines.iter().filter_map(|n| point(r, n))).fold(1.0, f64::max) * 1.25;
+        let data = rs.first().and_then(|r| r["params"]["data_bytes"].as_u64()).unwrap_or(0);
+        let caption = format!("{} (data {})", if memory == "out" { "out of memory" } else { "in memory" }, short_size(data));
+        let mut chart = ChartBuilder::on(&area)
+            .caption(caption, (FONT, 15))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(64)
+            .build_cartesian_2d(0.5f64..xmax + 0.5, 0f64..ymax)
+            .map_err(e)?;
+        chart
+            .configure_mesh()
+            .max_light_lines(0)
+            .x_labels(xmax as usize + 1)
+            .x_label_formatter(&|x| if x.fract() == 0.0 && *x >= 1.0 { format!("{x:.0}") } else { String::new() })
+            .y_label_formatter(&|y| fmt_ops(*y))
+            .x_desc("threads")
+            .y_desc("reads per second")
+            .label_style((FONT, 13))
+            .axis_desc_style((FONT, 14))
+            .draw()
+            .map_err(e)?;
+        for (i, name) in engines.iter().enumerate() {
+            let color = COLORS[i % COLORS.len()];
+            let pts: Vec<(f64, f64)> = rs.iter().filter_map(|r| Some((r["params"]["threads"].as_f64()?, point(r, name)?))).collect();
+            let label = format!("{} partition{}", name.trim_start_matches("strata-p"), if name == "strata-p1" { "" } else { "s" });
+            chart
+                .draw_series([PathElement::new(pts.clone(), color.stroke_width(2))])
+                .map_err(e)?
+                .label(label)
+                .legend(move |(x, y)| PathElement::new([(x, y), (x + 14, y)], color.stroke_width(2)));
+            chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled()))).map_err(e)?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .margin(20)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK)
+            .label_font((FONT, 13))
+            .draw()
+            .map_err(e)?;
+    }
+    root.present().map_err(e)?;
+    Ok(())
+}

@@ -9,7 +9,8 @@ use strata::Error;
 /// Arguments of `strata bench`.
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// Benchmark: fix, random-read, scan, mixed-size, commit, recovery, remote or btree.
+    /// Benchmark: fix, random-read, scan, mixed-size, commit, recovery, remote, btree or
+    /// partitions.
     pub name: String,
     /// Print one JSON object instead of a table.
     #[arg(long)]
@@ -59,6 +60,10 @@ pub struct BenchArgs {
     /// started on a unix socket and stopped afterwards).
     #[arg(long)]
     pub remote: Option<String>,
+    /// partitions: resident-set partition counts to compare, comma-separated (default
+    /// 1,2,4,8; each a power of two from 1 to 64).
+    #[arg(long, value_delimiter = ',')]
+    pub partitions: Option<Vec<usize>>,
 }
 
 /// Runs a benchmark and prints its report (JSON or a table), optionally plotting it.
@@ -85,10 +90,15 @@ pub fn bench(a: BenchArgs) -> Result<(), Error> {
         // btree runs each engine in a child process of this binary (`bench-child`), so that
         // each engine's peak RSS is its own.
         child_exe: std::env::current_exe().ok(),
+        partitions: a.partitions,
     };
     let report = strata_bench::run(&a.name, &opts).map_err(Error::InvalidInput)?;
     if let Some(path) = &a.plot {
-        strata_bench::plot::plot(&report, path).map_err(Error::InvalidInput)?;
+        if a.name == "partitions" {
+            strata_bench::plot::plot_partitions(&report, path).map_err(Error::InvalidInput)?;
+        } else {
+            strata_bench::plot::plot(&report, path).map_err(Error::InvalidInput)?;
+        }
         if a.name == "mixed-size" {
             strata_bench::plot::plot_memory(&report, &memory_plot_path(path)).map_err(Error::InvalidInput)?;
         }

@@ -266,7 +266,9 @@ fn bench_engine_selection_rounds_and_memory() {
     for (args, want) in [
         (&["scan", "--engines", "strata,hashpool"][..], "no engine \"hashpool\""),
         (&["scan", "--rounds", "0"][..], "--rounds must be at least 1"),
-        (&["fix", "--rounds", "2"][..], "--rounds applies to scan, random-read and btree only"),
+        (&["fix", "--rounds", "2"][..], "--rounds applies to scan, random-read, btree and partitions only"),
+        (&["partitions", "--partitions", "1,3"][..], "3 is not a power of two"),
+        (&["random-read", "--partitions", "2"][..], "--partitions applies to partitions only"),
         (&["random-read", "--memory", "sideways"][..], "--memory must be in or out"),
         (&["fix", "--engines", "strata"][..], "--engines applies to random-read, scan and btree only"),
         (&["btree", "--engines", "strata,hashpool"][..], "no engine \"hashpool\""),
@@ -278,6 +280,22 @@ fn bench_engine_selection_rounds_and_memory() {
         assert_eq!(err.trim().lines().count(), 1, "{err}");
         assert!(err.contains(want), "{args:?}: {err}");
     }
+}
+
+/// `bench partitions`: strata-p1 and strata-p2 in and out of memory at one thread, with the
+/// speedups and the line plot.
+#[test]
+fn bench_partitions_and_plot() {
+    let t = tempfile::tempdir().unwrap();
+    let png = t.path().join("partitions.png");
+    let v = bench(&["partitions", "--partitions", "1,2", "--pool", "1MiB", "--threads", "1", "--ops", "30", "--plot", png.to_str().unwrap()]);
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "{v}");
+    for r in runs {
+        assert_eq!(r["engines"]["strata-p2"]["clock_partitions"], 2, "{r}");
+        assert!(r["speedup_vs_one_partition"]["strata-p2"].as_f64().is_some_and(|x| x > 0.0), "{r}");
+    }
+    assert!(std::fs::metadata(&png).unwrap().len() > 1000);
 }
 
 /// `bench btree`: every engine runs every phase (each in a child process of its own) and

@@ -18,6 +18,10 @@
 //! * `with_scratch_pages_checkpoints_and_pool_resizes`: also allocates, rewrites (through
 //!   `data_mut` for temporary pages), checks and frees private temporary and persistent
 //!   scratch pages, checkpoints, and shrinks and grows the pool while the others work.
+//! * `*_clock_partitions_*`: the same with the resident set and clock in 1, 2 and 8
+//!   partitions, and pool sizes that grow the resident set while the workers run.
+//! * `everything_pinned_is_out_of_memory_over_all_partitions`: OutOfMemory with every page
+//!   pinned, and a load succeeds as soon as any one page is unpinned, over 1, 2, 8 partitions.
 //! * `shrinking_the_pool_races_with_loads`: shrinks and grows the pool in a tight loop while
 //!   three threads load pages; after each shrink returns, `used_bytes()` must be within it.
 //!
@@ -448,6 +452,9 @@ struct Run {
     resizes: &'static [u64],
     /// Loads take the frames of evicted pages (`Config::frame_recycling`).
     recycle: bool,
+    /// Partitions of the resident set and clock (`Config::clock_partitions`; `None`: the
+    /// default).
+    partitions: Option<usize>,
 }
 
 fn worker(bm: &BufferManager, pages: &Pages, cap: &Cap, run: &Run, id: usize, ops: usize) -> Tally {
@@ -520,7 +527,16 @@ fn stress(run: Run) {
     // io_uring where the kernel allows it (`STRATA_IO=posix`: pread/pwrite).
     let inner = if run.posix { Arc::new(FileBackend::default()) } else { strata::buffer::default_backend() };
     let backend: Arc<dyn StorageBackend> = Arc::new(NoSync(inner));
-    let config = || Config::new(&db).min_page(MIN_PAGE).pool_size(POOL).backend(backend.clone()).frame_recycling(if run.recycle { Some(0) } else { None });
+    let config = || {
+        let c = Config::new(&db).min_page(MIN_PAGE).pool_size(POOL).backend(backend.clone()).frame_recycling(if run.recycle { Some(0) } else { None });
+        match run.partitions {
+            // A longer pin wait than the default second: on a loaded machine four workers
+            // may hold every frame of this tiny pool for a while (as 64 KiB pages, a 400 KiB
+            // pool holds six), and lost memory, which these runs are after, never comes back.
+            Some(n) => c.clock_partitions(n).pin_wait(std::time::Duration::from_secs(10)),
+            None => c,
+        }
+    };
     let shared = Arc::new(BufferManager::create(config()).unwrap());
     let bm = &*shared;
     let pages = Pages::create(bm);
@@ -616,31 +632,122 @@ fn stress(run: Run) {
 
 #[test]
 fn readers_and_writers_with_a_tenth_of_the_data_in_memory() {
-    stress(Run { posix: false, cleaner: false, scratch: false, resizes: &[], recycle: false });
+    stress(Run { posix: false, cleaner: false, scratch: false, resizes: &[], recycle: false, partitions: None });
 }
 
 #[test]
 fn readers_and_writers_on_pread_with_a_background_cleaner() {
-    stress(Run { posix: true, cleaner: true, scratch: false, resizes: &[], recycle: false });
+    stress(Run { posix: true, cleaner: true, scratch: false, resizes: &[], recycle: false, partitions: None });
 }
 
 #[test]
 fn with_scratch_pages_checkpoints_pool_resizes_and_a_cleaner() {
-    stress(Run { posix: false, cleaner: true, scratch: true, resizes: &[400 << 10, 640 << 10, 448 << 10, 512 << 10, 384 << 10, 576 << 10], recycle: false });
+    stress(Run {
+        posix: false,
+        cleaner: true,
+        scratch: true,
+        resizes: &[400 << 10, 640 << 10, 448 << 10, 512 << 10, 384 << 10, 576 << 10],
+        recycle: false,
+        partitions: None,
+    });
 }
 
 /// The first run, with loads taking the frames of evicted pages through the stash (and
 /// optimistic readers racing with frames moved away under them).
 #[test]
 fn readers_and_writers_recycling_frames() {
-    stress(Run { posix: false, cleaner: false, scratch: false, resizes: &[], recycle: true });
+    stress(Run { posix: false, cleaner: false, scratch: false, resizes: &[], recycle: true, partitions: None });
 }
 
 /// Scratch pages, checkpoints, resizes (a shrink drains the stash) and a cleaner, with
 /// frame recycling.
 #[test]
 fn recycling_frames_with_scratch_pages_checkpoints_and_pool_resizes() {
-    stress(Run { posix: false, cleaner: true, scratch: true, resizes: &[400 << 10, 640 << 10, 448 << 10, 512 << 10, 384 << 10, 576 << 10], recycle: true });
+    stress(Run {
+        posix: false,
+        cleaner: true,
+        scratch: true,
+        resizes: &[400 << 10, 640 << 10, 448 << 10, 512 << 10, 384 << 10, 576 << 10],
+        recycle: true,
+        partitions: None,
+    });
+}
+
+/// Pool sizes that grow the resident set (up to 1 MiB, 256 pages of 4 KiB: twice what every
+/// partition count below starts with room for) and shrink the pool again, while the others
+/// work.
+const GROWING: &[u64] = &[1 << 20, 400 << 10, 768 << 10, 448 << 10, 1 << 20, 384 << 10];
+
+/// The resident set and clock in one partition, with resizes that grow the set while the
+/// workers load and evict, scratch pages, checkpoints and a cleaner (which looks ahead of
+/// every partition's hand).
+#[test]
+fn one_clock_partition_with_growing_resizes_and_a_cleaner() {
+    stress(Run { posix: false, cleaner: true, scratch: true, resizes: GROWING, recycle: false, partitions: Some(1) });
+}
+
+/// As above, in two partitions.
+#[test]
+fn two_clock_partitions_with_growing_resizes_and_a_cleaner() {
+    stress(Run { posix: false, cleaner: true, scratch: true, resizes: GROWING, recycle: false, partitions: Some(2) });
+}
+
+/// As above, in eight partitions (more than the workers: evictors move on across
+/// partitions that their threads do not start in), with frame recycling; up to 2 MiB, as
+/// eight partitions start with 64 slots each, room for 1 MiB of 4 KiB pages.
+#[test]
+fn eight_clock_partitions_with_growing_resizes_and_recycling() {
+    stress(Run { posix: false, cleaner: false, scratch: true, resizes: &[2 << 20, 448 << 10, 1 << 20, 384 << 10], recycle: true, partitions: Some(8) });
+}
+
+/// With every page that fits pinned, a load is OutOfMemory whatever partition its thread
+/// starts in; once one pinned page (in whatever partition) is unpinned, a load from any
+/// thread finds it: the clock's bound (two laps) holds over all partitions.
+#[test]
+fn everything_pinned_is_out_of_memory_over_all_partitions() {
+    for parts in [1usize, 2, 8] {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("db");
+        let backend: Arc<dyn StorageBackend> = Arc::new(NoSync(Arc::new(FileBackend { buffered_only: true })));
+        let pool = 128u64 << 10;
+        let config =
+            Config::new(&db).min_page(MIN_PAGE).pool_size(pool).backend(backend).clock_partitions(parts).pin_wait(std::time::Duration::from_millis(20));
+        let bm = BufferManager::create(config).unwrap();
+        assert_eq!(bm.clock_partitions(), parts);
+        let pids: Vec<PageId> = (0..64).map(|_| bm.alloc(100).unwrap().pid()).collect();
+        bm.checkpoint().unwrap();
+        let mut guards = Vec::new();
+        let mut next = 0;
+        while next < pids.len() {
+            match bm.fix_shared(pids[next]) {
+                Ok(g) => guards.push(g),
+                Err(strata::Error::OutOfMemory { .. }) => break,
+                Err(e) => panic!("{e}"),
+            }
+            next += 1;
+        }
+        assert!(next < pids.len() && guards.len() > 2, "{parts} partitions: {} pages pinned", guards.len());
+        // Several threads (several home partitions): each finds everything pinned.
+        thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| assert!(matches!(bm.fix_shared(pids[next]), Err(strata::Error::OutOfMemory { .. }))));
+            }
+        });
+        // Unpin pages one at a time; each time a load from a fresh thread succeeds.
+        for round in 0..guards.len().min(8) {
+            let g = guards.swap_remove(round * 7 % guards.len());
+            drop(g);
+            let pid = pids[next];
+            let ok = thread::scope(|s| s.spawn(|| bm.fix_shared(pid).map(drop)).join().unwrap());
+            ok.unwrap_or_else(|e| panic!("{parts} partitions, round {round}: one page unpinned, yet {e}"));
+            // It is resident (unpinned) now; pin it, so the next round needs another victim.
+            guards.push(bm.fix_shared(pid).unwrap());
+            next += 1;
+        }
+        drop(guards);
+        bm.check_invariants().unwrap();
+        bm.close().unwrap();
+    }
 }
 
 /// Shrinks and grows the pool in a tight loop while three threads keep loading pages (each

@@ -7,6 +7,7 @@ mod btree;
 mod durability;
 mod fix;
 mod mixed_size;
+mod partitions;
 mod random_read;
 mod remote;
 mod scan;
@@ -21,7 +22,9 @@ use crate::harness::engine_value;
 use crate::{EResult, EngineError, PageStore};
 
 /// The benchmark names.
-pub const BENCHMARKS: &[&str] = &["fix", "random-read", "scan", "mixed-size", "commit", "recovery", "remote", "btree"];
+pub const BENCHMARKS: &[&str] = &["fix", "random-read", "scan", "mixed-size", "commit", "recovery", "remote", "btree", "partitions"];
+
+pub use partitions::DEFAULT_PARTITIONS;
 
 pub use btree::child_main as btree_child;
 
@@ -68,6 +71,9 @@ pub struct Options {
     /// its own when called as `EXE bench-child btree SPEC` (the `strata` binary), so that
     /// each engine's peak RSS is its own. Without it every engine runs in this process.
     pub child_exe: Option<PathBuf>,
+    /// `partitions`: the resident-set partition counts to compare (each a power of two from
+    /// 1 to 64; default [`DEFAULT_PARTITIONS`]).
+    pub partitions: Option<Vec<usize>>,
 }
 
 impl Options {
@@ -152,17 +158,28 @@ pub fn run(name: &str, opts: &Options) -> Result<Value, String> {
             return Err(format!("{name} has no engine {bad:?} (known: {})", known.join(", ")));
         }
     }
+    if let Some(p) = &opts.partitions {
+        if name != "partitions" {
+            return Err(format!("--partitions applies to partitions only, not to {name}"));
+        }
+        if p.is_empty() {
+            return Err("--partitions needs at least one count".into());
+        }
+        if let Some(bad) = p.iter().find(|&&n| !n.is_power_of_two() || n > 64) {
+            return Err(format!("--partitions: {bad} is not a power of two from 1 to 64"));
+        }
+    }
     if let Some(r) = opts.rounds {
-        if !["scan", "random-read", "btree"].contains(&name) {
-            return Err(format!("--rounds applies to scan, random-read and btree only, not to {name}"));
+        if !["scan", "random-read", "btree", "partitions"].contains(&name) {
+            return Err(format!("--rounds applies to scan, random-read, btree and partitions only, not to {name}"));
         }
         if r == 0 {
             return Err("--rounds must be at least 1".into());
         }
     }
     if let Some(m) = &opts.memory {
-        if name != "random-read" && name != "btree" {
-            return Err(format!("--memory applies to random-read and btree only, not to {name}"));
+        if !["random-read", "btree", "partitions"].contains(&name) {
+            return Err(format!("--memory applies to random-read, btree and partitions only, not to {name}"));
         }
         if m != "in" && m != "out" {
             return Err(format!("--memory must be in or out, got {m:?}"));
@@ -180,6 +197,7 @@ pub fn run(name: &str, opts: &Options) -> Result<Value, String> {
         "recovery" => durability::run_recovery(&mut ctx),
         "remote" => remote::run(&mut ctx),
         "btree" => btree::run(&mut ctx),
+        "partitions" => partitions::run(&mut ctx),
         _ => unreachable!(),
     }
     .map_err(|e| format!("{name}: {e}"))?;
@@ -337,7 +355,12 @@ pub fn text_summary(report: &Value) -> String {
                 }
                 let ops = e["ops_per_sec"].as_f64().unwrap_or(0.0);
                 let bps = e["bytes_per_sec"].as_f64().unwrap_or(0.0);
-                let ratio = r["ratios"].get(name).and_then(Value::as_f64).map(|x| format!("  strata/{name} = {x:.2}")).unwrap_or_default();
+                let ratio = r["ratios"].get(name).and_then(Value::as_f64).map(|x| format!("  strata/{name} = {x:.2}")).unwrap_or_default()
+                    + &r.get("speedup_vs_one_partition")
+                        .and_then(|s| s.get(name))
+                        .and_then(Value::as_f64)
+                        .map(|x| format!("  vs strata-p1 = {x:.3}"))
+                        .unwrap_or_default();
                 let rss = e.get("peak_rss_bytes").and_then(Value::as_u64).map(|b| format!("  peak RSS {:>9}", short_size(b))).unwrap_or_default();
                 out.push_str(&format!(
                     "  {name:<13} {ops:>14.0} ops/s {:>10}/s  p50 {:>9.2} us  p99 {:>9.2} us{rss}{ratio}\n",

@@ -65,6 +65,12 @@ impl StrataStore {
         StrataStore::open_config(ds, Config::new(&ds.db_dir).pool_size(pool_bytes).frame_recycling(Some(0)), true)
     }
 
+    /// [`StrataStore::open`] with the resident set and clock in `partitions` partitions
+    /// (`Config::clock_partitions`; the `strata-pN` engines of the `partitions` benchmark).
+    pub fn open_with_partitions(ds: &DataSet, pool_bytes: u64, partitions: usize) -> EResult<StrataStore> {
+        StrataStore::open_config(ds, Config::new(&ds.db_dir).pool_size(pool_bytes).clock_partitions(partitions), true)
+    }
+
     fn open_config(ds: &DataSet, config: Config, streams: bool) -> EResult<StrataStore> {
         let bm = BufferManager::open(config.min_page(ds.min_page))?;
         let files = ds.files.iter().map(|f| FileInfo { class: f.class, page_size: f.page_size, pages: f.pages }).collect();
@@ -199,6 +205,7 @@ impl PageStore for StrataStore {
         m.insert("read_requests".into(), s.read_requests.into());
         m.insert("frame_recycling".into(), s.frame_recycling.into());
         m.insert("frames_recycled".into(), s.frames_recycled.into());
+        m.insert("clock_partitions".into(), self.bm.clock_partitions().into());
         m.insert("contention".into(), serde_json::to_value(&s.contention).unwrap_or_default());
         m
     }

@@ -197,7 +197,7 @@ impl BufferManager {
             if w.state() == EVICTED && st.try_lock_evicted(w) {
                 // An EVICTED frame is unbacked, hence zero: nothing to clear.
                 sp.resident_bytes.fetch_add(size, Ordering::Relaxed);
-                self.resident.read().insert(sp.pid(index));
+                self.resident.insert(sp.pid(index));
                 break ExclusiveGuard { bm: self, sp, index, frame: sp.frame(index), _not_send: Default::default() };
             }
             if w.is_unlatched() && st.try_lock_exclusive(w) {
@@ -246,7 +246,7 @@ impl BufferManager {
         let st = sp.state(index);
         let pid = sp.pid(index);
 
-        let resident = self.resident.read().remove(pid);
+        let resident = self.resident.remove(pid);
         let mut bm = sp.bitmap.lock();
         if !bm.free(index) {
             drop(bm);

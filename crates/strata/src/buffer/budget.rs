@@ -46,10 +46,21 @@ impl Backoff {
     }
 }
 
-/// Checks that a pool of `pool` bytes holds the resident set plus one smallest page;
-/// returns the resident set's size.
-pub(super) fn check_pool(classes: SizeClasses, pool: u64) -> Result<u64> {
-    let rs_bytes = ResidentSet::memory_bytes_for(pool / classes.min_page());
+/// The number of resident-set partitions for a pool of `pool` bytes: `configured` if it is a
+/// power of two of at most [`super::resident::MAX_PARTITIONS`], else an error; by default
+/// [`ResidentSet::default_partitions`].
+pub(super) fn clock_partitions(classes: SizeClasses, pool: u64, configured: Option<usize>) -> Result<usize> {
+    match configured {
+        None => Ok(ResidentSet::default_partitions(pool / classes.min_page())),
+        Some(n) if n.is_power_of_two() && n <= super::resident::MAX_PARTITIONS => Ok(n),
+        Some(n) => Err(Error::InvalidConfig(format!("clock partitions must be a power of two from 1 to {}, not {n}", super::resident::MAX_PARTITIONS))),
+    }
+}
+
+/// Checks that a pool of `pool` bytes holds the resident set (of `partitions` partitions)
+/// plus one smallest page; returns the resident set's size.
+pub(super) fn check_pool(classes: SizeClasses, pool: u64, partitions: usize) -> Result<u64> {
+    let rs_bytes = ResidentSet::memory_bytes_for(pool / classes.min_page(), partitions);
     let needed = rs_bytes.saturating_add(classes.min_page());
     if needed > pool {
         return Err(Error::PoolTooSmall { needed, pool });
@@ -152,6 +163,11 @@ impl BufferManager {
                 continue;
             }
             if start.elapsed() >= wait {
+                // An evictor that finished between our read of `used` and our look at
+                // `evictors` may have freed enough: look once more before giving up.
+                if self.used_bytes() + bytes <= self.pool.load(Ordering::Relaxed).min(USED_MASK) {
+                    continue;
+                }
                 let used = self.used_bytes();
                 return Err(Error::OutOfMemory {
                     requested: bytes,
@@ -187,21 +203,31 @@ impl BufferManager {
             self.used.fetch_add(SHRINK_GENERATION, Ordering::AcqRel);
         }
         let max_pages = bytes / self.classes.min_page();
-        // The resident set must have room for every page the new pool can hold.
-        if max_pages.saturating_mul(2) > self.resident.read().capacity() as u64 {
-            let Some(bigger) = ResidentSet::try_with_capacity(max_pages) else {
+        // The resident set must have room for every page the new pool can hold. It grows in
+        // place (new segments, then a larger mask: see `super::resident`), so loads and
+        // evictions go on meanwhile without taking any lock; only growers are serialised.
+        let rs = &self.resident;
+        let lock = rs.grow_lock();
+        let extra = rs.grow_bytes(max_pages);
+        if extra > 0 {
+            // A table larger than the budget can count (or than the new pool minus the
+            // metadata) cannot be allocated anyway: a configuration error, as at open.
+            if extra.saturating_add(self.metadata.load(Ordering::Relaxed)) > bytes.min(USED_MASK) {
                 self.pool.store(old, Ordering::Release);
-                return Err(resident_set_too_big(bytes, ResidentSet::memory_bytes_for(max_pages)));
-            };
-            let extra = bigger.memory_bytes() - self.resident.read().memory_bytes();
+                return Err(resident_set_too_big(bytes, ResidentSet::memory_bytes_for(max_pages, rs.partitions())));
+            }
             if let Err(e) = self.charge_metadata(extra) {
                 self.pool.store(old, Ordering::Release);
                 return Err(e);
             }
-            let mut rs = self.resident.write();
-            rs.for_each(|p| bigger.insert(p));
-            *rs = bigger;
+            if !rs.grow(&lock, max_pages) {
+                self.metadata.fetch_sub(extra, Ordering::Relaxed);
+                self.release(extra);
+                self.pool.store(old, Ordering::Release);
+                return Err(resident_set_too_big(bytes, ResidentSet::memory_bytes_for(max_pages, rs.partitions())));
+            }
         }
+        drop(lock);
         let start = Instant::now();
         let mut backoff = Backoff(0);
         loop {

@@ -43,6 +43,8 @@ pub struct Config {
     pub(crate) sequential_readahead: bool,
     /// Smallest page size whose frames are recycled; `None`: recycling off.
     pub(crate) frame_recycling: Option<u64>,
+    /// Partitions of the resident set and clock; `None`: chosen at open.
+    pub(crate) clock_partitions: Option<usize>,
 }
 
 impl Config {
@@ -66,6 +68,7 @@ impl Config {
                 Ok("1" | "on" | "true" | "all") => Some(0),
                 _ => Some(DEFAULT_RECYCLE_MIN_PAGE),
             },
+            clock_partitions: None,
         }
     }
 
@@ -82,6 +85,19 @@ impl Config {
     /// [`crate::buffer::Stats::frame_recycling`].
     pub fn frame_recycling(mut self, min_page: Option<u64>) -> Config {
         self.frame_recycling = min_page;
+        self
+    }
+
+    /// Partitions of the resident-page set and the clock: a power of two from 1 to 64
+    /// (anything else is refused at open with [`crate::Error::InvalidConfig`]). Each has its
+    /// own slots and its own clock hand, so that misses and evictions on different cores
+    /// share no cache line; an eviction starts in a partition chosen per thread (a cursor that
+    /// advances by one at each eviction) and moves on when
+    /// that one has nothing to give. Default: the number of CPUs rounded up to a power of
+    /// two, at most 64, and no more than a pool of this size can give every partition 64
+    /// slots (so a small pool gets one partition and the set costs no extra memory).
+    pub fn clock_partitions(mut self, n: usize) -> Config {
+        self.clock_partitions = Some(n);
         self
     }
 

@@ -1,4 +1,5 @@
-//! Eviction: the clock over the resident set, across all classes, and the cleaner's round.
+//! Eviction: the clock over the resident set's partitions, across all classes, and the
+//! cleaner's round.
 //!
 //! An unlatched page is first MARKED; a page still MARKED on the next visit is a victim if
 //! its exclusive latch can be *taken without waiting*. Dirty victims are written
@@ -35,22 +36,39 @@ impl BufferManager {
     }
 
     fn evict_inner(&self, need: u64, stash: Option<u8>) -> Result<u64> {
-        let rs = self.resident.read();
+        let rs = &self.resident;
         let mut victims: Vec<(PageId, &Space)> = Vec::new();
         let mut claimed = 0u64;
-        let mut scanned = 0usize;
-        let lap = 2 * rs.capacity();
+        // The clock runs partition by partition (see `super::resident`): it starts in the
+        // partition this thread's cursor names (the next one at each call), moves on to the
+        // next one after a batch that found no victim (outside the clean-only part below)
+        // or once it ran two laps of a partition, and stops when `need` is met or it has run
+        // two laps of every partition: a page unlatched all along is then marked on one lap
+        // and taken on the next, wherever it lies, so nothing evictable is missed before the
+        // caller reports OutOfMemory.
+        let parts = rs.partitions();
+        let lap = 2 * rs.partition_capacity();
+        let mut scanned = [0usize; super::resident::MAX_PARTITIONS];
+        let mut finished = 0;
+        let mut part = rs.home();
+        let mut total = 0usize;
         // With a cleaner running, dirty pages are its work: the first quarter lap takes only
         // clean victims (a thread that needs memory then waits for no write and no fsync)
         // and rings the cleaner for the dirty ones it passed; after that, when clean victims
         // ran short, dirty ones are written in the foreground. (Bounded, so that a pool full
         // of dirty pages costs an eviction a quarter of the set's slots, not a whole lap.)
         let cleaner = self.bell.attached.load(Ordering::Relaxed);
-        let clean_only_slots = (rs.capacity() / 4).max(CLOCK_BATCH).min(rs.capacity());
+        let capacity = rs.capacity();
+        let clean_only_slots = (capacity / 4).max(CLOCK_BATCH).min(capacity);
         let mut passed_dirty = false;
-        while claimed < need && scanned < lap {
-            let clean_only = cleaner && scanned < clean_only_slots;
-            rs.clock_batch(CLOCK_BATCH, |pid| {
+        while claimed < need && finished < parts {
+            if scanned[part] >= lap {
+                part = (part + 1) & (parts - 1);
+                continue;
+            }
+            let clean_only = cleaner && total < clean_only_slots;
+            let found = victims.len();
+            rs.clock_batch(part, CLOCK_BATCH, |pid| {
                 if claimed >= need {
                     return;
                 }
@@ -73,9 +91,18 @@ impl BufferManager {
                     _ => {}
                 }
             });
-            scanned += CLOCK_BATCH;
+            scanned[part] += CLOCK_BATCH;
+            total += CLOCK_BATCH;
+            if scanned[part] >= lap {
+                finished += 1;
+            }
+            // Clean victims are first looked for in the starting partition, so a batch
+            // without victims moves on only once the clean-only part is over.
+            if victims.len() == found && parts > 1 && !clean_only {
+                part = (part + 1) & (parts - 1);
+                self.counters.clock_moves.add(1);
+            }
         }
-        drop(rs);
         if passed_dirty {
             self.bell.ring();
         }
@@ -126,7 +153,7 @@ impl BufferManager {
             i = j;
         }
         discard.run();
-        let rs = self.resident.read();
+        let rs = &self.resident;
         let mut freed = 0;
         for &(pid, sp) in &victims {
             let removed = rs.remove(pid);
@@ -135,7 +162,6 @@ impl BufferManager {
             sp.state(pid.index()).unlock_evicted();
             freed += sp.page_size();
         }
-        drop(rs);
         self.counters.evictions.add(victims.len() as u64);
         // Stashed frames stay charged (as stashed bytes); the rest goes back to the budget.
         self.release(freed - stashed);
@@ -151,28 +177,33 @@ impl BufferManager {
     /// write). Never waits for a latch. Returns the number of pages written; on error they
     /// stay dirty.
     pub fn clean_ahead(&self, target: u64) -> Result<usize> {
-        let rs = self.resident.read();
-        let start = rs.hand();
-        let mut seen = 0u64;
-        let mut scanned = 0usize;
+        // Each partition has its own hand: look ahead of each by its share of `target`.
+        let rs = &self.resident;
+        let parts = rs.partitions();
+        let share = target.div_ceil(parts as u64);
+        let pcap = rs.partition_capacity();
         let mut latched: Vec<(PageId, &Space)> = Vec::new();
-        while seen < target && scanned < rs.capacity() {
-            rs.peek(start.wrapping_add(scanned), CLOCK_BATCH, |pid| {
-                let Some(sp) = self.spaces[pid.space()].get() else { return };
-                let st = sp.state(pid.index());
-                let w = st.load();
-                if !w.is_resident() || seen >= target {
-                    return;
-                }
-                seen += sp.page_size();
-                // Dirty is only set under the exclusive latch, so it stays set once we hold it.
-                if w.state() == MARKED && w.dirty() && st.try_lock_exclusive(w) {
-                    latched.push((pid, sp));
-                }
-            });
-            scanned += CLOCK_BATCH;
+        for part in 0..parts {
+            let start = rs.hand(part);
+            let mut seen = 0u64;
+            let mut scanned = 0usize;
+            while seen < share && scanned < pcap {
+                rs.peek(part, start.wrapping_add(scanned), CLOCK_BATCH, |pid| {
+                    let Some(sp) = self.spaces[pid.space()].get() else { return };
+                    let st = sp.state(pid.index());
+                    let w = st.load();
+                    if !w.is_resident() || seen >= share {
+                        return;
+                    }
+                    seen += sp.page_size();
+                    // Dirty is only set under the exclusive latch, so it stays set once we hold it.
+                    if w.state() == MARKED && w.dirty() && st.try_lock_exclusive(w) {
+                        latched.push((pid, sp));
+                    }
+                });
+                scanned += CLOCK_BATCH;
+            }
         }
-        drop(rs);
         if latched.is_empty() {
             return Ok(0);
         }

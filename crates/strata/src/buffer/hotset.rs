@@ -55,7 +55,7 @@ impl BufferManager {
     pub fn save_hot_set(&self) -> Result<u64> {
         let Some(tier) = &self.remote else { return Ok(0) };
         let mut pids = Vec::new();
-        self.resident.read().for_each(|pid| {
+        self.resident.for_each(|pid| {
             if !pid.is_temp() {
                 pids.push(pid);
             }

@@ -107,7 +107,7 @@ impl BufferManager {
     /// clock sees it. The caller then releases the latch in the state it wants.
     pub(super) fn install(&self, sp: &Space, index: u64) {
         sp.resident_bytes.fetch_add(sp.page_size(), Ordering::Relaxed);
-        self.resident.read().insert(sp.pid(index));
+        self.resident.insert(sp.pid(index));
     }
 
     /// Loads those of `pids` that are not resident, coalescing runs of adjacent pages of one

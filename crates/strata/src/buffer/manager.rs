@@ -30,11 +30,11 @@
 //! * **Eviction.** Clock over the resident set, across all classes (see [`super::evict`]).
 //!
 //! Lock order: a space's bitmap mutex is never held while waiting for a page latch; the
-//! resident set's striped lock is taken for writing only by `set_pool_size` (which holds
-//! no latch).
+//! resident set's grow mutex is taken only by `set_pool_size` (which holds no latch).
 //!
 //! No lock is shared by all threads on a fix, a miss or an eviction: the resident set is
-//! lock-free under a striped reader lock ([`super::sharded`]), the dirty-page table and the
+//! lock-free, partitioned (a slot array and a clock hand per partition) and grows in place
+//! without a lock on the hot path ([`super::resident`]), the dirty-page table and the
 //! remote tier's versions are sharded by page id, the allocation check of a miss reads an
 //! atomic mirror of the bitmap ([`Space::is_allocated`]), counters are striped.
 
@@ -45,7 +45,7 @@ use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
 
-use super::budget::{check_pool, resident_set_too_big, USED_MASK};
+use super::budget::{check_pool, clock_partitions, resident_set_too_big, USED_MASK};
 use super::config::Config;
 use super::resident::ResidentSet;
 use super::space::Space;
@@ -77,7 +77,7 @@ pub struct BufferManager {
     pub(super) used: AtomicU64,
     pub(super) metadata: AtomicU64,
     pub(super) peak: AtomicU64,
-    pub(super) resident: crate::sharded::StripedRwLock<ResidentSet>,
+    pub(super) resident: ResidentSet,
     pub(super) evictors: AtomicU64,
     /// Frames of evicted pages handed to loads ([`super::recycle`]).
     pub(super) recycler: super::recycle::Recycler,
@@ -204,7 +204,7 @@ impl BufferManager {
             .ok_or_else(|| Error::InvalidConfig(format!("min_page must be a power of two between 4 KiB and 64 GiB, got {min_page}")))?;
         // Refuse an unusable pool before writing anything: a create that fails must not
         // leave a database behind (a retry would then fail with AlreadyExists).
-        check_pool(classes, config.pool_size)?;
+        check_pool(classes, config.pool_size, clock_partitions(classes, config.pool_size, config.clock_partitions)?)?;
         be.create_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
         let lock = be.lock_dir(dir)?;
         // Again under the lock: a concurrent create may have finished since the check above.
@@ -281,8 +281,9 @@ impl BufferManager {
             be.create_dir_all(&tmp).map_err(|e| Error::io("create directory", &tmp, e))?;
         }
         let pool = config.pool_size;
-        let rs_bytes = check_pool(classes, pool)?;
-        let resident = ResidentSet::try_with_capacity(pool / classes.min_page()).ok_or_else(|| resident_set_too_big(pool, rs_bytes))?;
+        let partitions = clock_partitions(classes, pool, config.clock_partitions)?;
+        let rs_bytes = check_pool(classes, pool, partitions)?;
+        let resident = ResidentSet::try_new(pool / classes.min_page(), partitions).ok_or_else(|| resident_set_too_big(pool, rs_bytes))?;
         let dw = DoubleWrite::open(be.as_ref(), &dir)?;
         let checkpoint = CheckpointInfo::load(be.as_ref(), &dir)?;
         let durable = table.classes.clone();
@@ -301,7 +302,7 @@ impl BufferManager {
             used: AtomicU64::new(0),
             metadata: AtomicU64::new(0),
             peak: AtomicU64::new(0),
-            resident: crate::sharded::StripedRwLock::new(resident),
+            resident,
             evictors: AtomicU64::new(0),
             recycler: super::recycle::Recycler::new(config.frame_recycling, classes.count(), pool),
             bell: Default::default(),
@@ -335,7 +336,7 @@ impl BufferManager {
             dir_lock: Mutex::new(lock),
         };
         let mut bm = bm;
-        debug_assert_eq!(rs_bytes, bm.resident.read().memory_bytes());
+        debug_assert_eq!(rs_bytes, bm.resident.memory_bytes());
         bm.charge_metadata(rs_bytes)?;
         for (class, bitmap) in table.classes.into_iter().enumerate() {
             if bitmap.allocated() > 0 {
@@ -418,6 +419,11 @@ impl BufferManager {
     /// The storage backend.
     pub fn backend(&self) -> &std::sync::Arc<dyn StorageBackend> {
         &self.backend
+    }
+
+    /// Partitions of the resident set and the clock ([`Config::clock_partitions`]).
+    pub fn clock_partitions(&self) -> usize {
+        self.resident.partitions()
     }
 
     /// The current cap in bytes.

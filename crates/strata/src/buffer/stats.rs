@@ -69,6 +69,7 @@ pub(crate) struct Counters {
     pub latch_waits: Counter,
     pub optimistic_restarts: Counter,
     pub reservation_waits: Counter,
+    pub clock_moves: Counter,
     pub read_io: IoMeter,
     pub write_io: IoMeter,
 }
@@ -84,11 +85,16 @@ pub struct Contention {
     /// or for pages to be unpinned).
     pub reservation_waits: u64,
     /// Lock acquisitions that found the lock held, per shared structure: the dirty-page
-    /// table's shards, the remote tier's version table's shards, and the resident set's
-    /// striped lock (held for writing only while the pool grows).
+    /// table's shards and the remote tier's version table's shards. `resident_set_waits` is
+    /// always 0 and kept for the JSON's sake: the resident set is partitioned and grows
+    /// without a lock (see the buffer manager's `resident` module), so loads and evictions
+    /// never wait on it.
     pub dirty_table_waits: u64,
     pub remote_versions_waits: u64,
     pub resident_set_waits: u64,
+    /// Clock batches that found no victim in a partition of the resident set, after which
+    /// the evictor moved on to the next partition (always 0 with one partition).
+    pub clock_moves: u64,
 }
 
 /// Resident and allocated figures of one size class.
