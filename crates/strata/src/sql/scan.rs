@@ -158,10 +158,7 @@ impl Pattern {
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    if needle.len() > hay.len() {
-        return None;
-    }
-    hay.windows(needle.len()).position(|w| w == needle)
+    memchr::memmem::find(hay, needle)
 }
 
 fn comparable_lit(ty: ColumnType, v: &Value) -> bool {
