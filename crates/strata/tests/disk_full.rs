@@ -20,8 +20,13 @@ fn schema() -> Schema {
     Schema::parse("id:i64,x:f64,name:str").unwrap()
 }
 
+/// Row `i`: its string of up to 128 pseudo-random letters does not compress (packed leaves
+/// compress repetitive text several times over, and these tests need the bytes to fill
+/// their small disks as they did).
 fn row(i: u64) -> Vec<Value> {
-    let name = format!("row {i} ") + &"abcdefghij".repeat((i % 13) as usize);
+    let mut r = strata::util::SplitMix64(i);
+    let tail: String = (0..10 * (i % 13)).map(|_| char::from(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-+"[r.below(64) as usize])).collect();
+    let name = format!("row {i} ") + &tail;
     vec![Value::I64(i as i64), Value::F64(i as f64 / 4.0), Value::Str(name)]
 }
 
