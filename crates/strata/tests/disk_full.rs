@@ -25,7 +25,8 @@ fn schema() -> Schema {
 /// their small disks as they did).
 fn row(i: u64) -> Vec<Value> {
     let mut r = strata::util::SplitMix64(i);
-    let tail: String = (0..10 * (i % 13)).map(|_| char::from(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-+"[r.below(64) as usize])).collect();
+    let tail: String =
+        (0..10 * (i % 13)).map(|_| char::from(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-+"[r.below(64) as usize])).collect();
     let name = format!("row {i} ") + &tail;
     vec![Value::I64(i as i64), Value::F64(i as f64 / 4.0), Value::Str(name)]
 }

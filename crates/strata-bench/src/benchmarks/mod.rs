@@ -254,6 +254,30 @@ pub(crate) type Rounds = Vec<EResult<Map<String, Value>>>;
 /// An engine's figures: those of its median round by `key`, with `"rounds_<key>"` listing
 /// every round's; if any round failed, that failure (an engine that cannot complete a run
 /// reports `{"failed": reason}`).
+/// Fills a page store's cache before a measurement: reads pages `0..min(pages, pool /
+/// page_size)` of file `file` once, on `cfg.threads` threads taking pages from a shared
+/// cursor (touching each 4 KiB of every page, so that its memory is resident).
+pub(crate) fn fill_cache(store: &dyn PageStore, cfg: &crate::harness::RunCfg, file: u16, pages: u64, pool: u64, page_size: u64) -> EResult<()> {
+    let fill = pages.min(pool / page_size);
+    let cursor = std::sync::atomic::AtomicU64::new(0);
+    let fill_cfg = crate::harness::RunCfg { seconds: None, ops: None, ..*cfg };
+    crate::harness::measure(
+        &fill_cfg,
+        |_| (),
+        |_| {
+            let i = cursor.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if i >= fill {
+                return Ok(crate::harness::Step::Done);
+            }
+            store.read(crate::Page::new(file, i), &mut |d| {
+                std::hint::black_box(crate::workload::prefault(d));
+            })?;
+            Ok(crate::harness::Step::Did { bytes: page_size })
+        },
+    )?;
+    Ok(())
+}
+
 pub(crate) fn median_round(rounds: Rounds, key: &str) -> Value {
     let mut ok = match rounds.into_iter().collect::<EResult<Vec<_>>>() {
         Ok(ok) if !ok.is_empty() => ok,

@@ -12,15 +12,13 @@
 //! `clock_partitions` and strata's `contention` counters (`clock_moves`: clock batches
 //! that found no victim in a partition and moved on to the next one).
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use serde_json::{json, Map, Value};
 
 use super::{median_round, Ctx, Rounds};
 use crate::dataset::{DataSet, FileSpec};
 use crate::engines::StrataStore;
 use crate::harness::{engine_value, measure, measure_store, run_value, RunCfg, Step};
-use crate::workload::{prefault, probe, Distribution, Rng, Sampler};
+use crate::workload::{probe, Distribution, Rng, Sampler};
 use crate::{EResult, Page, PageStore};
 
 /// The partition counts run by default.
@@ -67,23 +65,7 @@ pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
                     let r = (|| {
                         // Fill (in: every page; out: a pool's worth) in parallel, then (out)
                         // let the workload shape the pool's contents.
-                        let fill = n.min(pool / ps);
-                        let cursor = AtomicU64::new(0);
-                        let fill_cfg = RunCfg { seconds: None, ops: None, ..cfg };
-                        measure(
-                            &fill_cfg,
-                            |_| (),
-                            |_| {
-                                let i = cursor.fetch_add(1, Ordering::Relaxed);
-                                if i >= fill {
-                                    return Ok(Step::Done);
-                                }
-                                store.read(Page::new(0, i), &mut |d| {
-                                    std::hint::black_box(prefault(d));
-                                })?;
-                                Ok(Step::Did { bytes: ps })
-                            },
-                        )?;
+                        super::fill_cache(&store, &cfg, 0, n, pool, ps)?;
                         if memory == "out" {
                             measure(&warm, make_warm, op)?;
                         }

@@ -23,14 +23,12 @@
 //! (`queue_depth` = batch x threads) and `batch`. Fill and warm-up are unchanged (one page
 //! per operation).
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use serde_json::{json, Map, Value};
 
 use super::{median_round, mmap_cap_note, short_size, with_engine, Ctx, Rounds};
 use crate::dataset::{DataSet, FileSpec};
 use crate::harness::{engine_value, measure, measure_store, run_value, RunCfg, Step};
-use crate::workload::{prefault, probe, Distribution, Rng, Sampler};
+use crate::workload::{probe, Distribution, Rng, Sampler};
 use crate::{EResult, Page, PageStore};
 
 /// `strata-recycle` is strata with frame recycling for every page size
@@ -113,23 +111,7 @@ pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
                                 if name != "raw" {
                                     // Fill the cache (in: every page; out: a pool's worth), in
                                     // parallel, then (out) let the workload shape its contents.
-                                    let fill = n.min(pool / ps);
-                                    let cursor = AtomicU64::new(0);
-                                    let fill_cfg = RunCfg { seconds: None, ops: None, ..cfg };
-                                    measure(
-                                        &fill_cfg,
-                                        |_| (),
-                                        |_| {
-                                            let i = cursor.fetch_add(1, Ordering::Relaxed);
-                                            if i >= fill {
-                                                return Ok(Step::Done);
-                                            }
-                                            store.read(Page::new(k as u16, i), &mut |d| {
-                                                std::hint::black_box(prefault(d));
-                                            })?;
-                                            Ok(Step::Did { bytes: ps })
-                                        },
-                                    )?;
+                                    super::fill_cache(store, &cfg, k as u16, n, pool, ps)?;
                                     if memory == "out" {
                                         measure(&warm, make_warm, op)?;
                                     }

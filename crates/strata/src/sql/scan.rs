@@ -264,9 +264,7 @@ impl ColScan {
         let any_row = self.conjs.iter().any(|c| matches!(c, Conj::Row(_)));
         // A join's filter, while it drops enough rows to pay for itself (at least one in
         // JOIN_FILTER_MIN_DROP of the first JOIN_FILTER_PROBATION rows it tests).
-        let mut kf = self.keys.get();
-        let mut kb = Vec::new();
-        let (mut tested, mut dropped) = (0u64, 0u64);
+        let mut jf = JoinFiltering::new(self.keys.get());
         let mut go = true;
         self.table.scan_pages(bm, 0, Some(&self.need), &mut |pid, page, leaf, start| {
             let n = leaf.count;
@@ -300,14 +298,7 @@ impl ColScan {
                 }
             }
             if !any_row {
-                if let Some(f) = &kf {
-                    let (t, d) = key_filter(f, &lf, &mut all, &mut kb).map_err(|_| bad("a value is unreadable"))?;
-                    tested += t;
-                    dropped += d;
-                    if tested >= JOIN_FILTER_PROBATION && dropped * JOIN_FILTER_MIN_DROP < tested {
-                        kf = None;
-                    }
-                }
+                jf.leaf(&lf, &mut all).map_err(|_| bad("a value is unreadable"))?;
                 for (w, &x) in all.iter().enumerate() {
                     let mut x = x;
                     while x != 0 {
@@ -354,15 +345,8 @@ impl ColScan {
                     if all_true {
                         // The join filter last: every conjunct was evaluated on this row,
                         // as without it.
-                        if let Some(f) = &kf {
-                            tested += 1;
-                            if !key_may_match(f, &lf, i, &mut kb).map_err(|_| bad("a value is unreadable"))? {
-                                dropped += 1;
-                                continue 'rows;
-                            }
-                            if tested >= JOIN_FILTER_PROBATION && dropped * JOIN_FILTER_MIN_DROP < tested {
-                                kf = None;
-                            }
+                        if !jf.row(&lf, i).map_err(|_| bad("a value is unreadable"))? {
+                            continue 'rows;
                         }
                         if !decoded {
                             lf.decode(i, &needed, &mut row).map_err(|_| bad(&format!("row {} is unreadable", leaf.first + i as u64)))?;
@@ -381,8 +365,54 @@ impl ColScan {
             bits.give(all);
             Ok(true)
         })?;
-        super::counters::JOIN_FILTERED_ROWS.fetch_add(dropped, std::sync::atomic::Ordering::Relaxed);
+        jf.count();
         Ok(go)
+    }
+}
+
+/// A join's filter as a scan applies it (see [`super::keyfilter`]): while it drops enough
+/// rows to pay for itself (at least one in [`JOIN_FILTER_MIN_DROP`] of the first
+/// [`JOIN_FILTER_PROBATION`] rows it tests).
+struct JoinFiltering {
+    filter: Option<std::sync::Arc<KeyFilter>>,
+    kb: Vec<u8>,
+    tested: u64,
+    dropped: u64,
+}
+
+impl JoinFiltering {
+    fn new(filter: Option<std::sync::Arc<KeyFilter>>) -> JoinFiltering {
+        JoinFiltering { filter, kb: Vec::new(), tested: 0, dropped: 0 }
+    }
+
+    fn tested(&mut self, tested: u64, dropped: u64) {
+        self.tested += tested;
+        self.dropped += dropped;
+        if self.tested >= JOIN_FILTER_PROBATION && self.dropped * JOIN_FILTER_MIN_DROP < self.tested {
+            self.filter = None;
+        }
+    }
+
+    /// Clears the bits of `all` whose rows cannot join.
+    fn leaf(&mut self, lf: &LeafView<'_>, all: &mut [u64]) -> std::result::Result<(), Bad> {
+        if let Some(f) = &self.filter {
+            let (t, d) = key_filter(f, lf, all, &mut self.kb)?;
+            self.tested(t, d);
+        }
+        Ok(())
+    }
+
+    /// Whether row `i` may join.
+    fn row(&mut self, lf: &LeafView<'_>, i: usize) -> std::result::Result<bool, Bad> {
+        let Some(f) = &self.filter else { return Ok(true) };
+        let ok = key_may_match(f, lf, i, &mut self.kb)?;
+        self.tested(1, !ok as u64);
+        Ok(ok)
+    }
+
+    /// Adds the rows dropped to the process-wide counter.
+    fn count(&self) {
+        super::counters::JOIN_FILTERED_ROWS.fetch_add(self.dropped, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -519,9 +549,7 @@ impl ColScan {
         let mut bits = Bits::default();
         let mut sel: Vec<u32> = Vec::new();
         let mut go = true;
-        let mut kf = self.keys.get();
-        let mut kb = Vec::new();
-        let (mut tested, mut dropped) = (0u64, 0u64);
+        let mut jf = JoinFiltering::new(self.keys.get());
         self.table.scan_pages(bm, from, Some(&self.need), &mut |pid, page, leaf, start| {
             if leaf.first >= to {
                 return Ok(false);
@@ -548,14 +576,7 @@ impl ColScan {
                     bits.give(u);
                 }
             }
-            if let Some(f) = &kf {
-                let (t, d) = key_filter(f, &lf, &mut all, &mut kb).map_err(|_| bad("a value is unreadable"))?;
-                tested += t;
-                dropped += d;
-                if tested >= JOIN_FILTER_PROBATION && dropped * JOIN_FILTER_MIN_DROP < tested {
-                    kf = None;
-                }
-            }
+            jf.leaf(&lf, &mut all).map_err(|_| bad("a value is unreadable"))?;
             sel.clear();
             for (w, &x) in all.iter().enumerate() {
                 let mut x = x;
@@ -572,7 +593,7 @@ impl ColScan {
             go = more;
             Ok(more)
         })?;
-        super::counters::JOIN_FILTERED_ROWS.fetch_add(dropped, std::sync::atomic::Ordering::Relaxed);
+        jf.count();
         Ok(go)
     }
 }
