@@ -103,17 +103,8 @@ pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
                     }
                 }
             }
-            let mut params = json!({
-                "threads": threads,
-                "page_size": ps,
-                "pool_bytes": pool,
-                "data_bytes": n * ps,
-                "memory": memory,
-                "data_to_pool": ((n * ps) as f64 / pool as f64 * 1000.0).round() / 1000.0,
-                "distribution": "uniform",
-                "phase": "warm",
-                "partitions": parts,
-            });
+            let mut params = super::random_read::read_params(threads, ps, pool, n, memory, "uniform");
+            params["partitions"] = json!(parts);
             if rounds > 1 {
                 params["rounds"] = json!(rounds);
             }

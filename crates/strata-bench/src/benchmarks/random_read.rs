@@ -136,17 +136,8 @@ pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
                         let v = if rounds == 1 { engine_value(rs.into_iter().next().expect("one round")) } else { median_round(rs, "ops_per_sec") };
                         engines.insert((*name).into(), v);
                     }
-                    let mut params = json!({
-                        "threads": threads,
-                        "page_size": ps,
-                        "pool_bytes": pool,
-                        "data_bytes": n * ps,
-                        "memory": memory,
-                        "data_to_pool": ((n * ps) as f64 / pool as f64 * 1000.0).round() / 1000.0,
-                        "distribution": dist.name(),
-                        "phase": "warm",
-                        "queue_depth": batch * threads,
-                    });
+                    let mut params = read_params(threads, ps, pool, n, memory, dist.name());
+                    params["queue_depth"] = json!(batch * threads);
                     if o.queue_depth.is_some() {
                         params["batch"] = json!(batch);
                     }
@@ -170,4 +161,19 @@ pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
         "random-read: in = data 7/8 of the pool (fits with every engine's metadata), out = 4x the pool; each engine opened cold per run, warmed, then measured for {seconds} s; raw is never warmed (it has no cache). Latency sampled every 8th op in memory, every op out of memory. {rounds} round(s) per engine and run (engines in rotating order, each round on a freshly opened engine); with more than one, an engine's figures are its median round by ops/s and rounds_ops_per_sec lists every round."
     ));
     Ok(runs)
+}
+
+/// The parameters of a random-read measurement (also `partitions`'): `n` pages of `ps`
+/// bytes read through a pool of `pool` bytes, measured warm.
+pub(super) fn read_params(threads: usize, ps: u64, pool: u64, n: u64, memory: &str, distribution: &str) -> Value {
+    json!({
+        "threads": threads,
+        "page_size": ps,
+        "pool_bytes": pool,
+        "data_bytes": n * ps,
+        "memory": memory,
+        "data_to_pool": ((n * ps) as f64 / pool as f64 * 1000.0).round() / 1000.0,
+        "distribution": distribution,
+        "phase": "warm",
+    })
 }

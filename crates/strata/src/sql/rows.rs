@@ -19,9 +19,9 @@ use crate::ops::spill::hash64;
 use crate::storage::{PageId, PAGE_HEADER_SIZE};
 
 const T_NULL: u8 = 0;
-pub(crate) const T_I64: u8 = 1;
+const T_I64: u8 = 1;
 const T_F64: u8 = 2;
-pub(crate) const T_DATE: u8 = 3;
+const T_DATE: u8 = 3;
 const T_FALSE: u8 = 4;
 const T_TRUE: u8 = 5;
 const T_STR: u8 = 6;
@@ -70,23 +70,33 @@ pub fn encode_value(v: &Value, out: &mut Vec<u8>) {
     )
 }
 
+/// The encoding of an `i64` value, as an array (for keys built on the stack).
+#[inline]
+pub(crate) fn i64_code(i: i64) -> [u8; 9] {
+    let mut b = [T_I64; 9];
+    b[1..].copy_from_slice(&i.to_le_bytes());
+    b
+}
+
+/// The encoding of a date, as an array.
+#[inline]
+pub(crate) fn date_code(d: i32) -> [u8; 5] {
+    let mut b = [T_DATE; 5];
+    b[1..].copy_from_slice(&d.to_le_bytes());
+    b
+}
+
 /// Appends the encoding of `v` (the same bytes as [`encode_value`] of the owned value).
 #[inline]
 pub(crate) fn encode_ref(v: ValueRef<'_>, out: &mut Vec<u8>) {
     match v {
         ValueRef::Null => out.push(T_NULL),
-        ValueRef::I64(i) => {
-            out.push(T_I64);
-            out.extend_from_slice(&i.to_le_bytes());
-        }
+        ValueRef::I64(i) => out.extend_from_slice(&i64_code(i)),
         ValueRef::F64(f) => {
             out.push(T_F64);
             out.extend_from_slice(&canon(f).to_bits().to_le_bytes());
         }
-        ValueRef::Date(d) => {
-            out.push(T_DATE);
-            out.extend_from_slice(&d.to_le_bytes());
-        }
+        ValueRef::Date(d) => out.extend_from_slice(&date_code(d)),
         ValueRef::Bool(b) => out.push(if b { T_TRUE } else { T_FALSE }),
         ValueRef::Str(s) => encode_str_bytes(s.as_bytes(), out),
         ValueRef::Bytes(b) => {

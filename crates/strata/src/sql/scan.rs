@@ -26,7 +26,7 @@ use super::exec::{Plan, Sink};
 use super::expr::{compare, like, BExpr, CmpOp};
 use super::join::JoinKind;
 use super::keyfilter::KeyFilter;
-use super::rows::{encode_ref, encode_str_bytes, hash_bytes, ValueRef, T_DATE, T_I64};
+use super::rows::{date_code, encode_ref, encode_str_bytes, hash_bytes, i64_code, ValueRef};
 use crate::access::table::pax::{self, Leaf};
 use crate::access::table::{ColumnType, Schema, Table, Value};
 use crate::buffer::BufferManager;
@@ -424,11 +424,7 @@ fn key_may_match(kf: &KeyFilter, lf: &LeafView<'_>, i: usize, kb: &mut Vec<u8>) 
         if lf.is_null(c, i) {
             return Ok(false);
         }
-        if lf.schema.columns[c].ty == ColumnType::Str {
-            encode_str_bytes(lf.bytes_at(c, i)?, kb);
-        } else {
-            encode_ref(lf.value_ref_at(c, i)?, kb);
-        }
+        lf.encode_col(c, i, kb)?;
     }
     Ok(kf.may_contain(hash_bytes(kb)))
 }
@@ -459,12 +455,10 @@ fn key_filter(kf: &KeyFilter, lf: &LeafView<'_>, all: &mut [u64], kb: &mut Vec<u
                 let mut p = 0;
                 for &c in &kf.cols {
                     if lf.schema.columns[c].ty == ColumnType::I64 {
-                        buf[p] = T_I64;
-                        buf[p + 1..p + 9].copy_from_slice(&lf.i64_at(c, i).to_le_bytes());
+                        buf[p..p + 9].copy_from_slice(&i64_code(lf.i64_at(c, i)));
                         p += 9;
                     } else {
-                        buf[p] = T_DATE;
-                        buf[p + 1..p + 5].copy_from_slice(&lf.date_at(c, i).to_le_bytes());
+                        buf[p..p + 5].copy_from_slice(&date_code(lf.date_at(c, i)));
                         p += 5;
                     }
                 }
@@ -509,15 +503,8 @@ impl Batch<'_> {
     /// Appends the encoding of the `cols` of row `i` ([`encode_value`](super::rows::encode_value)
     /// of each, in order) straight from the leaf's bytes.
     pub(crate) fn encode(&self, i: usize, cols: &[usize], out: &mut Vec<u8>) -> Result<()> {
-        let unreadable = |_| (self.bad)(&format!("row {} is unreadable", self.lf.leaf.first + i as u64));
         for &c in cols {
-            // A string's bytes go in as they are (no UTF-8 check per row: a key is checked
-            // when it is decoded).
-            if self.lf.schema.columns[c].ty == ColumnType::Str && !self.lf.is_null(c, i) {
-                encode_str_bytes(self.lf.bytes_at(c, i).map_err(unreadable)?, out);
-                continue;
-            }
-            encode_ref(self.lf.value_ref_at(c, i).map_err(unreadable)?, out);
+            self.lf.encode_col(c, i, out).map_err(|_| (self.bad)(&format!("row {} is unreadable", self.lf.leaf.first + i as u64)))?;
         }
         Ok(())
     }
@@ -747,6 +734,18 @@ impl<'a> LeafView<'a> {
             ColumnType::Str => ValueRef::Str(std::str::from_utf8(self.bytes_at(col, i)?).map_err(|_| Bad)?),
             ColumnType::Bytes => ValueRef::Bytes(self.bytes_at(col, i)?),
         })
+    }
+
+    /// Appends the encoding of value `i` of `col` (NULL included; the bytes of
+    /// [`encode_ref`] of it) straight from the leaf. A string's bytes go in as they are: no
+    /// UTF-8 check per row (an encoded key is checked where it is decoded).
+    pub(crate) fn encode_col(&self, col: usize, i: usize, out: &mut Vec<u8>) -> std::result::Result<(), Bad> {
+        if self.schema.columns[col].ty == ColumnType::Str && !self.is_null(col, i) {
+            encode_str_bytes(self.bytes_at(col, i)?, out);
+            return Ok(());
+        }
+        encode_ref(self.value_ref_at(col, i)?, out);
+        Ok(())
     }
 
     /// Decodes the `cols` of row `i` into `row` (reusing its strings' buffers).

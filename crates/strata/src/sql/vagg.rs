@@ -222,13 +222,41 @@ struct Prog {
     outs: Vec<Option<(usize, Rt)>>,
 }
 
-/// Registers already computed, by the expression they hold (its debug form): a
+/// Registers already computed, by the expression they hold (its [`shape`]): a
 /// subexpression shared by several aggregates (TPC-H Q1's `l_extendedprice * (1 -
 /// l_discount)`, or a column loaded by several) is computed once per batch.
 type Memo = Vec<(String, usize, Rt)>;
 
+/// What an expression computes, without the source positions it carries: the same
+/// subexpression written twice has one shape. (Positions only name errors, and an error
+/// in a vector sends the batch to the row evaluator, which reports it with its position.)
+fn shape(e: &BExpr, out: &mut String) {
+    use std::fmt::Write;
+    match e {
+        BExpr::Col(c, _) => {
+            let _ = write!(out, "#{c}");
+        }
+        BExpr::Neg(x, _) => {
+            out.push_str("-(");
+            shape(x, out);
+            out.push(')');
+        }
+        BExpr::Arith(op, a, b, _) => {
+            let _ = write!(out, "{op:?}(");
+            shape(a, out);
+            out.push(',');
+            shape(b, out);
+            out.push(')');
+        }
+        e => {
+            let _ = write!(out, "{e:?}");
+        }
+    }
+}
+
 fn compile(e: &BExpr, schema: &Schema, ops: &mut Vec<Op>, n: &mut usize, memo: &mut Memo) -> Option<(usize, Rt)> {
-    let key = format!("{e:?}");
+    let mut key = String::new();
+    shape(e, &mut key);
     if let Some(&(_, r, t)) = memo.iter().find(|(k, ..)| *k == key) {
         return Some((r, t));
     }
@@ -757,4 +785,28 @@ pub fn fused_grouped(bm: &BufferManager, input: &Plan, keys: &[BExpr], aggs: &[A
     let mut x = Scratch::new(schema.len());
     scan.run_batches(bm, &mut |b| group_batch(&g, &mut prog, b, cache, main, &mut x).map(|_| true))?;
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sql::exec::AggFunc;
+
+    /// A subexpression written twice (at two source positions) is computed once, and a
+    /// column read by several aggregates is loaded once.
+    #[test]
+    fn shared_subexpressions_are_computed_once() {
+        let schema = Schema::parse("a:f64,b:f64,c:f64").unwrap();
+        let col = |i: usize, n: &str| BExpr::Col(i, n.into());
+        let one = || BExpr::Lit(Value::F64(1.0));
+        // a * (1 - b), written at position p.
+        let disc = |p: u64| BExpr::Arith(ArOp::Mul, Box::new(col(0, "a")), Box::new(BExpr::Arith(ArOp::Sub, Box::new(one()), Box::new(col(1, "b")), Some((1, p)))), Some((1, p + 1)));
+        let charge = BExpr::Arith(ArOp::Mul, Box::new(disc(40)), Box::new(BExpr::Arith(ArOp::Add, Box::new(one()), Box::new(col(2, "c")), Some((1, 60)))), Some((1, 61)));
+        let spec = |arg: BExpr| AggSpec { func: AggFunc::Sum, arg: Some(arg), arg_ty: Some(ColumnType::F64), pos: None, label: "s".into(), distinct: false };
+        let prog = Prog::new(&[spec(col(0, "a")), spec(disc(10)), spec(charge)], &schema).unwrap();
+        // a, 1, b, 1 - b, a * (1 - b), c, 1 + c, (a * (1 - b)) * (1 + c): the second
+        // a * (1 - b) and every second load of a or of the constant 1 are shared.
+        assert_eq!(prog.ops.len(), 8, "{:?}", prog.ops);
+        assert_eq!(prog.outs[1], Some((4, Rt::F)));
+    }
 }

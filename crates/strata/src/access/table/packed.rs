@@ -886,7 +886,6 @@ pub fn expand(page: &[u8], schema: &Schema, need: Option<&[bool]>, out: &mut Vec
     // of the others are left as an earlier expansion left them, never read (readers of an
     // expansion read only the columns it was made for).
     out.resize(total, 0);
-    out.truncate(total);
     out[..HDR].fill(0);
     let words = [(KIND_PAX as u64) | ((n as u64) << 32), fixed as u64, n as u64, p.first, schema.len() as u64];
     for (i, w) in words.iter().enumerate() {
