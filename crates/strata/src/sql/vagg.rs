@@ -800,8 +800,20 @@ mod tests {
         let col = |i: usize, n: &str| BExpr::Col(i, n.into());
         let one = || BExpr::Lit(Value::F64(1.0));
         // a * (1 - b), written at position p.
-        let disc = |p: u64| BExpr::Arith(ArOp::Mul, Box::new(col(0, "a")), Box::new(BExpr::Arith(ArOp::Sub, Box::new(one()), Box::new(col(1, "b")), Some((1, p)))), Some((1, p + 1)));
-        let charge = BExpr::Arith(ArOp::Mul, Box::new(disc(40)), Box::new(BExpr::Arith(ArOp::Add, Box::new(one()), Box::new(col(2, "c")), Some((1, 60)))), Some((1, 61)));
+        let disc = |p: u64| {
+            BExpr::Arith(
+                ArOp::Mul,
+                Box::new(col(0, "a")),
+                Box::new(BExpr::Arith(ArOp::Sub, Box::new(one()), Box::new(col(1, "b")), Some((1, p)))),
+                Some((1, p + 1)),
+            )
+        };
+        let charge = BExpr::Arith(
+            ArOp::Mul,
+            Box::new(disc(40)),
+            Box::new(BExpr::Arith(ArOp::Add, Box::new(one()), Box::new(col(2, "c")), Some((1, 60)))),
+            Some((1, 61)),
+        );
         let spec = |arg: BExpr| AggSpec { func: AggFunc::Sum, arg: Some(arg), arg_ty: Some(ColumnType::F64), pos: None, label: "s".into(), distinct: false };
         let prog = Prog::new(&[spec(col(0, "a")), spec(disc(10)), spec(charge)], &schema).unwrap();
         // a, 1, b, 1 - b, a * (1 - b), c, 1 + c, (a * (1 - b)) * (1 + c): the second

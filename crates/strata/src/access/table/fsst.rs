@@ -19,6 +19,7 @@ use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 
 use super::packed::FastHasher;
+use super::pax::align8;
 use crate::buffer::Restart;
 
 /// The escape code: the next byte is a literal.
@@ -30,10 +31,6 @@ const GENERATIONS: usize = 5;
 /// Slots of each lookup hash (at most [`MAX_SYMBOLS`] used, so probes are short).
 const SLOTS: usize = 1024;
 const EMPTY: u32 = u32::MAX;
-
-fn align8(x: usize) -> usize {
-    x.div_ceil(8) * 8
-}
 
 /// The low `l` bytes of a word.
 #[inline(always)]

@@ -58,7 +58,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use super::fsst::{self, Symbols};
-use super::pax::{self, Leaf};
+use super::pax::{self, align8, Leaf};
 use super::schema::{ColumnType, Schema, Value};
 use crate::access::btree::node::{Src, HDR, KIND_PACKED, KIND_PAX};
 use crate::buffer::Restart;
@@ -114,10 +114,6 @@ pub fn max_rows(size: usize) -> usize {
 /// The largest plain image a packed leaf of `size` bytes expands into.
 pub fn max_expanded(size: usize) -> usize {
     size.saturating_mul(64)
-}
-
-fn align8(x: usize) -> usize {
-    x.div_ceil(8) * 8
 }
 
 /// Bits needed for `x`.

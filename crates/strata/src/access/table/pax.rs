@@ -34,7 +34,8 @@ const W_CAP: usize = 16;
 const W_FIRST: usize = 24;
 const W_COLS: usize = 32;
 
-fn align8(x: usize) -> usize {
+/// `x` rounded up to a multiple of 8 (the alignment of every area of a leaf).
+pub(crate) fn align8(x: usize) -> usize {
     x.div_ceil(8) * 8
 }
 
