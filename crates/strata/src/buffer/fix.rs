@@ -209,6 +209,12 @@ impl BufferManager {
         prefetch(sp.frame(index).wrapping_add(PAGE_HEADER_SIZE));
     }
 
+    /// Whether `pid` is in memory now (a hint for read-ahead: it may be evicted or loaded
+    /// the next moment). False for an id that names no page.
+    pub fn is_resident(&self, pid: PageId) -> bool {
+        self.addressable_space(pid).is_some_and(|sp| sp.state(pid.index()).load().is_resident())
+    }
+
     /// Starts an optimistic read of `pid`, loading it if needed. No latch is held.
     #[inline]
     pub fn fix_optimistic(&self, pid: PageId) -> Result<OptimisticGuard<'_>> {

@@ -46,6 +46,7 @@
 mod check;
 mod leaf;
 pub mod node;
+mod scan;
 
 use serde::{Deserialize, Serialize};
 
@@ -57,9 +58,6 @@ use crate::error::{Error, Result};
 use crate::storage::{layout::class_file, PageId, PAGE_HEADER_SIZE};
 use crate::txn::Transaction;
 use node::{Entries, Fences, Src, HDR, KIND_INNER, KIND_LEAF, SLOT, W_TREE, W_UPPER};
-
-/// Leaves larger than this are scanned under a shared latch instead of copied out.
-const SCAN_COPY_LIMIT: usize = 256 << 10;
 /// Optimistic restarts of a lookup before it falls back to shared latches.
 const OPTIMISTIC_TRIES: usize = 64;
 /// Structural changes one insert may need (a huge value in a full leaf needs three).
@@ -695,88 +693,6 @@ impl BTree {
         }
     }
 
-    /// Calls `f(key, value)` for every entry with a key at or after `start`, in key order,
-    /// until `f` returns false. Each leaf is copied out and validated before its entries
-    /// are handed out (leaves larger than 256 KiB are read under a shared latch instead), and
-    /// the next leaf is reached through the parent without a new descent. Do not change the
-    /// tree from inside `f`.
-    pub fn scan(&self, bm: &BufferManager, start: &[u8], f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
-        self.scan_leaves(bm, start, &mut |pid, page, from| emit(bm, pid, page, from, f))
-    }
-
-    /// Calls `f(page id, bytes, from)` with each leaf, in key order, from the one holding
-    /// `start`, until `f` returns false: the bytes are a validated copy of the leaf (or the
-    /// leaf itself under a shared latch, for leaves larger than 256 KiB), `from` the least
-    /// key not handed out yet (entries below it were in an earlier leaf). The next leaf is
-    /// reached through the parent without a new descent where possible.
-    pub(crate) fn scan_leaves(&self, bm: &BufferManager, start: &[u8], f: &mut LeafVisitor<'_>) -> Result<()> {
-        let mut from = start.to_vec();
-        let mut scratch = ScanPage::take();
-        let page = &mut scratch.0;
-        let mut buf = Vec::new();
-        'descend: loop {
-            let Some(mut path) = self.descend(bm, &from, &mut buf)? else { continue };
-            let Some(mut fence) = fence_of(bm, &path)? else { continue };
-            let mut parent = path.inner.pop().expect("a leaf has a parent");
-            let mut leaf = path.leaf;
-            loop {
-                let more = if leaf.len() <= SCAN_COPY_LIMIT {
-                    page.resize(leaf.len(), 0);
-                    copy_leaf(&leaf, page);
-                    if !leaf.validate() {
-                        continue 'descend;
-                    }
-                    f(leaf.pid(), page, &from)?
-                } else {
-                    let s = bm.fix_shared(leaf.pid())?;
-                    if !parent.g.validate() {
-                        continue 'descend;
-                    }
-                    f(leaf.pid(), s.data(), &from)?
-                };
-                if !more {
-                    return Ok(());
-                }
-                let Some(next_from) = fence.take() else { return Ok(()) };
-                // A leaf's fence (read and validated) lies above every key it can hold, so
-                // above `from`: one at or below it means separator keys out of order, and
-                // following it would hand out the same leaves again, forever.
-                if next_from <= from {
-                    return Err(BTree::corrupt(bm, leaf.pid(), "separator keys out of order (a scan would not advance)"));
-                }
-                // The old `from`'s buffer holds the next fence (no allocation per leaf).
-                let mut next_fence = std::mem::replace(&mut from, next_from);
-                // The next leaf through the parent, if it is a slot's child (for `upper`, the
-                // fence of the next leaf lies above: descend again).
-                let i = parent.idx + 1;
-                let Ok(h) = node::header(&parent.g) else {
-                    BTree::restart_or_corrupt::<()>(bm, &parent.g, "impossible header")?;
-                    continue 'descend;
-                };
-                if i >= h.count {
-                    continue 'descend;
-                }
-                let Ok((off, len, _, child)) = node::slot(&parent.g, i) else {
-                    BTree::restart_or_corrupt::<()>(bm, &parent.g, "impossible slot")?;
-                    continue 'descend;
-                };
-                next_fence.clear();
-                next_fence.resize(len, 0);
-                parent.g.read(off, &mut next_fence);
-                if !parent.g.validate() {
-                    continue 'descend;
-                }
-                let Ok(next) = bm.fix_optimistic(PageId::from_raw(child)) else { continue 'descend };
-                if !parent.g.validate() {
-                    continue 'descend;
-                }
-                parent.idx = i;
-                leaf = next;
-                fence = Some(next_fence);
-            }
-        }
-    }
-
     /// Verifies the tree (see [`TreeReport`]); `visit` is called with every page.
     pub fn check(&self, bm: &BufferManager, visit: &mut dyn FnMut(PageId)) -> Result<TreeReport> {
         check::check(bm, self.root(), visit, None).map(|(r, _)| r)
@@ -795,65 +711,6 @@ impl BTree {
     }
 }
 
-/// The upper fence of the path's leaf: the separator above it in the lowest ancestor where
-/// the descent did not follow `upper` (`Some(None)`: none, it is the last leaf). `Ok(None)`:
-/// restart; an impossible node that validates is a corruption (a restart would find it
-/// again, forever).
-fn fence_of(bm: &BufferManager, path: &Path<'_>) -> Result<Option<Option<Vec<u8>>>> {
-    for step in path.inner.iter().rev() {
-        let Ok(h) = node::header(&step.g) else { return BTree::restart_or_corrupt(bm, &step.g, "impossible header") };
-        if step.idx < h.count {
-            let Ok((off, len, _, _)) = node::slot(&step.g, step.idx) else { return BTree::restart_or_corrupt(bm, &step.g, "impossible slot") };
-            let mut k = vec![0u8; len];
-            step.g.read(off, &mut k);
-            return Ok(step.g.validate().then_some(Some(k)));
-        }
-    }
-    Ok(path.inner.iter().all(|s| s.g.validate()).then_some(None))
-}
-
-thread_local! {
-    /// A thread's buffer for the leaf copies of its scans, kept between scans: allocating
-    /// and freeing a page-sized buffer per scan cost more than a short scan's comparisons.
-    static SCAN_PAGE: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
-}
-
-/// A scan's leaf buffer, taken from the thread's [`SCAN_PAGE`] (empty if a scan inside a
-/// scan's callback holds it) and given back when dropped, unless it grew past 64 KiB.
-struct ScanPage(Vec<u8>);
-
-impl ScanPage {
-    fn take() -> ScanPage {
-        ScanPage(SCAN_PAGE.try_with(|c| c.take()).unwrap_or_default())
-    }
-}
-
-impl Drop for ScanPage {
-    fn drop(&mut self) {
-        if self.0.capacity() <= 64 << 10 {
-            let page = std::mem::take(&mut self.0);
-            // During thread teardown the slot may be gone: then the buffer is just freed.
-            let _ = SCAN_PAGE.try_with(|c| c.set(page));
-        }
-    }
-}
-
-/// Copies the leaf behind `g` into `page` (its length) for a scan: of a key-value leaf only
-/// what its entries occupy (header and slots, and the heap; the free bytes between them are
-/// left as they were in `page`), of any other page all of it. The copy is meaningful only
-/// if `g` validates afterwards (the header words that chose the ranges included).
-fn copy_leaf(g: &OptimisticGuard<'_>, page: &mut [u8]) {
-    let w0 = g.read_u64(node::W_KIND_COUNT);
-    let heap = g.read_u64(node::W_HEAP) as usize;
-    let slots_end = HDR + (w0 >> 32) as usize * SLOT;
-    if w0 as u8 == KIND_LEAF && slots_end <= heap && heap <= page.len() {
-        g.read(0, &mut page[..slots_end]);
-        g.read(heap, &mut page[heap..]);
-    } else {
-        g.read(0, page);
-    }
-}
-
 /// `Err` unless the latched leaf is a key-value leaf.
 fn kv_leaf(g: &ExclusiveGuard<'_>) -> Result<()> {
     if g.data()[0] != KIND_LEAF {
@@ -867,25 +724,6 @@ fn kv_leaf(g: &ExclusiveGuard<'_>) -> Result<()> {
 fn has_room<S: Src + ?Sized>(s: &S, need: usize) -> Option<bool> {
     let h = node::header(s).ok()?;
     Some(h.heap - (HDR + h.count * SLOT) + h.dead >= need)
-}
-
-/// Hands the entries of a (copied or latched) leaf at or after `from` to `f`; false when
-/// `f` asked to stop.
-fn emit(bm: &BufferManager, pid: PageId, page: &[u8], from: &[u8], f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<bool> {
-    let mut buf = Vec::new();
-    if page[0] != KIND_LEAF {
-        return Err(Error::InvalidInput(format!("page {pid} is a table leaf, not a key-value leaf: use the table's methods")));
-    }
-    let h = node::header(page).map_err(|_| BTree::corrupt(bm, pid, "impossible header"))?;
-    let (i, _) = node::lower_bound(page, h.count, from, &mut buf).map_err(|_| BTree::corrupt(bm, pid, "impossible leaf"))?;
-    for j in i..h.count {
-        let (off, len, _, vlen) = node::slot(page, j).map_err(|_| BTree::corrupt(bm, pid, "impossible slot"))?;
-        let end = (off + len).checked_add(vlen as usize).filter(|&e| e <= page.len()).ok_or_else(|| BTree::corrupt(bm, pid, "value beyond the page"))?;
-        if !f(&page[off..off + len], &page[off + len..end]) {
-            return Ok(false);
-        }
-    }
-    Ok(true)
 }
 
 /// Writes a node image over the latched page, logging only the bytes that differ.

@@ -269,7 +269,7 @@ impl Table {
     pub fn scan(&self, bm: &BufferManager, from: u64, f: &mut dyn FnMut(u64, &[Value]) -> bool) -> Result<()> {
         let mut row = Vec::with_capacity(self.schema.len());
         let mut img = Vec::new();
-        self.tree.scan_leaves(bm, &from.to_be_bytes(), &mut |pid, page, next| {
+        self.tree.scan_leaves(bm, &from.to_be_bytes(), None, &mut |pid, page, next| {
             let next = next.try_into().map(u64::from_be_bytes).unwrap_or(from).max(from);
             let (page, leaf) = self.plain_image(bm, pid, page, None, &mut img)?;
             for i in 0..leaf.count {
@@ -294,9 +294,12 @@ impl Table {
     /// Starts at the leaf holding row `from` (rows below it are not handed out).
     /// A packed leaf is handed out expanded into its plain image (with only the columns
     /// `need` marks filled, if given).
-    pub(crate) fn scan_pages(&self, bm: &BufferManager, from: u64, need: Option<&[bool]>, f: &mut PageVisitor<'_>) -> Result<()> {
+    /// `to`, if given, is a row id the caller stops at (`f` returns false there): leaves
+    /// beyond it are not read ahead.
+    pub(crate) fn scan_pages(&self, bm: &BufferManager, from: u64, to: Option<u64>, need: Option<&[bool]>, f: &mut PageVisitor<'_>) -> Result<()> {
         let mut img = Vec::new();
-        self.tree.scan_leaves(bm, &from.to_be_bytes(), &mut |pid, page, next| {
+        let end = to.map(u64::to_be_bytes);
+        self.tree.scan_leaves(bm, &from.to_be_bytes(), end.as_ref().map(|k| &k[..]), &mut |pid, page, next| {
             let next = next.try_into().map(u64::from_be_bytes).unwrap_or(from).max(from);
             let (page, leaf) = self.plain_image(bm, pid, page, need, &mut img)?;
             let start = next.saturating_sub(leaf.first).min(leaf.count as u64) as usize;
@@ -320,7 +323,7 @@ impl Table {
     /// leaf).
     pub fn packed_leaves(&self, bm: &BufferManager) -> Result<(u64, u64)> {
         let (mut packed, mut all) = (0, 0);
-        self.tree.scan_leaves(bm, &0u64.to_be_bytes(), &mut |_, page, _| {
+        self.tree.scan_leaves(bm, &0u64.to_be_bytes(), None, &mut |_, page, _| {
             all += 1;
             packed += (page[0] == KIND_PACKED) as u64;
             Ok(true)
