@@ -2075,6 +2075,18 @@ fn col_pair(c: &Conj) -> Option<(usize, usize)> {
     }
 }
 
+/// Whether `a` and `b` are the same column.
+fn same_col(a: &BExpr, b: &BExpr) -> bool {
+    matches!((a, b), (BExpr::Col(i, _), BExpr::Col(j, _)) if i == j)
+}
+
+/// Whether columns `a` and `b` are equal in every row that reaches this point: an equality
+/// of the two has been applied (as a join key or a filter) below.
+fn equated(pool: &[Conj], a: &BExpr, b: &BExpr) -> bool {
+    let (BExpr::Col(a, _), BExpr::Col(b, _)) = (a, b) else { return false };
+    pool.iter().any(|c| c.applied && col_pair(c).is_some_and(|p| p == (*a, *b) || p == (*b, *a)))
+}
+
 /// The equalities of columns of different relations that the others imply (`a = b` and
 /// `b = c`: `a = c`), added to `pool`, so that the join order can join `a`'s relation to
 /// `c`'s directly (TPC-H Q5: customer to nation, before supplier). Returns, per conjunct
@@ -2402,12 +2414,18 @@ fn join_tree(
                 }
             }
         } else {
-            for c in pool.iter_mut().filter(|c| !c.applied) {
-                if let Some((x, y)) = key_sides(c, &layout) {
-                    lk.push(remapped(&x, &left_map));
-                    rk.push(local(&y, r));
-                    c.applied = true;
+            let sides: Vec<(usize, BExpr, BExpr)> =
+                pool.iter().enumerate().filter(|(_, c)| !c.applied).filter_map(|(i, c)| key_sides(c, &layout).map(|(x, y)| (i, x, y))).collect();
+            for (n, (i, x, y)) in sides.iter().enumerate() {
+                // `x = y` is implied by an earlier key `x' = y` when the rows on the left
+                // already have x = x' (TPC-H Q9: ps_suppkey = l_suppkey after
+                // s_suppkey = l_suppkey, with ps_suppkey = s_suppkey applied below): a key
+                // fewer to hash and compare per row.
+                if !sides[..n].iter().any(|(_, x1, y1)| same_col(y1, y) && equated(&pool, x1, x)) {
+                    lk.push(remapped(x, &left_map));
+                    rk.push(local(y, r));
                 }
+                pool[*i].applied = true;
             }
         }
         layout.push(r);
