@@ -19,9 +19,9 @@ use crate::ops::spill::hash64;
 use crate::storage::{PageId, PAGE_HEADER_SIZE};
 
 const T_NULL: u8 = 0;
-const T_I64: u8 = 1;
+pub(crate) const T_I64: u8 = 1;
 const T_F64: u8 = 2;
-const T_DATE: u8 = 3;
+pub(crate) const T_DATE: u8 = 3;
 const T_FALSE: u8 = 4;
 const T_TRUE: u8 = 5;
 const T_STR: u8 = 6;

@@ -25,8 +25,8 @@ use std::cmp::Ordering;
 use super::exec::{Plan, Sink};
 use super::expr::{compare, like, BExpr, CmpOp};
 use super::join::JoinKind;
-use super::keyfilter::KeyFilter;
-use super::rows::{date_code, encode_ref, encode_str_bytes, hash_bytes, i64_code, ValueRef};
+use super::keyfilter::{date_key_hash, i64_key_hash, key_hash, KeyFilter};
+use super::rows::{date_code, encode_ref, encode_str_bytes, i64_code, ValueRef};
 use crate::access::table::pax::{self, Leaf};
 use crate::access::table::{ColumnType, Schema, Table, Value};
 use crate::buffer::BufferManager;
@@ -426,7 +426,7 @@ fn key_may_match(kf: &KeyFilter, lf: &LeafView<'_>, i: usize, kb: &mut Vec<u8>) 
         }
         lf.encode_col(c, i, kb)?;
     }
-    Ok(kf.may_contain(hash_bytes(kb)))
+    Ok(kf.may_contain(key_hash(kb)))
 }
 
 /// Rows a join filter is tested on before it may be given up.
@@ -437,38 +437,31 @@ const JOIN_FILTER_MIN_DROP: u64 = 16;
 /// Clears the bits of `all` whose rows' keys cannot be in the join's build side; returns
 /// how many rows it tested and how many it cleared.
 fn key_filter(kf: &KeyFilter, lf: &LeafView<'_>, all: &mut [u64], kb: &mut Vec<u8>) -> std::result::Result<(u64, u64), Bad> {
-    // Integer and date columns (most join keys): the key's encoding on the stack.
-    if kf.cols.len() <= 8 && kf.cols.iter().all(|&c| matches!(lf.schema.columns[c].ty, ColumnType::I64 | ColumnType::Date)) {
-        let (mut tested, mut dropped) = (0, 0);
-        let mut buf = [0u8; 72];
-        for (w, x) in all.iter_mut().enumerate() {
-            if *x == 0 {
-                continue;
-            }
-            let nulls = kf.cols.iter().fold(0, |n, &c| n | lf.null_word(c, w));
-            let mut rest = *x;
-            while rest != 0 {
-                let b = rest.trailing_zeros() as usize;
-                rest &= rest - 1;
-                tested += 1;
-                let i = w * 64 + b;
-                let mut p = 0;
-                for &c in &kf.cols {
-                    if lf.schema.columns[c].ty == ColumnType::I64 {
-                        buf[p..p + 9].copy_from_slice(&i64_code(lf.i64_at(c, i)));
-                        p += 9;
-                    } else {
-                        buf[p..p + 5].copy_from_slice(&date_code(lf.date_at(c, i)));
-                        p += 5;
-                    }
-                }
-                if nulls >> b & 1 == 1 || !kf.may_contain(hash_bytes(&buf[..p])) {
-                    *x &= !(1u64 << b);
-                    dropped += 1;
-                }
-            }
+    // One integer or date column (most join keys): the hash from the value.
+    if let [c] = kf.cols[..] {
+        let ty = lf.schema.columns[c].ty;
+        if matches!(ty, ColumnType::I64 | ColumnType::Date) {
+            let hash = |i: usize| if ty == ColumnType::I64 { i64_key_hash(lf.i64_at(c, i)) } else { date_key_hash(lf.date_at(c, i)) };
+            return Ok(clear_unmatched(all, |w| lf.null_word(c, w), |i| kf.may_contain(hash(i))));
         }
-        return Ok((tested, dropped));
+    }
+    // Integer and date columns: the key's encoding on the stack.
+    if kf.cols.len() <= 8 && kf.cols.iter().all(|&c| matches!(lf.schema.columns[c].ty, ColumnType::I64 | ColumnType::Date)) {
+        let key = |i: usize| {
+            let (mut buf, mut p) = ([0u8; 72], 0);
+            for &c in &kf.cols {
+                if lf.schema.columns[c].ty == ColumnType::I64 {
+                    buf[p..p + 9].copy_from_slice(&i64_code(lf.i64_at(c, i)));
+                    p += 9;
+                } else {
+                    buf[p..p + 5].copy_from_slice(&date_code(lf.date_at(c, i)));
+                    p += 5;
+                }
+            }
+            key_hash(&buf[..p])
+        };
+        let nulls = |w: usize| kf.cols.iter().fold(0, |n, &c| n | lf.null_word(c, w));
+        return Ok(clear_unmatched(all, nulls, |i| kf.may_contain(key(i))));
     }
     let (mut tested, mut dropped) = (0, 0);
     for (w, x) in all.iter_mut().enumerate() {
@@ -484,6 +477,32 @@ fn key_filter(kf: &KeyFilter, lf: &LeafView<'_>, all: &mut [u64], kb: &mut Vec<u
         }
     }
     Ok((tested, dropped))
+}
+
+/// Clears the bits of `all` whose rows are NULL (`nulls(w)`: the NULL bits of word `w`) or
+/// fail `test`; returns how many rows it tested and how many it cleared.
+#[inline]
+fn clear_unmatched(all: &mut [u64], nulls: impl Fn(usize) -> u64, test: impl Fn(usize) -> bool) -> (u64, u64) {
+    let (mut tested, mut dropped) = (0, 0);
+    for (w, x) in all.iter_mut().enumerate() {
+        if *x == 0 {
+            continue;
+        }
+        let n = nulls(w);
+        let mut keep = *x & !n;
+        let mut rest = keep;
+        tested += x.count_ones() as u64;
+        while rest != 0 {
+            let b = rest.trailing_zeros() as usize;
+            rest &= rest - 1;
+            if !test(w * 64 + b) {
+                keep &= !(1u64 << b);
+            }
+        }
+        dropped += (*x & !keep).count_ones() as u64;
+        *x = keep;
+    }
+    (tested, dropped)
 }
 
 /// A leaf's rows that passed the scan filter (see [`ColScan::run_batches`]).

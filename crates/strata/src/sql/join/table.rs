@@ -80,7 +80,7 @@ impl<'a> JoinTable<'a> {
                 }
                 let (h, key, row) = split(&rec)?;
                 if let Some(f) = filter.as_deref_mut() {
-                    f.add(h);
+                    f.add(key);
                 }
                 let slot = (h as usize) & (nslots - 1);
                 let need = HDR + key.len() + row.len();
