@@ -12,7 +12,7 @@
 //! split or freed meanwhile only makes a prefetch useless (`prefetch` skips pages that are
 //! not allocated), never a scan wrong: the scan itself still follows the parent.
 
-use super::node::{self, HDR, KIND_LEAF, SLOT, W_UPPER};
+use super::node::{self, HDR, KIND_LEAF, KIND_PACKED, SLOT, W_UPPER};
 use super::{BTree, LeafVisitor, Path, Step};
 use crate::buffer::{BufferManager, OptimisticGuard, ReadAhead};
 use crate::error::{Error, Result};
@@ -74,7 +74,8 @@ impl BTree {
 
     /// Calls `f(page id, bytes, from)` with each leaf, in key order, from the one holding
     /// `start`, until `f` returns false: the bytes are a validated copy of the leaf (or the
-    /// leaf itself under a shared latch, for leaves larger than 256 KiB), `from` the least
+    /// leaf itself under a shared latch, for packed table leaves and leaves larger than
+    /// 256 KiB), `from` the least
     /// key not handed out yet (entries below it were in an earlier leaf). The next leaf is
     /// reached through the parent without a new descent where possible. `end`, if given,
     /// is a key the caller will stop at (`f` returns false there): leaves beyond the one
@@ -151,7 +152,11 @@ fn walk<'a>(
     ahead: Ahead<'_, '_, '_>,
 ) -> Result<Walk> {
     loop {
-        let more = if leaf.len() <= SCAN_COPY_LIMIT {
+        // A packed table leaf is never changed in place (only rewritten whole): it is read
+        // under a shared latch where it lies, not copied first (its reader decodes it into
+        // a copy of its own anyway), as are leaves too large to copy.
+        let packed = leaf.read_u64(node::W_KIND_COUNT) as u8 == KIND_PACKED;
+        let more = if leaf.len() <= SCAN_COPY_LIMIT && !packed {
             page.resize(leaf.len(), 0);
             copy_leaf(&leaf, page);
             if !leaf.validate() {
