@@ -938,12 +938,87 @@ fn zero_nulls(nulls: Option<&[u8]>, n: usize, dst: &mut [u8], width: usize) {
     }
 }
 
+/// Values per chunk of [`unpack`] in the decoders.
+const CHUNK: usize = 256;
+
+/// Values `start .. start + out.len()` of the `w`-bit values (`w <= 56`) packed LSB first in
+/// `src` (the layout [`BitReader`] reads). Each value is one unaligned 8-byte load, a shift
+/// and a mask, independent of the others (the reader's carried state serializes them);
+/// the last few values, whose 8 bytes would pass the end of `src`, are put together byte
+/// by byte.
+#[inline]
+fn unpack(src: &[u8], w: u32, start: usize, out: &mut [u64]) {
+    debug_assert!(w <= 56);
+    if w == 0 {
+        out.fill(0);
+        return;
+    }
+    let (w, mask) = (w as usize, (1u64 << w) - 1);
+    // Value i's 8-byte window starts at byte i * w / 8: inside `src` for i <= last_fast.
+    let fast = if src.len() >= 8 { ((src.len() - 8) * 8 / w + 1).saturating_sub(start).min(out.len()) } else { 0 };
+    for (j, o) in out[..fast].iter_mut().enumerate() {
+        let bit = (start + j) * w;
+        let at = bit >> 3;
+        let word = u64::from_le_bytes(src[at..at + 8].try_into().unwrap_or_default());
+        *o = (word >> (bit & 7)) & mask;
+    }
+    for (j, o) in out.iter_mut().enumerate().skip(fast) {
+        let bit = (start + j) * w;
+        let mut word = [0u8; 8];
+        let from = (bit >> 3).min(src.len());
+        let to = (from + 8).min(src.len());
+        word[..to - from].copy_from_slice(&src[from..to]);
+        *o = (u64::from_le_bytes(word) >> (bit & 7)) & mask;
+    }
+}
+
+/// Calls `f(first, values)` for the `n` values of `w` bits in `body`, a chunk at a time
+/// (`w <= 56`; the caller checked that `body` holds them).
+#[inline]
+fn for_each_chunk(body: &[u8], w: u32, n: usize, mut f: impl FnMut(usize, &[u64]) -> Result<(), Restart>) -> Result<(), Restart> {
+    let mut buf = [0u64; CHUNK];
+    let mut start = 0;
+    while start < n {
+        let k = CHUNK.min(n - start);
+        unpack(body, w, start, &mut buf[..k]);
+        f(start, &buf[..k])?;
+        start += k;
+    }
+    Ok(())
+}
+
 fn decode_ints(ty: ColumnType, b: &Block<'_>, n: usize, dst: &mut [u8]) -> Result<(), Restart> {
     if b.body.len() < packed_bytes(n, b.w) {
         return Err(Restart);
     }
-    let mut r = BitReader::new(b.body, b.w);
     let base = b.base;
+    if ty == ColumnType::I64 && b.w <= 56 {
+        for_each_chunk(b.body, b.w, n, |at, vals| {
+            for (d, &v) in dst[at * 8..(at + vals.len()) * 8].chunks_exact_mut(8).zip(vals) {
+                d.copy_from_slice(&base.wrapping_add(v as i64).to_le_bytes());
+            }
+            Ok(())
+        })?;
+        zero_nulls(b.nulls, n, dst, 8);
+        return Ok(());
+    }
+    if ty == ColumnType::Date && b.w <= 56 {
+        for_each_chunk(b.body, b.w, n, |at, vals| {
+            for (i, (d, &v)) in dst[at * 4..(at + vals.len()) * 4].chunks_exact_mut(4).zip(vals).enumerate() {
+                let v = base.wrapping_add(v as i64);
+                let v = match i32::try_from(v) {
+                    Ok(v) => v,
+                    Err(_) if is_null(b.nulls, at + i) => 0,
+                    Err(_) => return Err(Restart),
+                };
+                d.copy_from_slice(&v.to_le_bytes());
+            }
+            Ok(())
+        })?;
+        zero_nulls(b.nulls, n, dst, 4);
+        return Ok(());
+    }
+    let mut r = BitReader::new(b.body, b.w);
     match ty {
         ColumnType::I64 => {
             for d in dst.chunks_exact_mut(8).take(n) {
@@ -973,11 +1048,34 @@ fn decode_ints(ty: ColumnType, b: &Block<'_>, n: usize, dst: &mut [u8]) -> Resul
     Ok(())
 }
 
+/// 2^52 + 2^51: adding an integer of magnitude below 2^51 to its bits as a double and
+/// subtracting it converts the integer exactly, in a form that vectorizes.
+const MAGIC: f64 = 6_755_399_441_055_744.0;
+
 fn decode_decimals(b: &Block<'_>, n: usize, dst: &mut [u8]) -> Result<(), Restart> {
     if b.body.len() < packed_bytes(n, b.w) || b.aux as usize > MAX_SCALE {
         return Err(Restart);
     }
     let p = POW10[b.aux as usize];
+    if b.w <= 50 && b.base.unsigned_abs() < 1 << 50 {
+        // Every k = base + v has |k| < 2^51: converted through MAGIC, a chunk at a time
+        // (the same doubles as `k as f64`, then the same correctly rounded division).
+        let magic = MAGIC.to_bits() as i64;
+        let base = b.base;
+        let mut out = [0f64; CHUNK];
+        for_each_chunk(b.body, b.w, n, |at, vals| {
+            let out = &mut out[..vals.len()];
+            for (o, &v) in out.iter_mut().zip(vals) {
+                *o = (f64::from_bits(magic.wrapping_add(base.wrapping_add(v as i64)) as u64) - MAGIC) / p;
+            }
+            for (d, o) in dst[at * 8..(at + vals.len()) * 8].chunks_exact_mut(8).zip(out.iter()) {
+                d.copy_from_slice(&o.to_bits().to_le_bytes());
+            }
+            Ok(())
+        })?;
+        zero_nulls(b.nulls, n, dst, 8);
+        return Ok(());
+    }
     let mut r = BitReader::new(b.body, b.w);
     for d in dst.chunks_exact_mut(8).take(n) {
         let k = b.base.wrapping_add(r.next() as i64);
@@ -1146,6 +1244,47 @@ pub fn read_row<S: Src + ?Sized>(s: &S, schema: &Schema, i: usize, out: &mut Vec
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unpack_reads_what_the_bit_reader_reads() {
+        let mut r = crate::util::SplitMix64(9);
+        for w in 0..=56u32 {
+            for n in [0usize, 1, 7, 8, 9, 63, 64, 65, 300, 1000] {
+                let mask = if w == 0 { 0 } else { (1u64 << w) - 1 };
+                let vals: Vec<u64> = (0..n).map(|_| r.next_u64() & mask).collect();
+                // Pack LSB first into whole little-endian words, as the encoder does.
+                let mut words = vec![0u64; (n * w as usize).div_ceil(64)];
+                for (i, &v) in vals.iter().enumerate().filter(|_| w > 0) {
+                    let bit = i * w as usize;
+                    words[bit / 64] |= v << (bit % 64);
+                    if bit % 64 + w as usize > 64 {
+                        words[bit / 64 + 1] |= v >> (64 - bit % 64);
+                    }
+                }
+                let src: Vec<u8> = words.iter().flat_map(|x| x.to_le_bytes()).collect();
+                assert_eq!(src.len(), packed_bytes(n, w));
+                let mut br = BitReader::new(&src, w);
+                let read: Vec<u64> = (0..n).map(|_| br.next()).collect();
+                assert_eq!(read, vals, "bit reader, w {w} n {n}");
+                for start in [0, n / 3, n.saturating_sub(5)] {
+                    let mut out = vec![0u64; n - start];
+                    unpack(&src, w, start, &mut out);
+                    assert_eq!(out, vals[start..], "unpack w {w} n {n} start {start}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn decimals_convert_exactly_through_the_magic_constant() {
+        let mut r = crate::util::SplitMix64(3);
+        let mut ks: Vec<i64> = vec![0, 1, -1, (1 << 51) - 1, -(1 << 51) + 1, 12345, -99999];
+        ks.extend((0..10_000).map(|_| (r.next_u64() >> 13) as i64 - (1 << 50)));
+        let magic = MAGIC.to_bits() as i64;
+        for k in ks {
+            assert_eq!(f64::from_bits(magic.wrapping_add(k) as u64) - MAGIC, k as f64, "{k}");
+        }
+    }
     use crate::util::SplitMix64;
 
     const SIZE: usize = 65536 - 32;
