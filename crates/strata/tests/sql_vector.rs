@@ -294,6 +294,71 @@ fn grouped_aggregates_through_the_pre_aggregation() {
     assert_eq!(q(&db, "SELECT k, sum(v) FROM big WHERE v < 2 GROUP BY k ORDER BY k").len(), 3);
 }
 
+/// Keys of one or two columns of integers, dates, booleans and short strings go to their
+/// group through the small-key map (packed keys), the others (NULLs, strings longer than 7
+/// bytes) through the general path, in one batch: the groups are the reference's. With
+/// more distinct keys than the map or the pre-aggregation holds, the map fills up and the
+/// pre-aggregation empties itself (the map forgets its groups).
+#[test]
+fn small_keys_find_the_same_groups_as_the_general_path() {
+    use std::collections::BTreeMap;
+    let dir = tempfile::tempdir().unwrap();
+    let data = rows(6000);
+    let db = open(dir.path(), &data);
+    let short = |r: &R| r.s.clone().map(|s| s.chars().take(2 + (r.id % 9) as usize).collect::<String>());
+    type Key = (Option<String>, Option<i64>);
+    let keyings: [(&str, &dyn Fn(&R) -> Key); 5] = [
+        ("s, a", &|r| (r.s.clone(), r.a)),
+        ("substring(s, 1, 2 + id % 9), a", &|r| (short(r), r.a)),
+        ("f, d", &|r| (r.f.map(|f| f.to_string()), r.d.map(i64::from))),
+        ("a, id % 1200", &|r| (r.a.map(|a| a.to_string()), Some(r.id % 1200))),
+        ("id % 700, f", &|r| (Some((r.id % 700).to_string()), r.f.map(i64::from))),
+    ];
+    for (k, f) in keyings {
+        let sql = format!("SELECT count(*), sum(a), min(id), max(id) FROM t GROUP BY {k}");
+        let mut want: BTreeMap<Key, (i64, Option<i64>, i64, i64)> = BTreeMap::new();
+        for r in &data {
+            let e = want.entry(f(r)).or_insert((0, None, i64::MAX, i64::MIN));
+            e.0 += 1;
+            if let Some(a) = r.a {
+                e.1 = Some(e.1.unwrap_or(0) + a);
+            }
+            e.2 = e.2.min(r.id);
+            e.3 = e.3.max(r.id);
+        }
+        // Each group is named by its smallest id (unique per group).
+        let mut want: Vec<Vec<Value>> =
+            want.into_values().map(|(n, sa, lo, hi)| vec![Value::I64(n), sa.map_or(Value::Null, Value::I64), Value::I64(lo), Value::I64(hi)]).collect();
+        let mut got = q(&db, &sql);
+        let by_min = |r: &Vec<Value>| match r[2] {
+            Value::I64(v) => v,
+            _ => panic!("min(id) is not an integer: {r:?}"),
+        };
+        want.sort_by_key(by_min);
+        got.sort_by_key(by_min);
+        assert_rows(&sql, &got, &want);
+    }
+    // Short keys (in the map) among long ones (not): the long ones fill the pre-aggregation,
+    // which empties itself and stays on (each key repeats), so the map must forget the
+    // groups it knew.
+    let t = db.create_table("g", Schema::parse("k:str,v:i64").unwrap()).unwrap();
+    let key = |i: i64| if i % 2 == 0 { format!("s{}", i % 50) } else { format!("a long key {}", i / 8) };
+    for chunk in (0..20_000i64).collect::<Vec<_>>().chunks(2000) {
+        let mut tx = db.begin();
+        t.append(&mut tx, &chunk.iter().map(|&i| vec![Value::Str(key(i)), Value::I64(i)]).collect::<Vec<_>>()).unwrap();
+        tx.commit().unwrap();
+    }
+    let mut want: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+    for i in 0..20_000i64 {
+        let e = want.entry(key(i)).or_default();
+        e.0 += 1;
+        e.1 += i;
+    }
+    let want: Vec<Vec<Value>> = want.into_iter().map(|(k, (n, s))| vec![Value::Str(k), Value::I64(n), Value::I64(s)]).collect();
+    let sql = "SELECT k, count(*), sum(v) FROM g GROUP BY k ORDER BY k";
+    assert_rows(sql, &q(&db, sql), &want);
+}
+
 /// Aggregates computed a leaf at a time over a vectorized scan (arguments as vectors):
 /// NULLs in the arguments, i64 and f64 arithmetic, count(*), avg, min/max of expressions,
 /// grouped by a boolean and by strings of every length (more groups than the

@@ -651,7 +651,7 @@ pub(crate) struct LeafView<'a> {
     leaf: &'a Leaf,
     /// Per column: where its null bitmap and its values start.
     at: &'a [(usize, usize)],
-    schema: &'a Schema,
+    pub(crate) schema: &'a Schema,
 }
 
 /// A value that cannot be read (an impossible string offset, a bad boolean or UTF-8).

@@ -41,11 +41,23 @@ pub struct GroupCache {
     rows: u64,
     off: bool,
     sb: Vec<u8>,
+    /// Times the cache was emptied (group numbers are reused after it).
+    generation: u64,
 }
 
 impl GroupCache {
     pub fn new(kinds: Vec<AggKind>) -> GroupCache {
-        GroupCache { kinds, slots: vec![0; SLOTS], groups: Vec::new(), keys: Vec::new(), states: Vec::new(), rows: 0, off: false, sb: Vec::new() }
+        GroupCache {
+            kinds,
+            slots: vec![0; SLOTS],
+            groups: Vec::new(),
+            keys: Vec::new(),
+            states: Vec::new(),
+            rows: 0,
+            off: false,
+            sb: Vec::new(),
+            generation: 0,
+        }
     }
 
     /// Whether rows should bypass the cache (go to the hash aggregation one by one).
@@ -150,7 +162,13 @@ impl GroupCache {
         self.states.clear();
         self.slots.fill(0);
         self.rows = 0;
+        self.generation += 1;
         Ok(())
+    }
+
+    /// Changes whenever the groups' numbers change meaning (the cache was emptied).
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// The aggregates' kinds.
@@ -173,7 +191,7 @@ use super::agg::Kind;
 use super::exec::{AggSpec, Plan};
 use super::expr::{ArOp, BExpr};
 use super::rows::encode_value;
-use super::scan::{Batch, ColScan};
+use super::scan::{Batch, ColScan, LeafView};
 use crate::access::table::{ColumnType, Schema, Value};
 use crate::buffer::BufferManager;
 
@@ -612,6 +630,8 @@ pub fn fused_aggregate(bm: &BufferManager, input: &Plan, aggs: &[AggSpec], kinds
 /// What a grouped aggregation over batches works with.
 struct Grouping<'k> {
     key_cols: Vec<usize>,
+    /// The key is at most two columns of types [`small_code`] packs.
+    small: bool,
     needed: Vec<usize>,
     aggs: &'k [AggSpec],
     kinds: Vec<AggKind>,
@@ -643,6 +663,114 @@ struct Scratch {
     sts: Vec<St>,
     /// Per row of the batch: its group in the cache.
     gids: Vec<u32>,
+    small: SmallKeys,
+}
+
+/// Small group keys straight to their group in the cache: a key of at most two columns
+/// whose values are integers, dates, booleans or strings of at most 7 bytes packs into a
+/// `u128` (one [`small_code`] per column, the first in the low half), which this map takes
+/// to the group found for it before (the general path encodes the key, hashes it and
+/// probes the cache). Valid for one [`GroupCache::generation`].
+#[derive(Default)]
+struct SmallKeys {
+    /// (packed key, group + 1); 0: empty.
+    slots: Vec<(u128, u32)>,
+    used: usize,
+    generation: u64,
+}
+
+/// Slots of a [`SmallKeys`] map (filled to half at most).
+const SMALL_SLOTS: usize = 1 << 10;
+
+impl SmallKeys {
+    /// Forgets every key if the cache's groups changed meaning.
+    fn sync(&mut self, generation: u64) {
+        if self.slots.is_empty() || self.generation != generation {
+            self.slots.clear();
+            self.slots.resize(SMALL_SLOTS, (0, 0));
+            self.used = 0;
+            self.generation = generation;
+        }
+    }
+
+    #[inline]
+    fn slot(k: u128) -> usize {
+        let h = ((k as u64) ^ ((k >> 64) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)).wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
+        (h >> (64 - SMALL_SLOTS.trailing_zeros())) as usize
+    }
+
+    #[inline]
+    fn get(&self, k: u128) -> Option<u32> {
+        let mut s = Self::slot(k);
+        loop {
+            match self.slots[s] {
+                (_, 0) => return None,
+                (key, g) if key == k => return Some(g - 1),
+                _ => s = (s + 1) & (SMALL_SLOTS - 1),
+            }
+        }
+    }
+
+    /// Whether the map took as many keys as it holds (then the key at hand is not looked
+    /// up: with that many distinct keys they rarely repeat soon, as in a grouping by order
+    /// key, and the general path is the one that pays).
+    fn full(&self) -> bool {
+        self.used >= SMALL_SLOTS / 2
+    }
+
+    fn put(&mut self, k: u128, gid: u32) {
+        if self.full() {
+            return;
+        }
+        let mut s = Self::slot(k);
+        loop {
+            match self.slots[s] {
+                (_, 0) => {
+                    self.slots[s] = (k, gid + 1);
+                    self.used += 1;
+                    return;
+                }
+                (key, _) if key == k => return,
+                _ => s = (s + 1) & (SMALL_SLOTS - 1),
+            }
+        }
+    }
+}
+
+/// Whether [`small_code`] packs values of this type.
+fn small_type(ty: ColumnType) -> bool {
+    matches!(ty, ColumnType::I64 | ColumnType::Date | ColumnType::Bool | ColumnType::Str | ColumnType::Bytes)
+}
+
+/// Value `i` of column `c` as a `u64` that no other value of the column's type shares: the
+/// integer, date or boolean itself, a string's length and (up to 7) bytes. `None`: NULL,
+/// a longer string, or an unreadable value (the general path reports it).
+#[inline]
+fn small_code(lf: &LeafView<'_>, c: usize, i: usize) -> Option<u64> {
+    if lf.is_null(c, i) {
+        return None;
+    }
+    Some(match lf.schema.columns[c].ty {
+        ColumnType::I64 => lf.i64_at(c, i) as u64,
+        ColumnType::Date => lf.date_at(c, i) as u32 as u64,
+        ColumnType::Bool => lf.bool_at(c, i).ok()? as u64,
+        ColumnType::Str | ColumnType::Bytes => {
+            let b = lf.bytes_at(c, i).ok().filter(|b| b.len() <= 7)?;
+            // (A byte at a time: a copy of a variable length would be a call per row.)
+            b.iter().enumerate().fold(b.len() as u64, |w, (j, &x)| w | (x as u64) << (8 * (j + 1)))
+        }
+        ColumnType::F64 => return None,
+    })
+}
+
+/// Row `i`'s key packed (see [`SmallKeys`]), if every column's value packs.
+#[inline]
+fn small_key(lf: &LeafView<'_>, cols: &[usize], i: usize) -> Option<u128> {
+    let mut k = 0u128;
+    for (n, &c) in cols.iter().enumerate() {
+        k |= (small_code(lf, c, i)? as u128) << (64 * n);
+    }
+    Some(k)
 }
 
 impl Scratch {
@@ -665,17 +793,31 @@ fn group_batch(g: &Grouping<'_>, prog: &mut Prog, b: &Batch<'_>, cache: &mut Gro
         // come together (sorted or clustered input), and a key compare is cheaper than a
         // hash and a probe.
         let mut prev: Option<u32> = None;
+        x.small.sync(cache.generation());
         while k < b.sel.len() {
-            x.kb.clear();
-            b.encode(b.sel[k] as usize, &g.key_cols, &mut x.kb)?;
-            if let Some(gid) = prev.filter(|_| same_key(&x.kb, &x.pk)) {
+            let sk = if g.small && !x.small.full() { small_key(&b.lf, &g.key_cols, b.sel[k] as usize) } else { None };
+            if let Some(gid) = sk.and_then(|sk| x.small.get(sk)) {
                 cache.hit();
                 x.gids.push(gid);
                 k += 1;
                 continue;
             }
+            x.kb.clear();
+            b.encode(b.sel[k] as usize, &g.key_cols, &mut x.kb)?;
+            if let Some(gid) = prev.filter(|_| same_key(&x.kb, &x.pk)) {
+                cache.hit();
+                x.gids.push(gid);
+                if let Some(sk) = sk {
+                    x.small.put(sk, gid);
+                }
+                k += 1;
+                continue;
+            }
             match cache.probe(&x.kb, hash_bytes(&x.kb)) {
                 Probe::Group(gid) => {
+                    if let Some(sk) = sk {
+                        x.small.put(sk, gid as u32);
+                    }
                     x.gids.push(gid as u32);
                     prev = Some(gid as u32);
                     std::mem::swap(&mut x.kb, &mut x.pk);
@@ -694,6 +836,7 @@ fn group_batch(g: &Grouping<'_>, prog: &mut Prog, b: &Batch<'_>, cache: &mut Gro
                         break;
                     }
                     cache.make_room(main)?;
+                    x.small.sync(cache.generation());
                     prev = None;
                     if cache.is_off() {
                         break;
@@ -760,7 +903,8 @@ pub fn fused_grouped(bm: &BufferManager, input: &Plan, keys: &[BExpr], aggs: &[A
         }
     }
     let Some(mut prog) = Prog::new(aggs, schema) else { return Ok(false) };
-    let g = Grouping { key_cols, needed: scan.needed(), aggs, kinds: cache.kinds().to_vec() };
+    let small = key_cols.len() <= 2 && key_cols.iter().all(|&c| small_type(schema.columns[c].ty));
+    let g = Grouping { key_cols, small, needed: scan.needed(), aggs, kinds: cache.kinds().to_vec() };
     if scan.threads > 1 {
         type Local<'b> = (Option<Prog>, GroupCache, HashAgg<'b>, Scratch);
         let init =
