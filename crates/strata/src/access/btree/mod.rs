@@ -31,7 +31,7 @@
 //! node and its parent; a full parent is split first), after which the operation restarts.
 //! A page found evicted is loaded by the fix, like any other.
 //!
-//! Removals shrink the tree the same way ([`merge`]): an emptied leaf is unlinked, an
+//! Removals shrink the tree the same way (`btree/merge.rs`): an emptied leaf is unlinked, an
 //! underfull leaf or inner node is merged with a neighbour under the same parent (up the
 //! tree while parents are left underfull), and a root left with a single inner child takes
 //! that child's entries, so the tree gets lower again; each change latches exactly the
@@ -393,7 +393,7 @@ impl BTree {
     /// a leaf left less than a quarter full is merged with a neighbour when both fit in half
     /// a page; an inner node that this leaves less than a quarter full is merged with a
     /// neighbour in turn, up the tree, and a root left with one inner child takes that
-    /// child's entries (the tree gets lower). See [`merge`] (all best effort: an underfull
+    /// child's entries (the tree gets lower). See `btree/merge.rs` (all best effort: an underfull
     /// node is a valid node).
     pub fn remove(&self, tx: &mut Transaction<'_>, key: &[u8]) -> Result<bool> {
         let bm = tx.buffer();
