@@ -488,6 +488,329 @@ fn underfull_leaves_merge_with_their_neighbours() {
     assert_same(&db, &tree, &model);
 }
 
+/// The tree's report from [`Database::check`] (which verifies every tree first).
+fn tree_report(db: &Database) -> strata::access::btree::TreeReport {
+    db.check().unwrap().trees["t"].clone()
+}
+
+/// Deletions thin the inner nodes too: a tree of height 3 whose keys are mostly removed
+/// (the first half in key order, then most of the rest at random) merges its underfull
+/// inner nodes with their neighbours (the separator pulled down from the root between
+/// them), frees the merged-away pages, checks out and holds exactly the keys left, before
+/// and after a reopen; a removal that rolls back keeps every node; removing all but a few
+/// keys leaves the root with one inner child, whose entries it takes (height 2 again).
+#[test]
+fn underfull_inner_nodes_merge_and_the_tree_gets_lower() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("db");
+    let db = Database::create(config(&dir, 1 << 20)).unwrap();
+    let tree = db.create_tree("t").unwrap();
+    const N: u64 = 12_000;
+    let mut model = BTreeMap::new();
+    let mut order: Vec<u64> = (0..N).collect();
+    let mut rng = SplitMix64(17);
+    for i in (1..order.len()).rev() {
+        order.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
+    }
+    let mut tx = db.begin();
+    for &i in &order {
+        let k = i.to_be_bytes().to_vec();
+        let v = value(&k, 300, 1);
+        tree.insert(&mut tx, &k, &v).unwrap();
+        model.insert(k, v);
+    }
+    tx.commit().unwrap();
+    let full = tree_report(&db);
+    assert!(full.height >= 3 && full.inner_nodes >= 15, "{full:?}");
+    // Removals that roll back keep every node.
+    let mut tx = db.begin();
+    for i in 0..N * 9 / 10 {
+        assert!(tree.remove(&mut tx, &i.to_be_bytes()).unwrap());
+    }
+    tx.abort().unwrap();
+    let rolled = tree_report(&db);
+    assert_eq!((rolled.height, rolled.inner_nodes, rolled.bytes), (full.height, full.inner_nodes, full.bytes));
+    assert_same(&db, &tree, &model);
+    // The first half in key order, then 90% of the rest at random, over a few commits.
+    let mut gone: Vec<u64> = (0..N / 2).collect();
+    let mut rest: Vec<u64> = (N / 2..N).filter(|_| !rng.next_u64().is_multiple_of(10)).collect();
+    for i in (1..rest.len()).rev() {
+        rest.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
+    }
+    gone.extend(rest);
+    for chunk in gone.chunks(2000) {
+        let mut tx = db.begin();
+        for &i in chunk {
+            assert!(tree.remove(&mut tx, &i.to_be_bytes()).unwrap());
+            model.remove(&i.to_be_bytes()[..]);
+        }
+        tx.commit().unwrap();
+    }
+    let thin = tree_report(&db);
+    eprintln!(
+        "inner merges: {} -> {} inner nodes, {} -> {} leaves, height {} -> {}, {} -> {} KiB",
+        full.inner_nodes,
+        thin.inner_nodes,
+        full.leaves_per_class.iter().sum::<u64>(),
+        thin.leaves_per_class.iter().sum::<u64>(),
+        full.height,
+        thin.height,
+        full.bytes >> 10,
+        thin.bytes >> 10
+    );
+    // A twentieth of the keys is left: without inner merges every inner node would stay.
+    assert!(thin.inner_nodes * 4 <= full.inner_nodes, "{} of {} inner nodes left", thin.inner_nodes, full.inner_nodes);
+    assert!(thin.bytes * 5 < full.bytes, "{} of {} bytes left", thin.bytes, full.bytes);
+    assert_eq!(db.check().unwrap().unreferenced_pages, 0, "the merged-away nodes were freed");
+    assert_same(&db, &tree, &model);
+    db.close().unwrap();
+    let db = Database::open(config(&dir, 1 << 20)).unwrap();
+    let tree = db.tree("t").unwrap();
+    assert_same(&db, &tree, &model);
+    // All but a few keys: the root is left with one inner child and takes its entries.
+    let mut tx = db.begin();
+    for k in model.keys().skip(5).cloned().collect::<Vec<_>>() {
+        assert!(tree.remove(&mut tx, &k).unwrap());
+        model.remove(&k);
+    }
+    tx.commit().unwrap();
+    let low = tree_report(&db);
+    assert_eq!((low.height, low.inner_nodes), (2, 1), "{low:?}");
+    assert_eq!(db.check().unwrap().unreferenced_pages, 0);
+    assert_same(&db, &tree, &model);
+    // The tree grows again as keys come back.
+    let mut tx = db.begin();
+    for i in (0..N).step_by(2) {
+        let k = i.to_be_bytes().to_vec();
+        let v = value(&k, 300, 3);
+        tree.insert(&mut tx, &k, &v).unwrap();
+        model.insert(k, v);
+    }
+    tx.commit().unwrap();
+    assert!(tree_report(&db).height >= 3);
+    assert_same(&db, &tree, &model);
+    db.close().unwrap();
+    let db = Database::open(config(&dir, 1 << 20)).unwrap();
+    let tree = db.tree("t").unwrap();
+    assert_same(&db, &tree, &model);
+}
+
+/// Removers thin a tree of height 3 (merging leaves and inner nodes) while an inserter
+/// adds keys among theirs and readers look up the keys nobody removes and scan: every
+/// lookup finds its key with its value, every scan is in order with values somebody wrote,
+/// and at the end the tree holds exactly the model, verifies, and has fewer inner nodes.
+#[test]
+fn removals_merge_inner_nodes_while_others_read_and_write() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("db");
+    let db = Arc::new(Database::create(config(&dir, 256 << 10)).unwrap());
+    let tree = db.create_tree("t").unwrap();
+    const N: u64 = 10_000;
+    const REMOVERS: u64 = 3;
+    const BATCH: usize = 25;
+    // Prefilled keys are even, the inserter's odd; every 16th prefilled key stays.
+    let key = |i: u64| (i * 2).to_be_bytes();
+    let kept = |i: u64| i.is_multiple_of(16);
+    let val = |k: &[u8; 8]| value(k, 200 + (u64::from_be_bytes(*k) % 150) as usize, 4);
+    let mut tx = db.begin();
+    for i in 0..N {
+        tree.insert(&mut tx, &key(i), &val(&key(i))).unwrap();
+    }
+    tx.commit().unwrap();
+    let full = tree_report(&db);
+    assert!(full.height >= 3 && full.inner_nodes >= 8, "{full:?}");
+    let done = Arc::new(AtomicBool::new(false));
+    let retries = AtomicU64::new(0);
+    let retries = &retries;
+    // Runs `batch` in transactions until one commits (lock timeouts break deadlocks);
+    // every 5th batch is rolled back once first.
+    let run = |db: &Database, n: u64, batch: &dyn Fn(&mut strata::Transaction<'_>) -> strata::Result<()>| {
+        let mut rolled_back = false;
+        loop {
+            let mut tx = db.begin();
+            tx.set_lock_wait(std::time::Duration::from_millis(50));
+            match batch(&mut tx) {
+                Ok(()) if n % 5 == 2 && !rolled_back => {
+                    tx.abort().unwrap();
+                    rolled_back = true;
+                }
+                Ok(()) => return tx.commit().unwrap(),
+                Err(Error::LockTimeout { .. }) => {
+                    drop(tx);
+                    let r = retries.fetch_add(1, Ordering::Relaxed);
+                    std::thread::sleep(std::time::Duration::from_micros(50 + (r * 7919 + n * 104_729) % 500));
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+    };
+    let inserted: Vec<u64> = (0..N).step_by(40).collect();
+    std::thread::scope(|s| {
+        let mut writers = Vec::new();
+        for w in 0..REMOVERS {
+            let db = db.clone();
+            writers.push(s.spawn(move || {
+                let mine: Vec<u64> = (0..N).filter(|&i| i % REMOVERS == w && !kept(i)).collect();
+                for (n, chunk) in mine.chunks(BATCH).enumerate() {
+                    run(&db, n as u64, &|tx| {
+                        for &i in chunk {
+                            assert!(tree.remove(tx, &key(i))?, "key {i} of remover {w} missing");
+                        }
+                        Ok(())
+                    });
+                }
+            }));
+        }
+        {
+            let (db, inserted) = (db.clone(), &inserted);
+            writers.push(s.spawn(move || {
+                for (n, chunk) in inserted.chunks(BATCH / 5).enumerate() {
+                    run(&db, n as u64, &|tx| chunk.iter().try_for_each(|&i| tree.insert(tx, &(i * 2 + 1).to_be_bytes(), &val(&(i * 2 + 1).to_be_bytes()))));
+                }
+            }));
+        }
+        for r in 0..2u64 {
+            let (db, done) = (db.clone(), done.clone());
+            s.spawn(move || {
+                let mut rng = SplitMix64(r + 100);
+                let mut out = Vec::new();
+                let mut rounds = 0u64;
+                while !done.load(Ordering::Acquire) || rounds < 10 {
+                    rounds += 1;
+                    let i = rng.next_u64() % (N / 16) * 16;
+                    let k = key(i);
+                    assert!(tree.get(db.buffer(), &k, &mut out).unwrap(), "kept key {i} not found");
+                    assert_eq!(out, val(&k));
+                    let start = (rng.next_u64() % (2 * N)).to_be_bytes();
+                    let mut last: Option<Vec<u8>> = None;
+                    let mut kept_seen = 0;
+                    let mut n = 0;
+                    tree.scan(db.buffer(), &start, &mut |k, v| {
+                        assert!(k >= &start[..] && last.as_deref().is_none_or(|l| l < k), "scan order: start {start:?} last {last:?} key {k:?}");
+                        let k8: [u8; 8] = k.try_into().unwrap();
+                        assert_eq!(v, val(&k8), "a value nobody wrote");
+                        let x = u64::from_be_bytes(k8);
+                        if x.is_multiple_of(2) && kept(x / 2) {
+                            kept_seen += 1;
+                        }
+                        last = Some(k.to_vec());
+                        n += 1;
+                        n < 100
+                    })
+                    .unwrap();
+                    // The kept keys in the range the scan covered were all handed out.
+                    let from = u64::from_be_bytes(start);
+                    let to = last.as_deref().map_or(2 * N, |l| u64::from_be_bytes(l.try_into().unwrap()) + 1);
+                    let want = (from.div_ceil(32)..to.div_ceil(32)).filter(|&j| j * 32 < 2 * N).count();
+                    assert_eq!(kept_seen, want, "kept keys in scan {from}..{to}");
+                }
+            });
+        }
+        let failed = writers.into_iter().map(|h| h.join()).filter(|r| r.is_err()).count();
+        done.store(true, Ordering::Release);
+        assert_eq!(failed, 0, "a writer failed");
+    });
+    let mut model = BTreeMap::new();
+    for i in (0..N).filter(|&i| kept(i)) {
+        model.insert(key(i).to_vec(), val(&key(i)).to_vec());
+    }
+    for &i in &inserted {
+        let k = (i * 2 + 1).to_be_bytes();
+        model.insert(k.to_vec(), val(&k));
+    }
+    assert_same(&db, &tree, &model);
+    let thin = tree_report(&db);
+    eprintln!(
+        "concurrent inner merges: {} -> {} inner nodes, height {} -> {}, {} batches retried",
+        full.inner_nodes,
+        thin.inner_nodes,
+        full.height,
+        thin.height,
+        retries.load(Ordering::Relaxed)
+    );
+    assert!(thin.inner_nodes * 2 <= full.inner_nodes, "{} of {} inner nodes left", thin.inner_nodes, full.inner_nodes);
+    assert_eq!(db.check().unwrap().unreferenced_pages, 0);
+    assert!(db.buffer().stats().evictions > 0);
+}
+
+/// A workload that merges inner nodes (a tree of height 3 thinned batch by batch, in key
+/// order and at random, among a few inserts), crashed at every sync point (and with torn
+/// writes): each image recovers to a tree that verifies and holds exactly the batches
+/// acknowledged before the crash (or also the one in flight).
+#[test]
+fn every_crash_point_during_inner_merges_recovers_a_whole_tree() {
+    let cfg =
+        |be: SimBackend| Config::new("/db").pool_size(160 << 10).min_page(4096).wal_segment_size(64 << 10).checkpoint_every(32 << 10).backend(Arc::new(be));
+    let be = SimBackend::new();
+    let db = Database::create(cfg(be.clone())).unwrap();
+    let tree = db.create_tree("t").unwrap();
+    const N: u64 = 4000;
+    let mut model = BTreeMap::new();
+    let mut tx = db.begin();
+    for i in 0..N {
+        let k = i.to_be_bytes();
+        let v = value(&k, 250, 0);
+        tree.insert(&mut tx, &k, &v).unwrap();
+        model.insert(k.to_vec(), v);
+    }
+    tx.commit().unwrap();
+    db.checkpoint().unwrap();
+    let full = tree_report(&db);
+    assert!(full.height >= 3 && full.inner_nodes >= 4, "{full:?}");
+    let mut models = vec![model];
+    let mut rng = SplitMix64(23);
+    be.set_label(0);
+    // Every 16th sync point: the workload passes about 1600 (page write-backs of a tree
+    // ten times the pool), and each image is recovered and verified whole.
+    be.capture_at_syncs(16, 13, vec![CrashMode::DropUnsynced, CrashMode::KeepUnsynced, CrashMode::Torn { sector: 512 }]);
+    let mut images = 0u64;
+    let batches = 20u64;
+    for b in 1..=batches {
+        let mut model: BTreeMap<Vec<u8>, Vec<u8>> = models.last().unwrap().clone();
+        let mut tx = db.begin();
+        // A run of keys in order (emptied leaves, underfull parents), then random ones.
+        let from = (b - 1) * N / batches;
+        for i in from..from + N / batches - 10 {
+            tree.remove(&mut tx, &i.to_be_bytes()).unwrap();
+            model.remove(&i.to_be_bytes()[..]);
+        }
+        for _ in 0..60 {
+            let k = (rng.next_u64() % N).to_be_bytes();
+            if rng.next_u64().is_multiple_of(8) {
+                let v = value(&k, 100, b);
+                tree.insert(&mut tx, &k, &v).unwrap();
+                model.insert(k.to_vec(), v);
+            } else {
+                tree.remove(&mut tx, &k).unwrap();
+                model.remove(&k[..]);
+            }
+        }
+        tx.commit().unwrap();
+        models.push(model);
+        be.set_label(b);
+        for cap in be.take_captures() {
+            images += 1;
+            let db = Database::open(cfg(cap.image)).unwrap_or_else(|e| panic!("sync point {}: {e}", cap.sync_point));
+            let tree = db.tree("t").unwrap();
+            let got = contents(&db, &tree);
+            let l = cap.label as usize;
+            assert!(got == models[l] || models.get(l + 1) == Some(&got), "sync point {}: tree is neither state {l} nor {}", cap.sync_point, l + 1);
+            db.check().unwrap();
+            // Dropped, not forgotten: each image holds a whole tree of several MiB.
+            drop(db);
+        }
+    }
+    be.stop_capturing();
+    let thin = tree_report(&db);
+    eprintln!(
+        "crashes during inner merges: {images} images, {} -> {} inner nodes, height {} -> {}",
+        full.inner_nodes, thin.inner_nodes, full.height, thin.height
+    );
+    assert!(thin.inner_nodes < full.inner_nodes, "no inner node merged: {} -> {}", full.inner_nodes, thin.inner_nodes);
+    assert!(images >= 100, "only {images} crash images");
+    assert_same(&db, &tree, models.last().unwrap());
+}
+
 /// Sorted key sets for the node search tests: big-endian integers spread evenly, clustered
 /// and skewed ones (interpolation guesses far off), short keys, and keys sharing their first
 /// 8 bytes (equal prefix words everywhere).

@@ -1,6 +1,7 @@
 #![cfg(loom)]
 //! Loom models of the B+-tree's optimistic lock coupling (`strata::access::btree`): splits,
-//! the rollback of a split and the merge of two leaves racing a lookup.
+//! the rollback of a split, the merge of two leaves, the merge of two inner nodes and the
+//! lowering of the root racing a lookup.
 //!
 //! Run with
 //!
@@ -13,7 +14,7 @@
 //! state word and a few words of payload (kind, count, upper, keys, values or children)
 //! held in loom `AtomicU64`s that readers load `Relaxed` and latch holders store `Relaxed`,
 //! as `OptimisticGuard::read_u64` and `ExclusiveGuard::write` do. The steps follow
-//! `access/btree/mod.rs` one for one:
+//! `access/btree/mod.rs` and `merge.rs` one for one:
 //!
 //! * a lookup is `descend` + `get`: `fix_optimistic` the root (waiting while it is LOCKED),
 //!   read its kind and count, `upper_bound` over its separators, read the child pointer,
@@ -31,6 +32,10 @@
 //!   latches in the order the guards are dropped (`unlock_exclusive_modified`): new right
 //!   node, split node, parent (`split_leaf`), or the two new children, then the root
 //!   (`split_root`: the root never moves, its entries move to two new inner nodes);
+//! * a merge is `merge_underfull`: upgrade parent, node and neighbour, write the merged
+//!   node and the parent, release the right node (unchanged for leaves, modified for inner
+//!   nodes: its bytes stay until the commit frees it, but stale guards on it fail), and
+//!   `collapse_root` copies the root's single inner child into the root the same way;
 //! * a rollback is `Transaction::undo_section`: the exclusive latches of every page the
 //!   section wrote are tried in page order (all released and retried if one is taken), the
 //!   before-images restored in reverse, the latches released, and then the pages the
@@ -580,6 +585,67 @@ impl Writer {
         self.release(leaf);
         self.free(right);
     }
+
+    /// `merge_underfull` of the inner node holding `key`'s range one level above the
+    /// leaves (the root's child 0) with its right neighbour (the root's `upper`): descend,
+    /// fix the neighbour optimistically and validate the root, upgrade root, node and
+    /// neighbour, give the node the neighbour's entries with the root's separator pulled
+    /// down between them (its child: the node's old `upper`), repoint the root's `upper` to
+    /// the node and drop the separator; release the neighbour *modified* (its bytes stay
+    /// until it is freed, its version is bumped), the root, the node. Then the commit frees
+    /// the neighbour.
+    fn merge_inner(&mut self, key: u64) {
+        let t = self.t.clone();
+        let mut path = descend(&t, key, true).expect("a consistent tree").expect("no other writer: no restart");
+        let _leaf = path.leaf;
+        let (left, lseen, _) = path.inner.pop().expect("the model's tree has height 3");
+        let (parent, pseen, idx) = path.inner.pop().expect("the model's tree has height 3");
+        assert_eq!((parent, idx), (ROOT, 0), "the model merges the root's child 0 with the next child");
+        let img = self.read(parent);
+        assert_eq!(img[COUNT], 1, "the model's root has one separator");
+        let right = img[UPPER] as usize;
+        let rseen = t.fix_optimistic(right as u64).expect("the neighbour is allocated");
+        assert!(t.validate(parent, pseen));
+        self.upgrade(parent, pseen);
+        self.upgrade(left, lseen);
+        self.upgrade(right, rseen);
+        let (a, b) = (self.read(left), self.read(right));
+        let (ac, bc) = (a[COUNT] as usize, b[COUNT] as usize);
+        let mut keys: Vec<u64> = a[KEY0..KEY0 + ac].to_vec();
+        let mut children: Vec<u64> = a[VAL0..VAL0 + ac].to_vec();
+        keys.push(img[KEY0]);
+        children.push(a[UPPER]);
+        keys.extend_from_slice(&b[KEY0..KEY0 + bc]);
+        children.extend_from_slice(&b[VAL0..VAL0 + bc]);
+        self.write_image(left, &inner_image(&keys, &children, b[UPPER]));
+        self.write_image(parent, &inner_image(&[], &[], left as u64));
+        self.release(right);
+        self.release(parent);
+        self.release(left);
+        self.free(right);
+    }
+
+    /// `collapse_root`: the root has no separator and an inner child (its `upper`): upgrade
+    /// root and child, copy the child's entries and `upper` into the root, release the
+    /// child modified (bytes unchanged, version bumped), then the root; the commit frees
+    /// the child.
+    fn collapse_root(&mut self) {
+        let t = self.t.clone();
+        let rseen = t.fix_optimistic(ROOT as u64).expect("the root is allocated");
+        let img = self.read(ROOT);
+        assert_eq!((img[KIND], img[COUNT]), (KIND_INNER, 0), "the model's root has no separator");
+        let child = img[UPPER] as usize;
+        let cseen = t.fix_optimistic(child as u64).expect("the child is allocated");
+        assert!(t.validate(ROOT, rseen));
+        self.upgrade(ROOT, rseen);
+        self.upgrade(child, cseen);
+        let c = self.read(child);
+        assert_eq!(c[KIND], KIND_INNER);
+        self.write_image(ROOT, &c);
+        self.release(child);
+        self.release(ROOT);
+        self.free(child);
+    }
 }
 
 // ------------------------------------------------------------------------------------------
@@ -735,6 +801,116 @@ fn leaf_merge_vs_lookup_of_a_staying_key() {
 #[test]
 fn leaf_merge_vs_lookup_of_an_absent_key() {
     leaf_merge_vs_lookup(25, None);
+}
+
+/// Pages of the inner-merge model: the root (0) with separator 30 over inner node 1
+/// (separator 20 over leaves 3 and 4, holding 10 and 20) and, as `upper`, inner node 2
+/// (separator 40 over leaves 5 and 6, holding 30 and 40). The merge gives node 1 the
+/// separators 20, 30, 40 over leaves 3..=6, makes it the root's `upper` and frees node 2.
+fn inner_merge_tree() -> Tree {
+    Tree::new(&[
+        Some(inner_image(&[30], &[1], 2)),
+        Some(inner_image(&[20], &[3], 4)),
+        Some(inner_image(&[40], &[5], 6)),
+        Some(leaf_image(&[(10, 100)])),
+        Some(leaf_image(&[(20, 200)])),
+        Some(leaf_image(&[(30, 300)])),
+        Some(leaf_image(&[(40, 400)])),
+    ])
+}
+
+/// Exclusive latches the inner merge takes (root, node, neighbour, the neighbour's free).
+const INNER_MERGE_LATCHES: usize = 4;
+
+/// An inner-node merge and the commit that frees the merged-away neighbour race a lookup
+/// of `key`, which must find `expect`: a reader that reached the neighbour through the old
+/// root fails its validation there (its version was bumped) and finds the key through the
+/// merged node, never "absent".
+fn inner_merge_vs_lookup(key: u64, expect: Option<u64>) {
+    check_bounded(&format!("inner merge vs lookup of {key}"), BOUND, move || {
+        let t = Arc::new(inner_merge_tree());
+        let (tw, tr) = (t.clone(), t.clone());
+        let (latches, (got, restarts)) = race(
+            move || {
+                let mut w = Writer::new(tw);
+                w.merge_inner(10);
+                w.latches
+            },
+            move || get(&tr, key, true, INNER_MERGE_LATCHES),
+        );
+        assert_eq!(got, Ok(expect), "lookup of {key} during an inner merge");
+        assert_eq!(latches, INNER_MERGE_LATCHES);
+        assert!(restarts <= latches, "{restarts} restarts for {latches} exclusive sections");
+        for (k, v) in [(10, 100), (20, 200), (30, 300), (40, 400)] {
+            assert_eq!(get(&t, k, true, 0).0, Ok(Some(v)));
+        }
+        assert_eq!(t.nodes[ROOT].word(COUNT), 0);
+        assert_eq!(t.nodes[1].word(COUNT), 3);
+        assert_eq!(t.nodes[2].st.load().state(), EVICTED);
+    });
+}
+
+/// Inner merge vs a lookup of a key under the merged-away neighbour.
+#[test]
+fn inner_merge_vs_lookup_of_a_key_under_the_neighbour() {
+    inner_merge_vs_lookup(40, Some(400));
+}
+
+/// Inner merge vs a lookup of the key whose leaf now hangs under the pulled-down separator.
+#[test]
+fn inner_merge_vs_lookup_of_a_key_at_the_pulled_down_separator() {
+    inner_merge_vs_lookup(20, Some(200));
+}
+
+/// Inner merge vs a lookup of an absent key in the neighbour's old range.
+#[test]
+fn inner_merge_vs_lookup_of_an_absent_key() {
+    inner_merge_vs_lookup(35, None);
+}
+
+/// Pages of the root-collapse model: the root (0) with no separator over inner node 1
+/// (separator 20 over leaves 2 and 3, holding 10 and 20). The collapse copies node 1 into
+/// the root and frees it (the tree gets lower).
+fn root_collapse_tree() -> Tree {
+    Tree::new(&[Some(inner_image(&[], &[], 1)), Some(inner_image(&[20], &[2], 3)), Some(leaf_image(&[(10, 100)])), Some(leaf_image(&[(20, 200)]))])
+}
+
+/// Exclusive latches the root collapse takes (root, child, the child's free).
+const ROOT_COLLAPSE_LATCHES: usize = 3;
+
+/// A root collapse and the commit that frees the root's old child race a lookup of `key`.
+fn root_collapse_vs_lookup(key: u64, expect: Option<u64>) {
+    check_bounded(&format!("root collapse vs lookup of {key}"), BOUND, move || {
+        let t = Arc::new(root_collapse_tree());
+        let (tw, tr) = (t.clone(), t.clone());
+        let (latches, (got, restarts)) = race(
+            move || {
+                let mut w = Writer::new(tw);
+                w.collapse_root();
+                w.latches
+            },
+            move || get(&tr, key, true, ROOT_COLLAPSE_LATCHES),
+        );
+        assert_eq!(got, Ok(expect), "lookup of {key} during a root collapse");
+        assert_eq!(latches, ROOT_COLLAPSE_LATCHES);
+        assert!(restarts <= latches, "{restarts} restarts for {latches} exclusive sections");
+        assert_eq!(get(&t, 10, true, 0).0, Ok(Some(100)));
+        assert_eq!(get(&t, 20, true, 0).0, Ok(Some(200)));
+        assert_eq!((t.nodes[ROOT].word(COUNT), t.nodes[ROOT].word(UPPER)), (1, 3));
+        assert_eq!(t.nodes[1].st.load().state(), EVICTED);
+    });
+}
+
+/// Root collapse vs a lookup of a key present throughout.
+#[test]
+fn root_collapse_vs_lookup_of_a_present_key() {
+    root_collapse_vs_lookup(20, Some(200));
+}
+
+/// Root collapse vs a lookup of an absent key.
+#[test]
+fn root_collapse_vs_lookup_of_an_absent_key() {
+    root_collapse_vs_lookup(15, None);
 }
 
 /// Pages of the root-split model: the full root (0) with separators 20, 30, 40 over the

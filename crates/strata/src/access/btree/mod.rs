@@ -31,6 +31,12 @@
 //! node and its parent; a full parent is split first), after which the operation restarts.
 //! A page found evicted is loaded by the fix, like any other.
 //!
+//! Removals shrink the tree the same way (`btree/merge.rs`): an emptied leaf is unlinked, an
+//! underfull leaf or inner node is merged with a neighbour under the same parent (up the
+//! tree while parents are left underfull), and a root left with a single inner child takes
+//! that child's entries, so the tree gets lower again; each change latches exactly the
+//! nodes it changes, and the merged-away page is freed when the transaction commits.
+//!
 //! # Transactions and durability
 //! Every change is a logged write of the transaction passed in ([`crate::Transaction`]):
 //! a crash loses no committed change and leaves no half-split tree (a split is part of the
@@ -45,6 +51,7 @@
 
 mod check;
 mod leaf;
+mod merge;
 pub mod node;
 mod scan;
 
@@ -384,7 +391,10 @@ impl BTree {
     /// Removes `key`; returns whether it was present. A leaf left empty is unlinked from its
     /// parent and freed when the transaction commits (unless it is its parent's only child);
     /// a leaf left less than a quarter full is merged with a neighbour when both fit in half
-    /// a page ([`merge_underfull_leaf`](Self::merge_underfull_leaf)).
+    /// a page; an inner node that this leaves less than a quarter full is merged with a
+    /// neighbour in turn, up the tree, and a root left with one inner child takes that
+    /// child's entries (the tree gets lower). See `btree/merge.rs` (all best effort: an underfull
+    /// node is a valid node).
     pub fn remove(&self, tx: &mut Transaction<'_>, key: &[u8]) -> Result<bool> {
         let bm = tx.buffer();
         let mut buf = Vec::new();
@@ -398,178 +408,11 @@ impl BTree {
             let emptied = removed && h.is_some_and(|h| h.count == 0);
             let underfull = removed && h.is_some_and(|h| live_bytes(&h, g.len()) < node::room(g.len()) / 4);
             drop(g);
-            if emptied {
-                self.unlink_empty_leaf(tx, key, &mut buf)?;
-            } else if underfull {
-                self.merge_underfull_leaf(tx, key, &mut buf)?;
+            if emptied || underfull {
+                self.rebalance_after_remove(tx, key, emptied, &mut buf)?;
             }
             return Ok(removed);
         }
-    }
-
-    /// A validated descent to the leaf of `key` with its parent, and both their headers
-    /// (for the structural changes after a removal). `None`: restart.
-    fn leaf_with_parent<'a>(
-        &self,
-        bm: &'a BufferManager,
-        key: &[u8],
-        buf: &mut Vec<u8>,
-    ) -> Result<Option<(Step<'a>, OptimisticGuard<'a>, node::Header, node::Header)>> {
-        let Some(mut path) = self.descend(bm, key, buf)? else { return Ok(None) };
-        let parent = path.inner.pop().expect("a leaf has a parent");
-        let (Ok(ph), Ok(lh)) = (node::header(&parent.g), node::header(&path.leaf)) else { return Ok(None) };
-        if !parent.g.validate() || !path.leaf.validate() {
-            return Ok(None);
-        }
-        Ok(Some((parent, path.leaf, ph, lh)))
-    }
-
-    /// Unlinks the empty leaf that holds `key`'s range from its parent (its range joins the
-    /// next child's, or the previous child becomes `upper`) and frees it at commit: the
-    /// simplest merge, and the one that keeps a tree whose keys were removed from keeping its
-    /// pages. Best effort: a leaf that is its parent's only child, or that changes under
-    /// us, stays (an empty leaf is a valid leaf).
-    fn unlink_empty_leaf(&self, tx: &mut Transaction<'_>, key: &[u8], buf: &mut Vec<u8>) -> Result<()> {
-        let bm = tx.buffer();
-        for _ in 0..OPTIMISTIC_TRIES {
-            let Some((parent, leaf, ph, lh)) = self.leaf_with_parent(bm, key, buf)? else { continue };
-            if lh.kind != KIND_LEAF || lh.count != 0 || ph.count == 0 {
-                return Ok(());
-            }
-            let (ppid, lpid) = (parent.g.pid(), leaf.pid());
-            if !tx.holds(ppid) || !tx.holds(lpid) {
-                // Optimistic guards hold no latch: the lock waits need not release them.
-                tx.lock(ppid)?;
-                tx.lock(lpid)?;
-                continue;
-            }
-            let idx = parent.idx;
-            let Ok(mut pg) = parent.g.upgrade() else { continue };
-            let Ok(lg) = leaf.upgrade() else {
-                pg.release_unchanged();
-                continue;
-            };
-            tx.begin_section();
-            let (h, mut e) = node::decode(pg.data()).map_err(|_| BTree::corrupt(bm, ppid, "impossible inner node"))?;
-            let mut upper = pg.data().word(W_UPPER);
-            let tree = pg.data().word(W_TREE);
-            let child_at = |e: &Entries, i: usize| if i < e.len() { e.child(i) } else { upper };
-            if child_at(&e, idx) != lpid.raw() {
-                return Err(BTree::corrupt(bm, ppid, "child pointer moved under a latched parent"));
-            }
-            if idx < h.count {
-                e.items.remove(idx);
-            } else {
-                upper = e.child(h.count - 1);
-                e.items.pop();
-            }
-            let img = node::build(pg.len(), KIND_INNER, &e, 0..e.len(), upper, tree);
-            write_image(tx, &mut pg, &img)?;
-            drop((pg, lg));
-            return tx.free(lpid);
-        }
-        Ok(())
-    }
-
-    /// Merges the leaf that holds `key`'s range, when it is less than a quarter full, with a
-    /// neighbour under the same parent if the entries of both fit in half of its page: the
-    /// right one of the pair (the leaf and the next child, or for the parent's last child
-    /// the previous child and the leaf) gives its entries to the left one, the parent's
-    /// pointer to the right one is repointed to the left one and the separator between
-    /// them removed, and the right page is freed when the transaction commits. One atomic
-    /// section: parent and both leaves latched together, every change logged, so a rollback
-    /// or a crash restores both leaves and the parent. Best effort: a lock another
-    /// transaction holds is not waited for, and a change under us gives up after a few
-    /// tries (an underfull leaf is a valid leaf). The right page keeps its bytes until it is
-    /// freed, so a reader that reached it through the old parent still finds the entries
-    /// it held.
-    fn merge_underfull_leaf(&self, tx: &mut Transaction<'_>, key: &[u8], buf: &mut Vec<u8>) -> Result<()> {
-        let bm = tx.buffer();
-        for _ in 0..OPTIMISTIC_TRIES {
-            let Some((parent, leaf, ph, lh)) = self.leaf_with_parent(bm, key, buf)? else { continue };
-            if lh.kind != KIND_LEAF || ph.count == 0 || live_bytes(&lh, leaf.len()) >= node::room(leaf.len()) / 4 {
-                return Ok(());
-            }
-            let idx = parent.idx;
-            let child = |j: usize| if j < ph.count { node::slot(&parent.g, j).map(|s| s.3) } else { Ok(parent.g.word(W_UPPER)) };
-            // The pair (i, i + 1) of children to merge, the leaf one of them: with the
-            // previous child first (removals in key order thinned it already), else the next.
-            let mut chosen = None;
-            for i in [idx.checked_sub(1), (idx < ph.count).then_some(idx)].into_iter().flatten() {
-                let (Ok(a), Ok(b)) = (child(i), child(i + 1)) else { break };
-                let Ok(other) = bm.fix_optimistic(PageId::from_raw(if idx == i { b } else { a })) else { break };
-                let Ok(oh) = node::header(&other) else { break };
-                let left_len = if idx == i { leaf.len() } else { other.len() };
-                let fits = oh.kind == KIND_LEAF && live_bytes(&lh, leaf.len()) + live_bytes(&oh, other.len()) <= node::room(left_len) / 2;
-                if !other.validate() || !parent.g.validate() {
-                    break;
-                }
-                if fits {
-                    chosen = Some((i, a, b, other));
-                    break;
-                }
-            }
-            if !parent.g.validate() {
-                continue;
-            }
-            let Some((i, a, b, other)) = chosen else { return Ok(()) };
-            let (apid, bpid) = (PageId::from_raw(a), PageId::from_raw(b));
-            for pid in [parent.g.pid(), apid, bpid] {
-                if !tx.holds(pid) && !tx.try_lock(pid)? {
-                    return Ok(());
-                }
-            }
-            if !parent.g.validate() {
-                continue;
-            }
-            tx.begin_section();
-            let Ok(mut pg) = parent.g.upgrade() else { continue };
-            let Ok(lg) = leaf.upgrade() else {
-                pg.release_unchanged();
-                continue;
-            };
-            let Ok(og) = other.upgrade() else {
-                pg.release_unchanged();
-                lg.release_unchanged();
-                continue;
-            };
-            let (mut ag, bg) = if idx == i { (lg, og) } else { (og, lg) };
-            let (Ok((ah, mut ea)), Ok((bh, eb))) = (node::decode(ag.data()), node::decode(bg.data())) else {
-                let pid = if node::decode(ag.data()).is_err() { ag.pid() } else { bg.pid() };
-                return Err(BTree::corrupt(bm, pid, "impossible leaf"));
-            };
-            let total = node::need(&ea, 0..ea.len(), true) + node::need(&eb, 0..eb.len(), true);
-            if ah.kind != KIND_LEAF || bh.kind != KIND_LEAF || total > node::room(ag.len()) / 2 {
-                pg.release_unchanged();
-                ag.release_unchanged();
-                bg.release_unchanged();
-                return Ok(());
-            }
-            let (h, mut e) = node::decode(pg.data()).map_err(|_| BTree::corrupt(bm, pg.pid(), "impossible inner node"))?;
-            let mut upper = pg.data().word(W_UPPER);
-            let tree = pg.data().word(W_TREE);
-            let child_at = |e: &Entries, j: usize| if j < e.len() { e.child(j) } else { upper };
-            if child_at(&e, i) != a || child_at(&e, i + 1) != b {
-                return Err(BTree::corrupt(bm, pg.pid(), "child pointer moved under a latched parent"));
-            }
-            for j in 0..eb.len() {
-                ea.push(eb.key(j), eb.value(j), eb.items[j].2);
-            }
-            let img = node::build(ag.len(), KIND_LEAF, &ea, 0..ea.len(), 0, 0);
-            write_image(tx, &mut ag, &img)?;
-            if i + 1 < h.count {
-                e.items[i + 1].2 = a;
-            } else {
-                upper = a;
-            }
-            e.items.remove(i);
-            let img = node::build(pg.len(), KIND_INNER, &e, 0..e.len(), upper, tree);
-            write_image(tx, &mut pg, &img)?;
-            bg.release_unchanged();
-            drop((pg, ag));
-            return tx.free(bpid);
-        }
-        Ok(())
     }
 
     /// Takes the transaction's lock on the path's leaf (waiting with no latch held), then
