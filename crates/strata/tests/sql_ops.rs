@@ -132,6 +132,23 @@ fn assert_set(sql: &str, got: Vec<Vec<Value>>, want: Vec<Vec<Value>>, n: usize) 
     assert_rows(sql, &sorted(got, n), &sorted(want, n));
 }
 
+/// The plan `EXPLAIN` prints for `sql`, one line per operator.
+fn explain(db: &Database, sql: &str) -> String {
+    q(db, &format!("EXPLAIN {sql}")).into_iter().map(|r| format!("{:?}", r[0])).collect::<Vec<_>>().join("\n")
+}
+
+/// The rows (t.id, u.id, w.id) of t.k = u.k = w.k with w.x > 900 and u.id < 400.
+fn chain_join(t: &[R], u: &[R], w: &[R]) -> Vec<Vec<Value>> {
+    let mut want = Vec::new();
+    for c in w.iter().filter(|c| c.x.is_some_and(|x| x > 900)) {
+        for b in u.iter().filter(|b| b.id < 400 && eq(&b.k, &c.k)) {
+            want.extend(t.iter().filter(|a| eq(&a.k, &b.k)).map(|a| vec![id(a), id(b), id(c)]));
+        }
+    }
+    assert!(!want.is_empty());
+    want
+}
+
 fn i(v: Option<i64>) -> Value {
     v.map_or(Value::Null, Value::I64)
 }
@@ -790,16 +807,9 @@ fn implied_equalities_join_relations_directly() {
     // the rows below make redundant (w.k = u.k is applied): one key, the one written.
     // (The implied equalities' use in join orders shows in TPC-H Q5: customer joins
     // nation through c_nationkey = n_nationkey, which the query does not write.)
-    let p = q(&db, &format!("EXPLAIN {sql}")).into_iter().map(|r| format!("{:?}", r[0])).collect::<Vec<_>>().join("\n");
+    let p = explain(&db, sql);
     assert!(p.contains("on u.k = t.k (") || p.contains("on t.k = u.k (") || p.contains("t.k = w.k") || p.contains("w.k = t.k"), "{p}");
-    let mut want = Vec::new();
-    for c in w.iter().filter(|c| c.x.is_some_and(|x| x > 900)) {
-        for b in u.iter().filter(|b| b.id < 400 && eq(&b.k, &c.k)) {
-            want.extend(t.iter().filter(|a| eq(&a.k, &b.k)).map(|a| vec![id(a), id(b), id(c)]));
-        }
-    }
-    assert!(!want.is_empty());
-    assert_set(sql, q(&db, sql), want, 3);
+    assert_set(sql, q(&db, sql), chain_join(&t, &u, &w), 3);
     // With a LEFT join nothing is implied (a padded NULL equals nothing).
     let sql = "SELECT t.id, u.id, w.id FROM w JOIN u ON u.k = w.k LEFT JOIN t ON t.k = u.k WHERE w.x > 900 AND u.id < 400";
     let mut want = Vec::new();
@@ -823,19 +833,11 @@ fn implied_equalities_join_relations_directly() {
 fn implied_join_keys_are_hashed_once() {
     let (_dir, db, t, u, w) = join_setup(POOL);
     let keys = |sql: &str| -> usize {
-        let p = q(&db, &format!("EXPLAIN {sql}")).into_iter().map(|r| format!("{:?}", r[0])).collect::<Vec<_>>().join("\n");
-        p.lines().filter_map(|l| l.split(" on ").nth(1)).map(|on| on.split(" (build").next().unwrap().split(", ").count()).sum()
+        explain(&db, sql).lines().filter_map(|l| l.split(" on ").nth(1)).map(|on| on.split(" (build").next().unwrap().split(", ").count()).sum()
     };
     let sql = "SELECT t.id, u.id, w.id FROM t, u, w WHERE t.k = w.k AND u.k = w.k AND t.k = u.k AND w.x > 900 AND u.id < 400";
     assert_eq!(keys(sql), 2, "two joins, one key each");
-    let mut want = Vec::new();
-    for c in w.iter().filter(|c| c.x.is_some_and(|x| x > 900)) {
-        for b in u.iter().filter(|b| b.id < 400 && eq(&b.k, &c.k)) {
-            want.extend(t.iter().filter(|a| eq(&a.k, &b.k)).map(|a| vec![id(a), id(b), id(c)]));
-        }
-    }
-    assert!(!want.is_empty());
-    assert_set(sql, q(&db, sql), want, 3);
+    assert_set(sql, q(&db, sql), chain_join(&t, &u, &w), 3);
     // t.k and t.x are not equal in t's rows: both equalities with u.k are keys.
     let sql = "SELECT t.id, u.id FROM t, u WHERE t.k = u.k AND t.x = u.k";
     assert_eq!(keys(sql), 2);
