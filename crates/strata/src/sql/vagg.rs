@@ -9,7 +9,7 @@
 //! so the results are those of the hash aggregation alone (f64 sums added in another
 //! association; an i64 sum is an error exactly when its value overflows).
 
-use super::agg::{encode_states, AggKind, HashAgg, St};
+use super::agg::{encode_states, AggKind, BatchItem, HashAgg, St};
 use super::rows::hash_bytes;
 use crate::error::Result;
 
@@ -40,12 +40,25 @@ pub struct GroupCache {
     states: Vec<St>,
     rows: u64,
     off: bool,
+    /// The groups' keys and encoded states, and where they lie, as [`flush`](Self::flush)
+    /// hands them on.
     sb: Vec<u8>,
+    items: Vec<BatchItem>,
 }
 
 impl GroupCache {
     pub fn new(kinds: Vec<AggKind>) -> GroupCache {
-        GroupCache { kinds, slots: vec![0; SLOTS], groups: Vec::new(), keys: Vec::new(), states: Vec::new(), rows: 0, off: false, sb: Vec::new() }
+        GroupCache {
+            kinds,
+            slots: vec![0; SLOTS],
+            groups: Vec::new(),
+            keys: Vec::new(),
+            states: Vec::new(),
+            rows: 0,
+            off: false,
+            sb: Vec::new(),
+            items: Vec::new(),
+        }
     }
 
     /// Whether rows should bypass the cache (go to the hash aggregation one by one).
@@ -140,11 +153,16 @@ impl GroupCache {
     /// Hands every group to `main` (in arrival order) and empties the cache.
     pub fn flush(&mut self, main: &mut HashAgg<'_>) -> Result<()> {
         let n = self.kinds.len();
-        for (g, &(h, o, l)) in self.groups.iter().enumerate() {
-            self.sb.clear();
+        // Every group's key and encoded states in `sb`, pushed as one batch.
+        self.sb.clear();
+        self.items.clear();
+        for (g, &(hash, o, klen)) in self.groups.iter().enumerate() {
+            let at = self.sb.len();
+            self.sb.extend_from_slice(&self.keys[o..o + klen]);
             encode_states(&self.states[g * n..(g + 1) * n], &mut self.sb);
-            main.push(&self.keys[o..o + l], h, &self.sb)?;
+            self.items.push(BatchItem { hash, at, klen, slen: self.sb.len() - at - klen });
         }
+        main.push_batch(&self.sb, &self.items)?;
         self.groups.clear();
         self.keys.clear();
         self.states.clear();
