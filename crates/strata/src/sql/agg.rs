@@ -322,6 +322,18 @@ impl BatchItem {
     }
 }
 
+/// What [`Fill::upsert`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fit {
+    /// Merged into its group, or a new group.
+    Merged,
+    /// Nothing changed: a new group without room.
+    NoRoom,
+    /// Nothing changed: the group's merged state (left in the scratch buffer) is larger
+    /// than its entry and has no room.
+    Outgrown,
+}
+
 /// The layout and fill of an [`AggTable`]'s page.
 struct Fill {
     payload: usize,
@@ -335,10 +347,9 @@ impl Fill {
         (hash as usize) & (self.nslots - 1)
     }
 
-    /// Merges `inc` into the group of `key` in the page's bytes `d`; `false` (and nothing
-    /// changed) when the page has no room for it.
+    /// Merges `inc` into the group of `key` in the page's bytes `d` (see [`Fit`]).
     #[inline]
-    fn upsert(&mut self, d: &mut [u8], key: &[u8], hash: u64, inc: &[u8], kinds: &[AggKind], scratch: &mut Vec<u8>) -> Result<bool> {
+    fn upsert(&mut self, d: &mut [u8], key: &[u8], hash: u64, inc: &[u8], kinds: &[AggKind], scratch: &mut Vec<u8>) -> Result<Fit> {
         let slot = self.slot(hash);
         let mut link = slot * 4;
         let mut cur = rd32(d, link) as usize;
@@ -352,12 +363,20 @@ impl Fill {
                 if scratch.len() <= scap {
                     d[s0..s0 + scratch.len()].copy_from_slice(scratch);
                     wr32(d, o + 16, scratch.len() as u32);
-                    return Ok(true);
+                    return Ok(Fit::Merged);
+                }
+                if s0 + scap == self.bump && s0 + scratch.len() <= self.payload {
+                    // Grown, the last entry: it grows in place.
+                    d[s0..s0 + scratch.len()].copy_from_slice(scratch);
+                    wr32(d, o + 16, scratch.len() as u32);
+                    wr32(d, o + 20, scratch.len() as u32);
+                    self.bump = s0 + scratch.len();
+                    return Ok(Fit::Merged);
                 }
                 // Grown (a longer min/max): a new copy at the end, linked in its place.
                 let need = HDR + klen + scratch.len();
                 if self.bump + need > self.payload {
-                    return Ok(false);
+                    return Ok(Fit::Outgrown);
                 }
                 let n = self.bump;
                 d.copy_within(o..o + HDR + klen, n);
@@ -367,14 +386,14 @@ impl Fill {
                 wr32(d, link, (n + 1) as u32);
                 wr32(d, o + 20, scap as u32 | MOVED);
                 self.bump += need;
-                return Ok(true);
+                return Ok(Fit::Merged);
             }
             link = o + 8;
             cur = rd32(d, link) as usize;
         }
         let need = HDR + key.len() + inc.len();
         if self.bump + need > self.payload {
-            return Ok(false);
+            return Ok(Fit::NoRoom);
         }
         let n = self.bump;
         wr64(d, n, hash);
@@ -387,7 +406,7 @@ impl Fill {
         wr32(d, slot * 4, (n + 1) as u32);
         self.bump += need;
         self.groups += 1;
-        Ok(true)
+        Ok(Fit::Merged)
     }
 }
 
@@ -421,9 +440,8 @@ impl<'a> AggTable<'a> {
         self.fill.bump == self.fill.nslots * 4
     }
 
-    /// Merges `inc` into the group of `key`; `false` (and nothing changed) when the page has
-    /// no room for it.
-    fn upsert(&mut self, key: &[u8], hash: u64, inc: &[u8], kinds: &[AggKind], scratch: &mut Vec<u8>) -> Result<bool> {
+    /// Merges `inc` into the group of `key` (see [`Fit`]).
+    fn upsert(&mut self, key: &[u8], hash: u64, inc: &[u8], kinds: &[AggKind], scratch: &mut Vec<u8>) -> Result<Fit> {
         let mut g = self.page.exclusive()?;
         let d = g.data_mut().ok_or_else(not_temp)?;
         self.fill.upsert(d, key, hash, inc, kinds, scratch)
@@ -457,7 +475,7 @@ impl<'a> AggTable<'a> {
                     prefetch_entry(d, rd32(next, 0));
                 }
             }
-            if !f.upsert(d, it.key(buf), it.hash, it.states(buf), kinds, scratch)? {
+            if f.upsert(d, it.key(buf), it.hash, it.states(buf), kinds, scratch)? != Fit::Merged {
                 return Ok(i);
             }
         }
@@ -569,7 +587,7 @@ pub struct HashAgg<'a> {
     consumed: u32,
     table: Option<AggTable<'a>>,
     parts: Vec<RowRun<'a>>,
-    /// Per partition, records not yet copied into its run (at most [`PART_BUF`] bytes
+    /// Per partition, records not yet copied into its run (under twice [`PART_BUF`] bytes
     /// each, and empty between calls of `push`, `push_batch` and `flush`).
     part_bufs: Vec<Vec<u8>>,
     scratch: Vec<u8>,
@@ -627,7 +645,27 @@ impl<'a> HashAgg<'a> {
                 self.table = Some(AggTable::new(self.bm, work_payload(self.bm).max(room_for(key.len() + states.len())))?);
             }
             let t = self.table.as_mut().ok_or_else(|| corrupt("no table"))?;
-            if t.upsert(key, hash, states, &self.kinds, &mut self.scratch)? {
+            let fit = t.upsert(key, hash, states, &self.kinds, &mut self.scratch)?;
+            if fit == Fit::Merged {
+                self.pushes += 1;
+                return Ok(());
+            }
+            if fit == Fit::Outgrown && t.fill.groups == 1 {
+                // The table's one group outgrew it: a larger table with its merged state
+                // (flushing it would only move the same merge a level down).
+                let merged = std::mem::take(&mut self.scratch);
+                self.table = None;
+                let want = room_for(2 * (key.len() + merged.len()));
+                let one = room_for(key.len() + merged.len());
+                let mut t = match AggTable::new(self.bm, want) {
+                    Ok(t) => t,
+                    Err(_) => AggTable::new(self.bm, one)?,
+                };
+                let fit = t.upsert(key, hash, &merged, &self.kinds, &mut self.scratch)?;
+                self.table = Some(t);
+                if fit != Fit::Merged {
+                    return Err(corrupt("a group does not fit a table made for it"));
+                }
                 self.pushes += 1;
                 return Ok(());
             }
@@ -675,6 +713,15 @@ impl<'a> HashAgg<'a> {
     fn part_record(&mut self, hash: u64, key: &[u8], st: &[u8]) -> Result<()> {
         let p = (shifted(hash, self.consumed) >> (64 - BITS)) as usize;
         let b = &mut self.part_bufs[p];
+        if 16 + key.len() + st.len() > PART_BUF {
+            // A large record goes to the run directly (after those before it), keeping the
+            // buffers small.
+            if !b.is_empty() {
+                self.parts[p].extend(b)?;
+                b.clear();
+            }
+            return self.parts[p].append(&[&hash.to_le_bytes(), &(key.len() as u32).to_le_bytes(), key, st]);
+        }
         b.extend_from_slice(&((12 + key.len() + st.len()) as u32).to_le_bytes());
         b.extend_from_slice(&hash.to_le_bytes());
         b.extend_from_slice(&(key.len() as u32).to_le_bytes());
@@ -978,12 +1025,12 @@ mod tests {
         for i in 0..40_000 {
             let k = 50_000 + r.below(20_000) as i64;
             let sts = row(&mut r, k, false, &mut kb);
-            if i % 10 == 0 {
+            if i % 10 == 3 {
                 agg.push(&kb, hash_bytes(&kb), &encode(&sts)).unwrap();
                 continue;
             }
             add(&mut buf, &mut items, &kb, &sts, hash_bytes(&kb));
-            if i % 2000 == 0 {
+            if i % 1500 == 0 {
                 let sts = row(&mut r, -1, true, &mut kb);
                 add(&mut buf, &mut items, &kb, &sts, hash_bytes(&kb));
             }

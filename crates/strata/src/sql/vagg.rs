@@ -654,11 +654,14 @@ fn same_key(a: &[u8], b: &[u8]) -> bool {
 #[derive(Default)]
 struct Scratch {
     row: Vec<Value>,
-    /// Key bytes (this row's, the row before's), state bytes.
+    /// Key bytes (this row's, the row before's).
     kb: Vec<u8>,
     pk: Vec<u8>,
-    sb: Vec<u8>,
     sts: Vec<St>,
+    /// Rows of the batch for the hash aggregation directly (the cache off): keys and
+    /// encoded states, and where they lie.
+    bb: Vec<u8>,
+    items: Vec<BatchItem>,
     /// Per row of the batch: its group in the cache.
     gids: Vec<u32>,
 }
@@ -733,6 +736,12 @@ fn group_batch(g: &Grouping<'_>, prog: &mut Prog, b: &Batch<'_>, cache: &mut Gro
                 encode_value(&x.row[c], &mut x.kb);
             }
         }
+        if !cache.is_off() && !x.items.is_empty() {
+            // (the cache may hand groups on: the rows before go first)
+            main.push_batch(&x.bb, &x.items)?;
+            x.bb.clear();
+            x.items.clear();
+        }
         let cached = cache.states(&x.kb, main)?;
         let direct = cached.is_none();
         let into: &mut [St] = match cached {
@@ -755,10 +764,17 @@ fn group_batch(g: &Grouping<'_>, prog: &mut Prog, b: &Batch<'_>, cache: &mut Gro
             }
         }
         if direct {
-            x.sb.clear();
-            encode_states(&x.sts, &mut x.sb);
-            main.push(&x.kb, hash_bytes(&x.kb), &x.sb)?;
+            // Pushed with the batch's other such rows, in one batch at the end.
+            let at = x.bb.len();
+            x.bb.extend_from_slice(&x.kb);
+            encode_states(&x.sts, &mut x.bb);
+            x.items.push(BatchItem { hash: hash_bytes(&x.kb), at, klen: x.kb.len(), slen: x.bb.len() - at - x.kb.len() });
         }
+    }
+    if !x.items.is_empty() {
+        main.push_batch(&x.bb, &x.items)?;
+        x.bb.clear();
+        x.items.clear();
     }
     Ok(())
 }
