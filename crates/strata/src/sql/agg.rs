@@ -16,9 +16,11 @@
 //! Groups may come in batches ([`HashAgg::push_batch`]): the page is latched once for
 //! many, and the slots and chain entries of the groups a few places ahead are prefetched
 //! while one is merged. A flush walks the entries in the order they were allocated (not
-//! slot by slot, which jumps around the page). A table that merged almost nothing before
-//! it filled up (unique keys, say) is bypassed for a while: the groups go to the
-//! partitions directly, as its flush would have sent them a little later.
+//! slot by slot, which jumps around the page; so a spilled aggregation's groups come out
+//! in another order than before, an unspilled one's still slot by slot). A table that
+//! merged almost nothing before it filled up (unique keys, say) is bypassed for a while:
+//! the groups go to the partitions directly, as its flush would have sent them a little
+//! later.
 
 use super::expr::{arith, compare, err, ArOp, Pos};
 use super::rows::{corrupt, decode_value, encode_value, not_temp, part_payload, pow2_floor, rd32, rd64, work_payload, wr32, wr64, RowRun};
@@ -625,10 +627,11 @@ impl<'a> HashAgg<'a> {
     /// Adds the partial aggregate `states` (encoded, see [`encode_states`]) to the group of
     /// `key` (whose hash is `hash`).
     ///
-    /// After a flush of a table whose groups nearly all came once (fewer than one push in
-    /// eight merged into a group already there), the groups of the next pushes (four
-    /// tables' worth, twice as many after each such flush in a row) go to the partitions
-    /// directly: merging them in the table would only have delayed the same records.
+    /// After a flush of a table whose groups nearly all came once (fewer pushes merged into
+    /// a group already there than an eighth of its groups), the groups of the next pushes
+    /// (four tables' worth, twice as many after each such flush in a row, up to 64) go to
+    /// the partitions directly: merging them in the table would only have delayed the
+    /// same records.
     pub fn push(&mut self, key: &[u8], hash: u64, states: &[u8]) -> Result<()> {
         self.push_one(key, hash, states)?;
         self.spill_part_bufs()
