@@ -58,6 +58,20 @@ fn proc_status_kib(key: &str) -> Option<u64> {
     line[key.len()..].trim().trim_end_matches("kB").trim().parse().ok()
 }
 
+/// Asks the CPU to load the cache line at `p` (no effect where the architecture has no
+/// prefetch instruction here).
+#[inline(always)]
+pub(crate) fn prefetch(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is only a hint: it never faults, whatever the address, and changes
+    // no memory.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast::<i8>())
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -359,6 +359,45 @@ fn small_keys_find_the_same_groups_as_the_general_path() {
     assert_rows(sql, &q(&db, sql), &want);
 }
 
+/// Grouped aggregates whose groups outgrow the hash table of the 1 MiB pool: unique keys
+/// (the pre-aggregation steps aside; the rows reach the hash aggregation in batches and
+/// pass its table by), keys that come back after a few thousand rows, and pairs (through
+/// the pre-aggregation), with string minima and maxima (states that grow) and NULLs;
+/// against values computed here.
+#[test]
+fn grouped_aggregates_spill_in_batches() {
+    use std::collections::BTreeMap;
+    let dir = tempfile::tempdir().unwrap();
+    let data = rows(20_000);
+    let db = open(dir.path(), &data);
+    type Acc = (i64, Option<i64>, Option<String>, Option<String>, String);
+    let keyings: [(&str, &dyn Fn(&R) -> i64); 3] = [("id", &|r| r.id), ("id % 7000", &|r| r.id % 7000), ("id / 2", &|r| r.id / 2)];
+    for (k, f) in keyings {
+        let sql = format!("SELECT {k}, count(*), sum(a), min(s), max(s), max(pad) FROM t GROUP BY {k} ORDER BY 1");
+        let mut want: BTreeMap<i64, Acc> = BTreeMap::new();
+        for r in &data {
+            let e = want.entry(f(r)).or_insert((0, None, None, None, String::new()));
+            e.0 += 1;
+            if let Some(a) = r.a {
+                e.1 = Some(e.1.unwrap_or(0) + a);
+            }
+            if let Some(s) = &r.s {
+                e.2 = Some(e.2.take().map_or(s.clone(), |m| m.min(s.clone())));
+                e.3 = Some(e.3.take().map_or(s.clone(), |m| m.max(s.clone())));
+            }
+            e.4 = e.4.clone().max(r.pad.clone());
+        }
+        let str_or_null = |s: &Option<String>| s.clone().map_or(Value::Null, Value::Str);
+        let want: Vec<Vec<Value>> = want
+            .iter()
+            .map(|(k, (n, sa, mn, mx, pad))| {
+                vec![Value::I64(*k), Value::I64(*n), sa.map_or(Value::Null, Value::I64), str_or_null(mn), str_or_null(mx), Value::Str(pad.clone())]
+            })
+            .collect();
+        assert_rows(&sql, &q(&db, &sql), &want);
+    }
+}
+
 /// Aggregates computed a leaf at a time over a vectorized scan (arguments as vectors):
 /// NULLs in the arguments, i64 and f64 arithmetic, count(*), avg, min/max of expressions,
 /// grouped by a boolean and by strings of every length (more groups than the

@@ -11,20 +11,7 @@ use super::manager::BufferManager;
 use super::state::{PageState, EVICTED, LOCKED, MAX_SHARED, UNLOCKED};
 use crate::error::{Error, Result};
 use crate::storage::{PageId, PAGE_HEADER_SIZE};
-
-/// Asks the CPU to load the cache line at `p` (no effect where the architecture has no
-/// prefetch instruction here).
-#[inline(always)]
-fn prefetch(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is only a hint: it never faults, whatever the address, and changes
-    // no memory.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast::<i8>())
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
-}
+use crate::util::prefetch;
 
 impl BufferManager {
     /// For recovery: latches allocated page `pid` exclusively, loading it if needed; a copy

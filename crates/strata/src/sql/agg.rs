@@ -10,8 +10,17 @@
 //! the table is flushed too and each partition is aggregated the same way (its own table,
 //! sub-partitions by the next 4 bits if it still overflows), one after the other. Partials
 //! merge (counts add, sums add, averages keep sum and count, min/max compare), so a group
-//! split over several flushes comes out whole. Rust memory: the partitions' page lists and
-//! one decoded group at a time.
+//! split over several flushes comes out whole. Rust memory: the partitions' page lists,
+//! small buffers of records on their way into them, and one decoded group at a time.
+//!
+//! Groups may come in batches ([`HashAgg::push_batch`]): the page is latched once for
+//! many, and the slots and chain entries of the groups a few places ahead are prefetched
+//! while one is merged. A flush walks the entries in the order they were allocated (not
+//! slot by slot, which jumps around the page; so a spilled aggregation's groups come out
+//! in another order than before, an unspilled one's still slot by slot). A table that
+//! merged almost nothing before it filled up (unique keys, say) is bypassed for a while:
+//! the groups go to the partitions directly, as its flush would have sent them a little
+//! later.
 
 use super::expr::{arith, compare, err, ArOp, Pos};
 use super::rows::{corrupt, decode_value, encode_value, not_temp, part_payload, pow2_floor, rd32, rd64, work_payload, wr32, wr64, RowRun};
@@ -283,37 +292,67 @@ pub type GroupFn<'f> = dyn FnMut(&[u8], Vec<St>) -> Result<bool> + 'f;
 /// Entry header: hash u64, next u32, key length u32, state length u32, state capacity u32.
 const HDR: usize = 24;
 
+/// Set in an entry's state capacity word once its state grew and the entry was copied to
+/// the end: the walk in allocation order ([`AggTable::for_each`]) skips it.
+const MOVED: u32 = 1 << 31;
+
 /// Bytes of entries [`AggTable::for_each`] copies under one latch.
 const FOR_EACH_BATCH: usize = 32 << 10;
 
-/// The hash table of one aggregation level: one temporary page, not latched between calls.
-struct AggTable<'a> {
-    page: TempPage<'a>,
+/// How many groups ahead [`AggTable::upsert_batch`] prefetches: slots `3 * AHEAD` ahead,
+/// the chains' first entries `2 * AHEAD` ahead, their second entries `AHEAD` ahead.
+const AHEAD: usize = 8;
+
+/// A group of a batch (see [`HashAgg::push_batch`]): its hash, and where its key (`klen`
+/// bytes) and right after it its encoded partial states (`slen` bytes) lie in the batch's
+/// buffer.
+#[derive(Clone, Copy, Debug)]
+pub struct BatchItem {
+    pub hash: u64,
+    pub at: usize,
+    pub klen: usize,
+    pub slen: usize,
+}
+
+impl BatchItem {
+    fn key<'b>(&self, buf: &'b [u8]) -> &'b [u8] {
+        &buf[self.at..self.at + self.klen]
+    }
+
+    fn states<'b>(&self, buf: &'b [u8]) -> &'b [u8] {
+        &buf[self.at + self.klen..self.at + self.klen + self.slen]
+    }
+}
+
+/// What [`Fill::upsert`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fit {
+    /// Merged into its group, or a new group.
+    Merged,
+    /// Nothing changed: a new group without room.
+    NoRoom,
+    /// Nothing changed: the group's merged state (left in the scratch buffer) is larger
+    /// than its entry and has no room.
+    Outgrown,
+}
+
+/// The layout and fill of an [`AggTable`]'s page.
+struct Fill {
     payload: usize,
     nslots: usize,
     bump: usize,
     groups: usize,
 }
 
-impl<'a> AggTable<'a> {
-    fn new(bm: &'a BufferManager, payload: usize) -> Result<AggTable<'a>> {
-        let (page, g) = TempPage::alloc(bm, payload)?;
-        let payload = g.data().len();
-        drop(g);
-        let nslots = pow2_floor((payload / 64) as u64) as usize;
-        Ok(AggTable { page, payload, nslots, bump: nslots * 4, groups: 0 })
+impl Fill {
+    fn slot(&self, hash: u64) -> usize {
+        (hash as usize) & (self.nslots - 1)
     }
 
-    fn is_empty(&self) -> bool {
-        self.bump == self.nslots * 4
-    }
-
-    /// Merges `inc` into the group of `key`; `false` (and nothing changed) when the page has
-    /// no room for it.
-    fn upsert(&mut self, key: &[u8], hash: u64, inc: &[u8], kinds: &[AggKind], scratch: &mut Vec<u8>) -> Result<bool> {
-        let mut g = self.page.exclusive()?;
-        let d = g.data_mut().ok_or_else(not_temp)?;
-        let slot = (hash as usize) & (self.nslots - 1);
+    /// Merges `inc` into the group of `key` in the page's bytes `d` (see [`Fit`]).
+    #[inline]
+    fn upsert(&mut self, d: &mut [u8], key: &[u8], hash: u64, inc: &[u8], kinds: &[AggKind], scratch: &mut Vec<u8>) -> Result<Fit> {
+        let slot = self.slot(hash);
         let mut link = slot * 4;
         let mut cur = rd32(d, link) as usize;
         while cur != 0 {
@@ -326,12 +365,20 @@ impl<'a> AggTable<'a> {
                 if scratch.len() <= scap {
                     d[s0..s0 + scratch.len()].copy_from_slice(scratch);
                     wr32(d, o + 16, scratch.len() as u32);
-                    return Ok(true);
+                    return Ok(Fit::Merged);
+                }
+                if s0 + scap == self.bump && s0 + scratch.len() <= self.payload {
+                    // Grown, the last entry: it grows in place.
+                    d[s0..s0 + scratch.len()].copy_from_slice(scratch);
+                    wr32(d, o + 16, scratch.len() as u32);
+                    wr32(d, o + 20, scratch.len() as u32);
+                    self.bump = s0 + scratch.len();
+                    return Ok(Fit::Merged);
                 }
                 // Grown (a longer min/max): a new copy at the end, linked in its place.
                 let need = HDR + klen + scratch.len();
                 if self.bump + need > self.payload {
-                    return Ok(false);
+                    return Ok(Fit::Outgrown);
                 }
                 let n = self.bump;
                 d.copy_within(o..o + HDR + klen, n);
@@ -339,15 +386,16 @@ impl<'a> AggTable<'a> {
                 wr32(d, n + 20, scratch.len() as u32);
                 d[n + HDR + klen..n + need].copy_from_slice(scratch);
                 wr32(d, link, (n + 1) as u32);
+                wr32(d, o + 20, scap as u32 | MOVED);
                 self.bump += need;
-                return Ok(true);
+                return Ok(Fit::Merged);
             }
             link = o + 8;
             cur = rd32(d, link) as usize;
         }
         let need = HDR + key.len() + inc.len();
         if self.bump + need > self.payload {
-            return Ok(false);
+            return Ok(Fit::NoRoom);
         }
         let n = self.bump;
         wr64(d, n, hash);
@@ -360,40 +408,133 @@ impl<'a> AggTable<'a> {
         wr32(d, slot * 4, (n + 1) as u32);
         self.bump += need;
         self.groups += 1;
-        Ok(true)
+        Ok(Fit::Merged)
+    }
+}
+
+/// Prefetches the header (and the key's first bytes) of the entry at `cur` (offset + 1;
+/// 0: none) of page bytes `d`.
+#[inline(always)]
+fn prefetch_entry(d: &[u8], cur: u32) {
+    if cur != 0 {
+        let p = d.as_ptr().wrapping_add(cur as usize - 1);
+        crate::util::prefetch(p);
+        crate::util::prefetch(p.wrapping_add(HDR + 16));
+    }
+}
+
+/// The hash table of one aggregation level: one temporary page, not latched between calls.
+struct AggTable<'a> {
+    page: TempPage<'a>,
+    fill: Fill,
+}
+
+impl<'a> AggTable<'a> {
+    fn new(bm: &'a BufferManager, payload: usize) -> Result<AggTable<'a>> {
+        let (page, g) = TempPage::alloc(bm, payload)?;
+        let payload = g.data().len();
+        drop(g);
+        let nslots = pow2_floor((payload / 64) as u64) as usize;
+        Ok(AggTable { page, fill: Fill { payload, nslots, bump: nslots * 4, groups: 0 } })
     }
 
-    /// Calls `f(hash, key, state)` for every group, one at a time with the page unlatched
-    /// in between (the entry is copied into `buf`).
+    fn is_empty(&self) -> bool {
+        self.fill.bump == self.fill.nslots * 4
+    }
+
+    /// Merges `inc` into the group of `key` (see [`Fit`]).
+    fn upsert(&mut self, key: &[u8], hash: u64, inc: &[u8], kinds: &[AggKind], scratch: &mut Vec<u8>) -> Result<Fit> {
+        let mut g = self.page.exclusive()?;
+        let d = g.data_mut().ok_or_else(not_temp)?;
+        self.fill.upsert(d, key, hash, inc, kinds, scratch)
+    }
+
+    /// [`upsert`](Self::upsert) of each group of `items` in order, under one latch, with
+    /// the slots and chain entries of the groups a few places ahead prefetched: how many
+    /// were merged before the first that found no room (all: `items.len()`).
+    fn upsert_batch(&mut self, buf: &[u8], items: &[BatchItem], kinds: &[AggKind], scratch: &mut Vec<u8>) -> Result<usize> {
+        let mut g = self.page.exclusive()?;
+        let d = g.data_mut().ok_or_else(not_temp)?;
+        let f = &mut self.fill;
+        // Hints only: what they read may change before the group's turn (an insert ahead
+        // of it), which costs a miss, never a wrong answer.
+        for it in items.iter().take(3 * AHEAD) {
+            crate::util::prefetch(d.as_ptr().wrapping_add(f.slot(it.hash) * 4));
+        }
+        for it in items.iter().take(2 * AHEAD) {
+            prefetch_entry(d, rd32(d, f.slot(it.hash) * 4));
+        }
+        for (i, it) in items.iter().enumerate() {
+            if let Some(a) = items.get(i + 3 * AHEAD) {
+                crate::util::prefetch(d.as_ptr().wrapping_add(f.slot(a.hash) * 4));
+            }
+            if let Some(a) = items.get(i + 2 * AHEAD) {
+                prefetch_entry(d, rd32(d, f.slot(a.hash) * 4));
+            }
+            if let Some(a) = items.get(i + AHEAD) {
+                let head = rd32(d, f.slot(a.hash) * 4) as usize;
+                if let Some(next) = d.get(head.wrapping_sub(1).wrapping_add(8)..head.wrapping_add(11)).filter(|_| head != 0) {
+                    prefetch_entry(d, rd32(next, 0));
+                }
+            }
+            if f.upsert(d, it.key(buf), it.hash, it.states(buf), kinds, scratch)? != Fit::Merged {
+                return Ok(i);
+            }
+        }
+        Ok(items.len())
+    }
+
+    /// Calls `f(hash, key, state)` for every group: in chain order (slot by slot) when
+    /// `by_slot`, else in the order the entries were allocated (a sequential walk of the
+    /// page).
     /// Entries are copied a batch at a time (up to [`FOR_EACH_BATCH`] bytes under one
     /// latch), then handed on with the page unlatched.
-    fn for_each(&self, f: &mut EntryFn<'_>) -> Result<bool> {
+    fn for_each(&self, by_slot: bool, f: &mut EntryFn<'_>) -> Result<bool> {
         // (hash, key length, entry length) per entry of the batch; its bytes in `buf`.
         let (mut buf, mut ents) = (Vec::new(), Vec::new());
-        // Where to resume: the slot, and the chain's next entry (offset + 1; 0: the slot's head).
+        let past = || corrupt("group entry past its page");
+        // Where to resume: by slot, the slot and the chain's next entry (offset + 1; 0: the
+        // slot's head); else the next entry's offset.
         let (mut slot, mut cur) = (0usize, 0usize);
-        while slot < self.nslots {
+        let mut at = self.fill.nslots * 4;
+        let end = self.fill.bump;
+        while if by_slot { slot < self.fill.nslots } else { at < end } {
             buf.clear();
             ents.clear();
             {
                 let g = self.page.shared()?;
                 let d = g.data();
-                while slot < self.nslots && buf.len() < FOR_EACH_BATCH {
-                    if cur == 0 {
-                        cur = rd32(d, slot * 4) as usize;
-                    }
-                    while cur != 0 && buf.len() < FOR_EACH_BATCH {
-                        let o = cur - 1;
-                        if o + HDR > d.len() {
-                            return Err(corrupt("group entry past its page"));
+                if by_slot {
+                    while slot < self.fill.nslots && buf.len() < FOR_EACH_BATCH {
+                        if cur == 0 {
+                            cur = rd32(d, slot * 4) as usize;
                         }
-                        let (klen, slen) = (rd32(d, o + 12) as usize, rd32(d, o + 16) as usize);
-                        buf.extend_from_slice(d.get(o + HDR..o + HDR + klen + slen).ok_or_else(|| corrupt("group entry past its page"))?);
-                        ents.push((rd64(d, o), klen, klen + slen));
-                        cur = rd32(d, o + 8) as usize;
+                        while cur != 0 && buf.len() < FOR_EACH_BATCH {
+                            let o = cur - 1;
+                            if o + HDR > d.len() {
+                                return Err(past());
+                            }
+                            let (klen, slen) = (rd32(d, o + 12) as usize, rd32(d, o + 16) as usize);
+                            buf.extend_from_slice(d.get(o + HDR..o + HDR + klen + slen).ok_or_else(past)?);
+                            ents.push((rd64(d, o), klen, klen + slen));
+                            cur = rd32(d, o + 8) as usize;
+                        }
+                        if cur == 0 {
+                            slot += 1;
+                        }
                     }
-                    if cur == 0 {
-                        slot += 1;
+                } else {
+                    while at < end && buf.len() < FOR_EACH_BATCH {
+                        let o = at;
+                        if o + HDR > end.min(d.len()) {
+                            return Err(past());
+                        }
+                        let (klen, slen, scap) = (rd32(d, o + 12) as usize, rd32(d, o + 16) as usize, rd32(d, o + 20));
+                        at = o + HDR + klen + (scap & !MOVED) as usize;
+                        if scap & MOVED == 0 {
+                            buf.extend_from_slice(d.get(o + HDR..o + HDR + klen + slen).ok_or_else(past)?);
+                            ents.push((rd64(d, o), klen, klen + slen));
+                        }
                     }
                 }
             }
@@ -411,9 +552,9 @@ impl<'a> AggTable<'a> {
 
     fn clear(&mut self) -> Result<()> {
         let mut g = self.page.exclusive()?;
-        g.data_mut().ok_or_else(not_temp)?[..self.nslots * 4].fill(0);
-        self.bump = self.nslots * 4;
-        self.groups = 0;
+        g.data_mut().ok_or_else(not_temp)?[..self.fill.nslots * 4].fill(0);
+        self.fill.bump = self.fill.nslots * 4;
+        self.fill.groups = 0;
         Ok(())
     }
 }
@@ -427,6 +568,9 @@ fn room_for(bytes: usize) -> usize {
 /// Bits of the hash per level of partitioning.
 const BITS: u32 = 4;
 
+/// Partition records buffered per partition before they are copied into its run.
+const PART_BUF: usize = 4 << 10;
+
 /// Statistics of an aggregation (for tests and `EXPLAIN`-like reports).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct AggStats {
@@ -434,6 +578,8 @@ pub struct AggStats {
     pub flushes: u64,
     /// Deepest level of partitioning reached.
     pub depth: u32,
+    /// Groups written to partitions directly, past the table (see [`HashAgg::push`]).
+    pub passed: u64,
 }
 
 /// One level of hash aggregation (see the module documentation).
@@ -443,7 +589,16 @@ pub struct HashAgg<'a> {
     consumed: u32,
     table: Option<AggTable<'a>>,
     parts: Vec<RowRun<'a>>,
+    /// Per partition, records not yet copied into its run (under twice [`PART_BUF`] bytes
+    /// each, and empty between calls of `push`, `push_batch` and `flush`).
+    part_bufs: Vec<Vec<u8>>,
     scratch: Vec<u8>,
+    /// Groups merged into the table since it was last empty.
+    pushes: u64,
+    /// Groups still to write to the partitions directly (the table merged too few).
+    pass: u64,
+    /// Table flushes in a row that found too few merges.
+    idle_flushes: u32,
     pub stats: AggStats,
 }
 
@@ -454,18 +609,67 @@ impl<'a> HashAgg<'a> {
     }
 
     fn at(bm: &'a BufferManager, kinds: Vec<AggKind>, consumed: u32) -> HashAgg<'a> {
-        HashAgg { bm, kinds, consumed, table: None, parts: Vec::new(), scratch: Vec::new(), stats: AggStats::default() }
+        HashAgg {
+            bm,
+            kinds,
+            consumed,
+            table: None,
+            parts: Vec::new(),
+            part_bufs: Vec::new(),
+            scratch: Vec::new(),
+            pushes: 0,
+            pass: 0,
+            idle_flushes: 0,
+            stats: AggStats::default(),
+        }
     }
 
     /// Adds the partial aggregate `states` (encoded, see [`encode_states`]) to the group of
     /// `key` (whose hash is `hash`).
+    ///
+    /// After a flush of a table whose groups nearly all came once (fewer pushes merged into
+    /// a group already there than an eighth of its groups), the groups of the next pushes
+    /// (four tables' worth, twice as many after each such flush in a row, up to 64) go to
+    /// the partitions directly: merging them in the table would only have delayed the
+    /// same records.
     pub fn push(&mut self, key: &[u8], hash: u64, states: &[u8]) -> Result<()> {
+        self.push_one(key, hash, states)?;
+        self.spill_part_bufs()
+    }
+
+    fn push_one(&mut self, key: &[u8], hash: u64, states: &[u8]) -> Result<()> {
         loop {
+            if self.pass > 0 {
+                self.pass -= 1;
+                self.stats.passed += 1;
+                return self.part_record(hash, key, states);
+            }
             if self.table.is_none() {
                 self.table = Some(AggTable::new(self.bm, work_payload(self.bm).max(room_for(key.len() + states.len())))?);
             }
             let t = self.table.as_mut().ok_or_else(|| corrupt("no table"))?;
-            if t.upsert(key, hash, states, &self.kinds, &mut self.scratch)? {
+            let fit = t.upsert(key, hash, states, &self.kinds, &mut self.scratch)?;
+            if fit == Fit::Merged {
+                self.pushes += 1;
+                return Ok(());
+            }
+            if fit == Fit::Outgrown && t.fill.groups == 1 {
+                // The table's one group outgrew it: a larger table with its merged state
+                // (flushing it would only move the same merge a level down).
+                let merged = std::mem::take(&mut self.scratch);
+                self.table = None;
+                let want = room_for(2 * (key.len() + merged.len()));
+                let one = room_for(key.len() + merged.len());
+                let mut t = match AggTable::new(self.bm, want) {
+                    Ok(t) => t,
+                    Err(_) => AggTable::new(self.bm, one)?,
+                };
+                let fit = t.upsert(key, hash, &merged, &self.kinds, &mut self.scratch)?;
+                self.table = Some(t);
+                if fit != Fit::Merged {
+                    return Err(corrupt("a group does not fit a table made for it"));
+                }
+                self.pushes += 1;
                 return Ok(());
             }
             if t.is_empty() {
@@ -484,6 +688,66 @@ impl<'a> HashAgg<'a> {
         }
     }
 
+    /// [`push`](Self::push) of each group of `items` in order (keys and states in `buf`),
+    /// the table's page latched once for many of them.
+    pub fn push_batch(&mut self, buf: &[u8], items: &[BatchItem]) -> Result<()> {
+        let mut i = 0;
+        while i < items.len() {
+            let done = match self.table.as_mut() {
+                Some(t) if self.pass == 0 => t.upsert_batch(buf, &items[i..], &self.kinds, &mut self.scratch)?,
+                _ => 0,
+            };
+            self.pushes += done as u64;
+            i += done;
+            // The first group without room (or all while passing them on), one at a time.
+            while let Some(it) = items.get(i) {
+                self.push_one(it.key(buf), it.hash, it.states(buf))?;
+                i += 1;
+                if self.pass == 0 {
+                    break;
+                }
+            }
+        }
+        self.spill_part_bufs()
+    }
+
+    /// Appends the record of a group to its partition's buffer, copying the buffer into
+    /// the partition's run when full.
+    fn part_record(&mut self, hash: u64, key: &[u8], st: &[u8]) -> Result<()> {
+        let p = (shifted(hash, self.consumed) >> (64 - BITS)) as usize;
+        let b = &mut self.part_bufs[p];
+        if 16 + key.len() + st.len() > PART_BUF {
+            // A large record goes to the run directly (after those before it), keeping the
+            // buffers small.
+            if !b.is_empty() {
+                self.parts[p].extend(b)?;
+                b.clear();
+            }
+            return self.parts[p].append(&[&hash.to_le_bytes(), &(key.len() as u32).to_le_bytes(), key, st]);
+        }
+        b.extend_from_slice(&((12 + key.len() + st.len()) as u32).to_le_bytes());
+        b.extend_from_slice(&hash.to_le_bytes());
+        b.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        b.extend_from_slice(key);
+        b.extend_from_slice(st);
+        if b.len() >= PART_BUF {
+            self.parts[p].extend(b)?;
+            b.clear();
+        }
+        Ok(())
+    }
+
+    /// Copies the partitions' buffered records into their runs.
+    fn spill_part_bufs(&mut self) -> Result<()> {
+        for (b, run) in self.part_bufs.iter_mut().zip(&mut self.parts) {
+            if !b.is_empty() {
+                run.extend(b)?;
+                b.clear();
+            }
+        }
+        Ok(())
+    }
+
     /// Moves every group of the table into the partitions and empties it.
     fn flush(&mut self) -> Result<()> {
         if self.consumed + BITS > 64 {
@@ -492,17 +756,25 @@ impl<'a> HashAgg<'a> {
         if self.parts.is_empty() {
             let payload = part_payload(self.bm, 1 << BITS);
             self.parts = (0..1 << BITS).map(|_| RowRun::new(self.bm, payload)).collect();
+            self.part_bufs = (0..1 << BITS).map(|_| Vec::new()).collect();
         }
         self.stats.flushes += 1;
         super::counters::AGG_FLUSHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let Some(t) = self.table.as_mut() else { return Ok(()) };
-        let (parts, consumed) = (&mut self.parts, self.consumed);
-        t.for_each(&mut |hash, key, st| {
-            let p = (shifted(hash, consumed) >> (64 - BITS)) as usize;
-            parts[p].append(&[&hash.to_le_bytes(), &(key.len() as u32).to_le_bytes(), key, st])?;
-            Ok(true)
-        })?;
-        t.clear()
+        let Some(t) = self.table.take() else { return Ok(()) };
+        let groups = t.fill.groups as u64;
+        let r = t.for_each(false, &mut |hash, key, st| self.part_record(hash, key, st).map(|_| true)).and_then(|_| self.spill_part_bufs());
+        let mut t = t;
+        let r = r.and_then(|_| t.clear());
+        self.table = Some(t);
+        r?;
+        if self.pushes < groups + groups / 8 {
+            self.pass = groups.saturating_mul(4) << self.idle_flushes.min(4);
+            self.idle_flushes += 1;
+        } else {
+            self.idle_flushes = 0;
+        }
+        self.pushes = 0;
+        Ok(())
     }
 
     /// Hands every group to `f` (key bytes, its aggregates); `f` returns `false` to stop.
@@ -522,7 +794,9 @@ impl<'a> HashAgg<'a> {
         if self.parts.is_empty() {
             return match self.table.take() {
                 None => Ok(true),
-                Some(t) => t.for_each(&mut |_, key, st| f(key, decode_states(&kinds, st)?)),
+                // By slot at the top level (the order of earlier versions for an aggregation that
+                // does not spill), else in allocation order (a sequential walk).
+                Some(t) => t.for_each(self.consumed == 0, &mut |_, key, st| f(key, decode_states(&kinds, st)?)),
             };
         }
         self.kinds = kinds;
@@ -531,17 +805,29 @@ impl<'a> HashAgg<'a> {
         let parts = std::mem::take(&mut self.parts);
         for run in parts {
             let mut sub = HashAgg::at(self.bm, self.kinds.clone(), self.consumed + BITS);
-            run.drain(&mut |rec| {
-                if rec.len() < 12 {
-                    return Err(corrupt("short partition record"));
+            let mut items = Vec::new();
+            run.drain_pages(&mut |recs| {
+                // The page's records, pushed as one batch.
+                items.clear();
+                let mut o = 0;
+                while o < recs.len() {
+                    let n = rd32(recs, o) as usize;
+                    let rec = recs.get(o + 4..o + 4 + n).ok_or_else(|| corrupt("record runs past its page"))?;
+                    if n < 12 {
+                        return Err(corrupt("short partition record"));
+                    }
+                    let klen = rd32(rec, 8) as usize;
+                    if 12 + klen > n {
+                        return Err(corrupt("partition record key"));
+                    }
+                    items.push(BatchItem { hash: rd64(rec, 0), at: o + 16, klen, slen: n - 12 - klen });
+                    o += 4 + n;
                 }
-                let hash = rd64(rec, 0);
-                let klen = rd32(rec, 8) as usize;
-                let key = rec.get(12..12 + klen).ok_or_else(|| corrupt("partition record key"))?;
-                sub.push(key, hash, &rec[12 + klen..])
+                sub.push_batch(recs, &items)
             })?;
             let go = sub.finish_inner(f)?;
             self.stats.flushes += sub.stats.flushes;
+            self.stats.passed += sub.stats.passed;
             self.stats.depth = self.stats.depth.max(sub.stats.depth + 1);
             if !go {
                 return Ok(false);
@@ -667,5 +953,120 @@ mod tests {
         assert!(stats.depth >= 2, "partitions of partitions: {stats:?}");
         assert_eq!(got, want);
         assert_eq!(crate::testutil::temp_pages(&bm), 0);
+    }
+
+    /// Batches through a 1 MiB pool: unique keys in order (the table merges nothing, so
+    /// groups pass it by), then keys that repeat (in one batch too, side by side), string
+    /// minima and maxima that grow (one group's beyond the table's page), NULL arguments,
+    /// and single pushes in between, against states merged in a map.
+    #[test]
+    fn batches_spill_and_match_a_map() {
+        let dir = tempfile::tempdir().unwrap();
+        let bm = BufferManager::create(Config::new(dir.path().join("db")).min_page(4096).pool_size(1 << 20)).unwrap();
+        let kinds: Vec<AggKind> = [Kind::Count, Kind::SumI, Kind::SumF, Kind::AvgI, Kind::Min, Kind::Max]
+            .into_iter()
+            .map(|k| AggKind { kind: k, pos: None, label: format!("{k:?}") })
+            .collect();
+        let mut agg = HashAgg::new(&bm, kinds.clone());
+        let mut want: BTreeMap<Vec<u8>, Vec<St>> = BTreeMap::new();
+        let mut r = crate::util::SplitMix64(11);
+        let (mut buf, mut items, mut kb) = (Vec::new(), Vec::new(), Vec::new());
+        // One row of key `k`: its states, also merged into `want`.
+        let mut row = |r: &mut crate::util::SplitMix64, k: i64, big: bool, kb: &mut Vec<u8>| -> Vec<St> {
+            kb.clear();
+            encode_value(&Value::I64(k), kb);
+            let null = r.below(5) == 0;
+            let v = |x: Value| if null { Value::Null } else { x };
+            let s = if big {
+                // Grows by 10 KiB a row, past the 128 KiB table page.
+                let n = want.get(&kb[..]).map_or(0, |w| match &w[5] {
+                    St::Ext(Value::Str(s)) => s.len(),
+                    _ => 0,
+                });
+                "z".repeat(n + (10 << 10))
+            } else {
+                format!("s{}", "y".repeat(r.below(40) as usize))
+            };
+            let sts = vec![
+                St::one(Kind::Count, v(Value::I64(1))),
+                St::one(Kind::SumI, v(Value::I64(r.below(1000) as i64 - 500))),
+                St::one(Kind::SumF, v(Value::F64(r.below(100) as f64))),
+                St::one(Kind::AvgI, v(Value::I64(r.below(100) as i64))),
+                St::one(Kind::Min, v(Value::Str(s.clone()))),
+                St::one(Kind::Max, v(Value::Str(s))),
+            ];
+            let e = want.entry(kb.clone()).or_insert_with(|| kinds.iter().map(|k| St::empty(k.kind)).collect());
+            for ((w, s), k) in e.iter_mut().zip(sts.clone()).zip(&kinds) {
+                w.merge(s, k).unwrap();
+            }
+            sts
+        };
+        let batch = |agg: &mut HashAgg<'_>, buf: &mut Vec<u8>, items: &mut Vec<BatchItem>| {
+            agg.push_batch(buf, items).unwrap();
+            buf.clear();
+            items.clear();
+        };
+        let add = |buf: &mut Vec<u8>, items: &mut Vec<BatchItem>, kb: &[u8], sts: &[St], hash: u64| {
+            let at = buf.len();
+            buf.extend_from_slice(kb);
+            encode_states(sts, buf);
+            items.push(BatchItem { hash, at, klen: kb.len(), slen: buf.len() - at - kb.len() });
+        };
+        // Unique keys in order, a few twice in a row.
+        for k in 0..60_000 {
+            for _ in 0..1 + (k % 50 == 0) as usize {
+                let sts = row(&mut r, k, false, &mut kb);
+                add(&mut buf, &mut items, &kb, &sts, hash_bytes(&kb));
+            }
+            if items.len() > r.below(600) as usize {
+                batch(&mut agg, &mut buf, &mut items);
+            }
+        }
+        batch(&mut agg, &mut buf, &mut items);
+        assert!(agg.stats.passed > 0, "{:?}", agg.stats);
+        // Repeating keys, some the first phase's, and the big group.
+        for i in 0..40_000 {
+            let k = 50_000 + r.below(20_000) as i64;
+            let sts = row(&mut r, k, false, &mut kb);
+            if i % 10 == 3 {
+                agg.push(&kb, hash_bytes(&kb), &encode(&sts)).unwrap();
+                continue;
+            }
+            add(&mut buf, &mut items, &kb, &sts, hash_bytes(&kb));
+            if i % 1500 == 0 {
+                let sts = row(&mut r, -1, true, &mut kb);
+                add(&mut buf, &mut items, &kb, &sts, hash_bytes(&kb));
+            }
+            if items.len() > r.below(600) as usize {
+                batch(&mut agg, &mut buf, &mut items);
+            }
+        }
+        batch(&mut agg, &mut buf, &mut items);
+        kb.clear();
+        encode_value(&Value::I64(-1), &mut kb);
+        assert!(matches!(&want[&kb][5], St::Ext(Value::Str(s)) if s.len() > work_payload(&bm)), "the big group outgrows a table page");
+        let mut got = BTreeMap::new();
+        let (_, stats) = agg
+            .finish_with_stats(&mut |k, st| {
+                assert!(got.insert(k.to_vec(), st).is_none(), "a group came out twice");
+                Ok(true)
+            })
+            .unwrap();
+        assert!(stats.flushes > 0 && stats.passed > 0, "{stats:?}");
+        let fin = |m: BTreeMap<Vec<u8>, Vec<St>>| -> Vec<(Vec<u8>, Vec<Value>)> {
+            m.into_iter().map(|(k, s)| (k, s.into_iter().map(St::finish).collect())).collect()
+        };
+        let (got, want) = (fin(got), fin(want));
+        assert_eq!(got.len(), want.len());
+        for (g, w) in got.iter().zip(&want) {
+            assert!(g == w, "{:?} vs {:?}", g.0, w.0);
+        }
+        assert_eq!(crate::testutil::temp_pages(&bm), 0);
+    }
+
+    fn encode(sts: &[St]) -> Vec<u8> {
+        let mut b = Vec::new();
+        encode_states(sts, &mut b);
+        b
     }
 }

@@ -9,7 +9,7 @@
 //! so the results are those of the hash aggregation alone (f64 sums added in another
 //! association; an i64 sum is an error exactly when its value overflows).
 
-use super::agg::{encode_states, AggKind, HashAgg, St};
+use super::agg::{encode_states, AggKind, BatchItem, HashAgg, St};
 use super::rows::hash_bytes;
 use crate::error::Result;
 
@@ -40,7 +40,10 @@ pub struct GroupCache {
     states: Vec<St>,
     rows: u64,
     off: bool,
+    /// The groups' keys and encoded states, and where they lie, as [`flush`](Self::flush)
+    /// hands them on.
     sb: Vec<u8>,
+    items: Vec<BatchItem>,
     /// Times the cache was emptied (group numbers are reused after it).
     generation: u64,
 }
@@ -56,6 +59,7 @@ impl GroupCache {
             rows: 0,
             off: false,
             sb: Vec::new(),
+            items: Vec::new(),
             generation: 0,
         }
     }
@@ -152,11 +156,16 @@ impl GroupCache {
     /// Hands every group to `main` (in arrival order) and empties the cache.
     pub fn flush(&mut self, main: &mut HashAgg<'_>) -> Result<()> {
         let n = self.kinds.len();
-        for (g, &(h, o, l)) in self.groups.iter().enumerate() {
-            self.sb.clear();
+        // Every group's key and encoded states in `sb`, pushed as one batch.
+        self.sb.clear();
+        self.items.clear();
+        for (g, &(hash, o, klen)) in self.groups.iter().enumerate() {
+            let at = self.sb.len();
+            self.sb.extend_from_slice(&self.keys[o..o + klen]);
             encode_states(&self.states[g * n..(g + 1) * n], &mut self.sb);
-            main.push(&self.keys[o..o + l], h, &self.sb)?;
+            self.items.push(BatchItem { hash, at, klen, slen: self.sb.len() - at - klen });
         }
+        main.push_batch(&self.sb, &self.items)?;
         self.groups.clear();
         self.keys.clear();
         self.states.clear();
@@ -656,11 +665,14 @@ fn same_key(a: &[u8], b: &[u8]) -> bool {
 #[derive(Default)]
 struct Scratch {
     row: Vec<Value>,
-    /// Key bytes (this row's, the row before's), state bytes.
+    /// Key bytes (this row's, the row before's).
     kb: Vec<u8>,
     pk: Vec<u8>,
-    sb: Vec<u8>,
     sts: Vec<St>,
+    /// Rows of the batch for the hash aggregation directly (the cache off): keys and
+    /// encoded states, and where they lie.
+    bb: Vec<u8>,
+    items: Vec<BatchItem>,
     /// Per row of the batch: its group in the cache.
     gids: Vec<u32>,
     small: SmallKeys,
@@ -858,6 +870,12 @@ fn group_batch(g: &Grouping<'_>, prog: &mut Prog, b: &Batch<'_>, cache: &mut Gro
                 encode_value(&x.row[c], &mut x.kb);
             }
         }
+        if !cache.is_off() && !x.items.is_empty() {
+            // (the cache may hand groups on: the rows before go first)
+            main.push_batch(&x.bb, &x.items)?;
+            x.bb.clear();
+            x.items.clear();
+        }
         let cached = cache.states(&x.kb, main)?;
         let direct = cached.is_none();
         let into: &mut [St] = match cached {
@@ -880,10 +898,17 @@ fn group_batch(g: &Grouping<'_>, prog: &mut Prog, b: &Batch<'_>, cache: &mut Gro
             }
         }
         if direct {
-            x.sb.clear();
-            encode_states(&x.sts, &mut x.sb);
-            main.push(&x.kb, hash_bytes(&x.kb), &x.sb)?;
+            // Pushed with the batch's other such rows, in one batch at the end.
+            let at = x.bb.len();
+            x.bb.extend_from_slice(&x.kb);
+            encode_states(&x.sts, &mut x.bb);
+            x.items.push(BatchItem { hash: hash_bytes(&x.kb), at, klen: x.kb.len(), slen: x.bb.len() - at - x.kb.len() });
         }
+    }
+    if !x.items.is_empty() {
+        main.push_batch(&x.bb, &x.items)?;
+        x.bb.clear();
+        x.items.clear();
     }
     Ok(())
 }
