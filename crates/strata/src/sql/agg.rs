@@ -23,7 +23,9 @@
 //! later.
 
 use super::expr::{arith, compare, err, ArOp, Pos};
-use super::rows::{corrupt, decode_value, encode_value, not_temp, part_payload, pow2_floor, rd32, rd64, work_payload, wr32, wr64, RowRun};
+use super::rows::{
+    corrupt, decode_value, encode_value, frame_record, not_temp, part_payload, pow2_floor, rd32, rd64, records, work_payload, wr32, wr64, RowRun,
+};
 use crate::access::table::{ColumnType, Value};
 use crate::access::TempPage;
 use crate::buffer::BufferManager;
@@ -472,8 +474,9 @@ impl<'a> AggTable<'a> {
                 prefetch_entry(d, rd32(d, f.slot(a.hash) * 4));
             }
             if let Some(a) = items.get(i + AHEAD) {
+                // The chain's second entry: the first's `next` word.
                 let head = rd32(d, f.slot(a.hash) * 4) as usize;
-                if let Some(next) = d.get(head.wrapping_sub(1).wrapping_add(8)..head.wrapping_add(11)).filter(|_| head != 0) {
+                if let Some(next) = head.checked_sub(1).and_then(|o| d.get(o + 8..o + 12)) {
                     prefetch_entry(d, rd32(next, 0));
                 }
             }
@@ -725,11 +728,7 @@ impl<'a> HashAgg<'a> {
             }
             return self.parts[p].append(&[&hash.to_le_bytes(), &(key.len() as u32).to_le_bytes(), key, st]);
         }
-        b.extend_from_slice(&((12 + key.len() + st.len()) as u32).to_le_bytes());
-        b.extend_from_slice(&hash.to_le_bytes());
-        b.extend_from_slice(&(key.len() as u32).to_le_bytes());
-        b.extend_from_slice(key);
-        b.extend_from_slice(st);
+        frame_record(b, &[&hash.to_le_bytes(), &(key.len() as u32).to_le_bytes(), key, st]);
         if b.len() >= PART_BUF {
             self.parts[p].extend(b)?;
             b.clear();
@@ -760,10 +759,10 @@ impl<'a> HashAgg<'a> {
         }
         self.stats.flushes += 1;
         super::counters::AGG_FLUSHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let Some(t) = self.table.take() else { return Ok(()) };
+        // (Taken out of `self` while its groups go to the partitions through `self`.)
+        let Some(mut t) = self.table.take() else { return Ok(()) };
         let groups = t.fill.groups as u64;
         let r = t.for_each(false, &mut |hash, key, st| self.part_record(hash, key, st).map(|_| true)).and_then(|_| self.spill_part_bufs());
-        let mut t = t;
         let r = r.and_then(|_| t.clear());
         self.table = Some(t);
         r?;
@@ -809,19 +808,16 @@ impl<'a> HashAgg<'a> {
             run.drain_pages(&mut |recs| {
                 // The page's records, pushed as one batch.
                 items.clear();
-                let mut o = 0;
-                while o < recs.len() {
-                    let n = rd32(recs, o) as usize;
-                    let rec = recs.get(o + 4..o + 4 + n).ok_or_else(|| corrupt("record runs past its page"))?;
-                    if n < 12 {
+                for rec in records(recs) {
+                    let (at, rec) = rec?;
+                    if rec.len() < 12 {
                         return Err(corrupt("short partition record"));
                     }
                     let klen = rd32(rec, 8) as usize;
-                    if 12 + klen > n {
+                    if 12 + klen > rec.len() {
                         return Err(corrupt("partition record key"));
                     }
-                    items.push(BatchItem { hash: rd64(rec, 0), at: o + 16, klen, slen: n - 12 - klen });
-                    o += 4 + n;
+                    items.push(BatchItem { hash: rd64(rec, 0), at: at + 12, klen, slen: rec.len() - 12 - klen });
                 }
                 sub.push_batch(recs, &items)
             })?;

@@ -337,6 +337,38 @@ pub struct Cursor {
     off: usize,
 }
 
+/// Appends one record framed as a run keeps it (a `u32` length, then `parts` one after
+/// another) to `out`: a batch of such records goes to [`RowRun::extend`].
+pub fn frame_record(out: &mut Vec<u8>, parts: &[&[u8]]) {
+    let n: usize = parts.iter().map(|p| p.len()).sum();
+    out.extend_from_slice(&(n as u32).to_le_bytes());
+    for p in parts {
+        out.extend_from_slice(p);
+    }
+}
+
+/// The framed records of `recs` (a page of a run, see [`RowRun::drain_pages`], or a batch
+/// of [`frame_record`]s), in order, each with the offset of its bytes in `recs`.
+pub fn records(recs: &[u8]) -> impl Iterator<Item = Result<(usize, &[u8])>> + '_ {
+    let mut o = 0;
+    std::iter::from_fn(move || {
+        if o >= recs.len() {
+            return None;
+        }
+        let at = o + 4;
+        match recs.get(o..at).and_then(|w| recs.get(at..at + rd32(w, 0) as usize)) {
+            Some(rec) => {
+                o = at + rec.len();
+                Some(Ok((at, rec)))
+            }
+            None => {
+                o = recs.len();
+                Some(Err(corrupt("record runs past its page")))
+            }
+        }
+    })
+}
+
 impl<'a> RowRun<'a> {
     /// An empty run whose pages have `payload` bytes (records larger get their own page).
     pub fn new(bm: &'a BufferManager, payload: usize) -> RowRun<'a> {
@@ -448,11 +480,8 @@ impl<'a> RowRun<'a> {
     /// copied out first (`buf`, at most a page), so no page is latched while `f` runs.
     pub fn drain(self, f: &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<()> {
         self.drain_pages(&mut |recs| {
-            let mut o = 0;
-            while o < recs.len() {
-                let n = rd32(recs, o) as usize;
-                f(recs.get(o + 4..o + 4 + n).ok_or_else(|| corrupt("record runs past its page"))?)?;
-                o += 4 + n;
+            for rec in records(recs) {
+                f(rec?.1)?;
             }
             Ok(())
         })
