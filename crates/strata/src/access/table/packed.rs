@@ -973,14 +973,19 @@ fn unpack(src: &[u8], w: u32, start: usize, out: &mut [u64]) {
 }
 
 /// Calls `f(first, values)` for the `n` values of `w` bits in `body`, a chunk at a time
-/// (`w <= 56`; the caller checked that `body` holds them).
+/// (the caller checked that `body` holds them): [`unpack`]ed, or read by a [`BitReader`]
+/// for widths above 56 bits.
 #[inline]
 fn for_each_chunk(body: &[u8], w: u32, n: usize, mut f: impl FnMut(usize, &[u64]) -> Result<(), Restart>) -> Result<(), Restart> {
     let mut buf = [0u64; CHUNK];
+    let mut wide = (w > 56).then(|| BitReader::new(body, w));
     let mut start = 0;
     while start < n {
         let k = CHUNK.min(n - start);
-        unpack(body, w, start, &mut buf[..k]);
+        match wide.as_mut() {
+            Some(r) => buf[..k].iter_mut().for_each(|v| *v = r.next()),
+            None => unpack(body, w, start, &mut buf[..k]),
+        }
         f(start, &buf[..k])?;
         start += k;
     }
@@ -992,59 +997,40 @@ fn decode_ints(ty: ColumnType, b: &Block<'_>, n: usize, dst: &mut [u8]) -> Resul
         return Err(Restart);
     }
     let base = b.base;
-    if ty == ColumnType::I64 && b.w <= 56 {
-        for_each_chunk(b.body, b.w, n, |at, vals| {
-            for (d, &v) in dst[at * 8..(at + vals.len()) * 8].chunks_exact_mut(8).zip(vals) {
-                d.copy_from_slice(&base.wrapping_add(v as i64).to_le_bytes());
-            }
-            Ok(())
-        })?;
-        zero_nulls(b.nulls, n, dst, 8);
-        return Ok(());
-    }
-    if ty == ColumnType::Date && b.w <= 56 {
-        for_each_chunk(b.body, b.w, n, |at, vals| {
-            for (i, (d, &v)) in dst[at * 4..(at + vals.len()) * 4].chunks_exact_mut(4).zip(vals).enumerate() {
-                let v = base.wrapping_add(v as i64);
-                let v = match i32::try_from(v) {
-                    Ok(v) => v,
-                    Err(_) if is_null(b.nulls, at + i) => 0,
-                    Err(_) => return Err(Restart),
-                };
-                d.copy_from_slice(&v.to_le_bytes());
-            }
-            Ok(())
-        })?;
-        zero_nulls(b.nulls, n, dst, 4);
-        return Ok(());
-    }
-    let mut r = BitReader::new(b.body, b.w);
-    match ty {
-        ColumnType::I64 => {
-            for d in dst.chunks_exact_mut(8).take(n) {
-                d.copy_from_slice(&base.wrapping_add(r.next() as i64).to_le_bytes());
-            }
-            zero_nulls(b.nulls, n, dst, 8);
-        }
-        ColumnType::Date => {
-            for (i, d) in dst.chunks_exact_mut(4).take(n).enumerate() {
-                let v = base.wrapping_add(r.next() as i64);
-                let v = i32::try_from(v).map_err(|_| Restart).or_else(|e| if is_null(b.nulls, i) { Ok(0) } else { Err(e) })?;
-                d.copy_from_slice(&v.to_le_bytes());
-            }
-            zero_nulls(b.nulls, n, dst, 4);
-        }
-        _ => {
-            for (i, d) in dst.iter_mut().take(n).enumerate() {
-                let v = base.wrapping_add(r.next() as i64);
-                if !(0..=1).contains(&v) && !is_null(b.nulls, i) {
-                    return Err(Restart);
+    // A value out of its type's range is impossible, but where the row is NULL (its slot
+    // is zeroed after).
+    let check = |i: usize, ok: bool| if ok || is_null(b.nulls, i) { Ok(()) } else { Err(Restart) };
+    let width = match ty {
+        ColumnType::I64 => 8,
+        ColumnType::Date => 4,
+        _ => 1,
+    };
+    for_each_chunk(b.body, b.w, n, |at, vals| {
+        let dst = &mut dst[at * width..(at + vals.len()) * width];
+        match ty {
+            ColumnType::I64 => {
+                for (d, &v) in dst.chunks_exact_mut(8).zip(vals) {
+                    d.copy_from_slice(&base.wrapping_add(v as i64).to_le_bytes());
                 }
-                *d = v as u8;
             }
-            zero_nulls(b.nulls, n, dst, 1);
+            ColumnType::Date => {
+                for (i, (d, &v)) in dst.chunks_exact_mut(4).zip(vals).enumerate() {
+                    let v = base.wrapping_add(v as i64);
+                    check(at + i, i32::try_from(v).is_ok())?;
+                    d.copy_from_slice(&(v as i32).to_le_bytes());
+                }
+            }
+            _ => {
+                for (i, (d, &v)) in dst.iter_mut().zip(vals).enumerate() {
+                    let v = base.wrapping_add(v as i64);
+                    check(at + i, (0..=1).contains(&v))?;
+                    *d = v as u8;
+                }
+            }
         }
-    }
+        Ok(())
+    })?;
+    zero_nulls(b.nulls, n, dst, width);
     Ok(())
 }
 
@@ -1056,31 +1042,22 @@ fn decode_decimals(b: &Block<'_>, n: usize, dst: &mut [u8]) -> Result<(), Restar
     if b.body.len() < packed_bytes(n, b.w) || b.aux as usize > MAX_SCALE {
         return Err(Restart);
     }
-    let p = POW10[b.aux as usize];
-    if b.w <= 50 && b.base.unsigned_abs() < 1 << 50 {
-        // Every k = base + v has |k| < 2^51: converted through MAGIC, a chunk at a time
-        // (the same doubles as `k as f64`, then the same correctly rounded division).
-        let magic = MAGIC.to_bits() as i64;
-        let base = b.base;
-        let mut out = [0f64; CHUNK];
-        for_each_chunk(b.body, b.w, n, |at, vals| {
-            let out = &mut out[..vals.len()];
-            for (o, &v) in out.iter_mut().zip(vals) {
-                *o = (f64::from_bits(magic.wrapping_add(base.wrapping_add(v as i64)) as u64) - MAGIC) / p;
-            }
-            for (d, o) in dst[at * 8..(at + vals.len()) * 8].chunks_exact_mut(8).zip(out.iter()) {
-                d.copy_from_slice(&o.to_bits().to_le_bytes());
-            }
-            Ok(())
-        })?;
-        zero_nulls(b.nulls, n, dst, 8);
-        return Ok(());
-    }
-    let mut r = BitReader::new(b.body, b.w);
-    for d in dst.chunks_exact_mut(8).take(n) {
-        let k = b.base.wrapping_add(r.next() as i64);
-        d.copy_from_slice(&(k as f64 / p).to_bits().to_le_bytes());
-    }
+    let (p, base) = (POW10[b.aux as usize], b.base);
+    // Every k = base + v has |k| < 2^51 here: converted through MAGIC (the same doubles as
+    // `k as f64`, then the same correctly rounded division); otherwise `as f64`.
+    let magic = (b.w <= 50 && base.unsigned_abs() < 1 << 50).then_some(MAGIC.to_bits() as i64);
+    let mut out = [0f64; CHUNK];
+    for_each_chunk(b.body, b.w, n, |at, vals| {
+        let out = &mut out[..vals.len()];
+        match magic {
+            Some(m) => out.iter_mut().zip(vals).for_each(|(o, &v)| *o = (f64::from_bits(m.wrapping_add(base.wrapping_add(v as i64)) as u64) - MAGIC) / p),
+            None => out.iter_mut().zip(vals).for_each(|(o, &v)| *o = base.wrapping_add(v as i64) as f64 / p),
+        }
+        for (d, o) in dst[at * 8..(at + vals.len()) * 8].chunks_exact_mut(8).zip(out.iter()) {
+            d.copy_from_slice(&o.to_bits().to_le_bytes());
+        }
+        Ok(())
+    })?;
     zero_nulls(b.nulls, n, dst, 8);
     Ok(())
 }
