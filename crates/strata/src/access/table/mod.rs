@@ -55,9 +55,35 @@ use crate::error::{Error, Result};
 use crate::storage::{layout::class_file, PageId};
 use crate::txn::Transaction;
 
-/// What [`Table::scan_pages`] calls with each leaf: its page id, bytes, header and first
-/// row not handed out before.
-pub(crate) type PageVisitor<'a> = dyn FnMut(PageId, &[u8], &pax::Leaf, usize) -> Result<bool> + 'a;
+/// What [`Table::scan_pages`] calls with each leaf: its page id, the leaf and its first row
+/// not handed out before.
+pub(crate) type PageVisitor<'a> = dyn FnMut(PageId, LeafPage<'_>, usize) -> Result<bool> + 'a;
+
+/// A table leaf as [`Table::scan_pages`] hands it out.
+pub(crate) enum LeafPage<'p> {
+    /// A plain leaf: its bytes and checked header.
+    Plain(&'p [u8], pax::Leaf),
+    /// A packed leaf, opened (its blocks checked), for the reader to expand what it needs.
+    Packed(packed::PackedLeaf<'p>),
+}
+
+impl LeafPage<'_> {
+    /// The id of the leaf's first row.
+    pub(crate) fn first(&self) -> u64 {
+        match self {
+            LeafPage::Plain(_, l) => l.first,
+            LeafPage::Packed(p) => p.header.first,
+        }
+    }
+
+    /// The rows the leaf holds.
+    pub(crate) fn count(&self) -> usize {
+        match self {
+            LeafPage::Plain(_, l) => l.count,
+            LeafPage::Packed(p) => p.header.count,
+        }
+    }
+}
 
 /// A table: its schema and the tree of its rows.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -271,7 +297,7 @@ impl Table {
         let mut img = Vec::new();
         self.tree.scan_leaves(bm, &from.to_be_bytes(), None, &mut |pid, page, next| {
             let next = next.try_into().map(u64::from_be_bytes).unwrap_or(from).max(from);
-            let (page, leaf) = self.plain_image(bm, pid, page, None, &mut img)?;
+            let (page, leaf) = self.plain_image(bm, pid, page, &mut img)?;
             for i in 0..leaf.count {
                 let id = leaf.first + i as u64;
                 if id < next {
@@ -286,32 +312,33 @@ impl Table {
         })
     }
 
-    /// Calls `f(pid, page, leaf, start)` for every leaf in row-id order, until `f` returns
-    /// false: the leaf's bytes (a validated copy, or the latched page), its checked header,
-    /// and the index of its first row not handed out before (a scan that restarts after a
-    /// concurrent change revisits a leaf; rows below `start` were seen already). For
-    /// readers that decode only some columns ([`crate::sql`]'s vectorized scan).
-    /// Starts at the leaf holding row `from` (rows below it are not handed out).
-    /// A packed leaf is handed out expanded into its plain image (with only the columns
-    /// `need` marks filled, if given).
-    /// `to`, if given, is a row id the caller stops at (`f` returns false there): leaves
-    /// beyond it are not read ahead.
-    pub(crate) fn scan_pages(&self, bm: &BufferManager, from: u64, to: Option<u64>, need: Option<&[bool]>, f: &mut PageVisitor<'_>) -> Result<()> {
-        let mut img = Vec::new();
+    /// Calls `f(pid, leaf, start)` for every leaf in row-id order, until `f` returns false:
+    /// the leaf (its bytes, a validated copy or the latched page, with its checked header;
+    /// a packed leaf opened, for `f` to expand what it reads), and the index of its first
+    /// row not handed out before (a scan that restarts after a concurrent change revisits a
+    /// leaf; rows below `start` were seen already). For readers that decode only some
+    /// columns ([`crate::sql`]'s vectorized scan). Starts at the leaf holding row `from`
+    /// (rows below it are not handed out). `to`, if given, is a row id the caller stops at
+    /// (`f` returns false there): leaves beyond it are not read ahead.
+    pub(crate) fn scan_pages(&self, bm: &BufferManager, from: u64, to: Option<u64>, f: &mut PageVisitor<'_>) -> Result<()> {
         let end = to.map(u64::to_be_bytes);
         self.tree.scan_leaves(bm, &from.to_be_bytes(), end.as_ref().map(|k| &k[..]), &mut |pid, page, next| {
             let next = next.try_into().map(u64::from_be_bytes).unwrap_or(from).max(from);
-            let (page, leaf) = self.plain_image(bm, pid, page, need, &mut img)?;
-            let start = next.saturating_sub(leaf.first).min(leaf.count as u64) as usize;
-            f(pid, page, &leaf, start)
+            let leaf = if page[0] == KIND_PACKED {
+                LeafPage::Packed(packed::PackedLeaf::open(page, &self.schema).map_err(|_| self.corrupt(bm, pid, "impossible packed leaf"))?)
+            } else {
+                LeafPage::Plain(page, pax::header(page, &self.schema).map_err(|_| self.corrupt(bm, pid, "impossible header"))?)
+            };
+            let start = next.saturating_sub(leaf.first()).min(leaf.count() as u64) as usize;
+            f(pid, leaf, start)
         })
     }
 
     /// The plain image of a (copied or latched) leaf and its checked header: the page
-    /// itself if it is plain, else its expansion into `img` (the columns `need` marks).
-    fn plain_image<'p>(&self, bm: &BufferManager, pid: PageId, page: &'p [u8], need: Option<&[bool]>, img: &'p mut Vec<u8>) -> Result<(&'p [u8], pax::Leaf)> {
+    /// itself if it is plain, else its expansion into `img`.
+    fn plain_image<'p>(&self, bm: &BufferManager, pid: PageId, page: &'p [u8], img: &'p mut Vec<u8>) -> Result<(&'p [u8], pax::Leaf)> {
         if page[0] == KIND_PACKED {
-            let leaf = packed::expand(page, &self.schema, need, img).map_err(|_| self.corrupt(bm, pid, "impossible packed leaf"))?;
+            let leaf = packed::expand(page, &self.schema, None, img).map_err(|_| self.corrupt(bm, pid, "impossible packed leaf"))?;
             let img: &'p Vec<u8> = img;
             return Ok((&img[..], leaf));
         }

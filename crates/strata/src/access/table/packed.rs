@@ -866,46 +866,175 @@ fn is_null(nulls: Option<&[u8]>, i: usize) -> bool {
 /// reader of plain leaves reads unchanged; returns its header. With `need`, only the
 /// columns it marks are filled (the others are left zeroed; the image keeps its layout).
 pub fn expand(page: &[u8], schema: &Schema, need: Option<&[bool]>, out: &mut Vec<u8>) -> Result<Leaf, Restart> {
-    let p = header(page, schema)?;
-    let blocks = blocks(page, schema, &p)?;
-    let n = p.count;
-    let fixed = pax::fixed_end(schema, n);
-    let mut long = 0usize;
-    for b in &blocks {
-        long = long.checked_add(b.long).ok_or(Restart)?;
-    }
-    let total = fixed.checked_add(long).ok_or(Restart)?;
-    if total > max_expanded(page.len()) {
-        return Err(Restart);
-    }
-    // Only the header and the needed columns are written (each zeroed first); the bytes
-    // of the others are left as an earlier expansion left them, never read (readers of an
-    // expansion read only the columns it was made for).
-    out.resize(total, 0);
-    out[..HDR].fill(0);
-    let words = [(KIND_PAX as u64) | ((n as u64) << 32), fixed as u64, n as u64, p.first, schema.len() as u64];
-    for (i, w) in words.iter().enumerate() {
-        out[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
-    }
-    let (head, var) = out.split_at_mut(fixed);
-    let mut var_at = 0usize;
-    let mut bitmap = HDR;
-    for (c, (def, b)) in schema.columns.iter().zip(&blocks).enumerate() {
-        let values = bitmap + pax::bitmap_bytes(n);
-        let end = bitmap + pax::column_bytes(def.ty, n);
-        if need.is_none_or(|m| m.get(c).copied().unwrap_or(true)) {
-            head[bitmap..end].fill(0);
-            if let Some(bits) = b.nulls {
-                head[bitmap..bitmap + bits.len()].copy_from_slice(bits);
-            }
-            let dst = &mut head[values..end];
-            let var_col = var.get_mut(var_at..var_at + b.long).ok_or(Restart)?;
-            decode_column(def.ty, b, n, dst, var_col, fixed + var_at)?;
+    let pl = PackedLeaf::open(page, schema)?;
+    let fill: Vec<Fill> = (0..schema.len()).map(|c| if need.is_none_or(|m| m.get(c).copied().unwrap_or(true)) { Fill::All } else { Fill::No }).collect();
+    pl.expand(schema, &fill, &[], out)
+}
+
+/// How [`PackedLeaf::expand`] fills a column of the plain image.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fill {
+    /// Not at all (its bytes are left as they were: never read).
+    No,
+    /// Every row.
+    All,
+    /// The rows of the selection only (the others' values are left as they were and must
+    /// not be read; the NULL bitmap is whole). Strings stored plain or compressed are
+    /// decoded whole (a row's bytes are found through the lengths of the rows before it).
+    Rows,
+}
+
+/// A packed leaf opened for reading: its header and its columns' blocks, checked against
+/// the page. Predicates read the columns in their stored form ([`PackedLeaf::column`]);
+/// rows are read from the plain image [`PackedLeaf::expand`] makes.
+pub struct PackedLeaf<'p> {
+    /// The leaf's header.
+    pub header: Packed,
+    blocks: Vec<Block<'p>>,
+    /// The page's size.
+    size: usize,
+}
+
+/// A column of a packed leaf as stored, for evaluating predicates without decoding it.
+/// Bit-packed values `u` (`w` bits each, read a chunk at a time by [`Column::chunks`])
+/// stand for the values of [`Column::int`] or [`Column::decimal`]; NULL rows hold `u = 0`
+/// (their NULL bits say so, [`PackedLeaf::nulls`]).
+pub enum Column<'p> {
+    /// `i64`, `date` or `bool`: value `base + u`.
+    Ints { base: i64, w: u32, body: &'p [u8] },
+    /// `f64` decimals: value `(base + u) / 10^scale`.
+    Decimals { base: i64, w: u32, scale: usize, body: &'p [u8] },
+    /// `f64` bit patterns, 8 little-endian bytes per row.
+    Raw(&'p [u8]),
+    /// Strings from a dictionary: `u` is the entry's index.
+    Dict { entries: Vec<&'p [u8]>, w: u32, body: &'p [u8] },
+    /// Strings stored one after another (plain or compressed): read them expanded.
+    Strings,
+}
+
+impl Column<'_> {
+    /// Calls `f(first, values)` for the bit-packed values of the leaf's `n` rows a chunk at a
+    /// time (nothing for [`Column::Raw`] and [`Column::Strings`]).
+    #[inline]
+    pub fn chunks(&self, n: usize, f: impl FnMut(usize, &[u64]) -> Result<(), Restart>) -> Result<(), Restart> {
+        match *self {
+            Column::Ints { w, body, .. } | Column::Decimals { w, body, .. } | Column::Dict { w, body, .. } => for_each_chunk(body, w, n, f),
+            Column::Raw(_) | Column::Strings => Ok(()),
         }
-        var_at += b.long;
-        bitmap = end;
     }
-    Ok(Leaf { count: n, var: fixed, cap: n, first: p.first })
+
+    /// The bit-packed value of row `i` (0 for [`Column::Raw`] and [`Column::Strings`]);
+    /// `i` must be below the leaf's row count.
+    #[inline]
+    pub fn at(&self, i: usize) -> u64 {
+        match *self {
+            Column::Ints { w, body, .. } | Column::Decimals { w, body, .. } | Column::Dict { w, body, .. } => unpack_one(body, w, i),
+            Column::Raw(_) | Column::Strings => 0,
+        }
+    }
+
+    /// The value an integer column's `u` stands for (exact: no wrap-around).
+    pub fn int(base: i64, u: u64) -> i128 {
+        base as i128 + u as i128
+    }
+
+    /// The value a decimal column's `u` stands for: the double [`expand`] makes of it
+    /// (`(base + u) as f64 / 10^scale`; for any `u`, not only stored ones, non-decreasing in
+    /// `u`).
+    pub fn decimal(base: i64, scale: usize, u: u64) -> f64 {
+        (base as i128 + u as i128) as f64 / POW10[scale.min(MAX_SCALE)]
+    }
+}
+
+impl<'p> PackedLeaf<'p> {
+    /// Opens the packed leaf `page` (header and blocks checked against the page).
+    pub fn open(page: &'p [u8], schema: &Schema) -> Result<Self, Restart> {
+        let header = header(page, schema)?;
+        let blocks = blocks(page, schema, &header)?;
+        Ok(PackedLeaf { header, blocks, size: page.len() })
+    }
+
+    /// The NULL bitmap of column `c` (bit `i` of byte `i / 8` set for NULL), if it has one.
+    pub fn nulls(&self, c: usize) -> Option<&'p [u8]> {
+        self.blocks[c].nulls
+    }
+
+    /// Column `c` (of type `ty`) as stored; `Err` if its block does not hold the leaf's rows.
+    pub fn column(&self, c: usize, ty: ColumnType) -> Result<Column<'p>, Restart> {
+        let b = &self.blocks[c];
+        let n = self.header.count;
+        let bits = |w: u32| if b.body.len() >= packed_bytes(n, w) { Ok(()) } else { Err(Restart) };
+        Ok(match (ty, b.tag) {
+            (ColumnType::I64 | ColumnType::Date | ColumnType::Bool, TAG_INT) => {
+                bits(b.w)?;
+                Column::Ints { base: b.base, w: b.w, body: b.body }
+            }
+            (ColumnType::F64, TAG_DEC) => {
+                bits(b.w)?;
+                if b.aux as usize > MAX_SCALE {
+                    return Err(Restart);
+                }
+                Column::Decimals { base: b.base, w: b.w, scale: b.aux as usize, body: b.body }
+            }
+            (ColumnType::F64, TAG_RAW) => Column::Raw(b.body.get(..n * 8).ok_or(Restart)?),
+            (ColumnType::Str | ColumnType::Bytes, TAG_DICT) => {
+                let DictParts { bytes: dict, offs, codes } = dict_parts(b, n)?;
+                Column::Dict { entries: offs.windows(2).map(|o| &dict[o[0]..o[1]]).collect(), w: b.w, body: codes }
+            }
+            (ColumnType::Str | ColumnType::Bytes, TAG_PLAIN | TAG_FSST) => Column::Strings,
+            _ => return Err(Restart),
+        })
+    }
+
+    /// Expands the leaf into `out` as [`expand`] does, column `c` filled as `fill[c]` says;
+    /// `rows` is the selection for [`Fill::Rows`] (bit `i` of word `i / 64` set for row `i`).
+    pub fn expand(&self, schema: &Schema, fill: &[Fill], rows: &[u64], out: &mut Vec<u8>) -> Result<Leaf, Restart> {
+        let n = self.header.count;
+        let fixed = pax::fixed_end(schema, n);
+        let mut long = 0usize;
+        for b in &self.blocks {
+            long = long.checked_add(b.long).ok_or(Restart)?;
+        }
+        let total = fixed.checked_add(long).ok_or(Restart)?;
+        if total > max_expanded(self.size) {
+            return Err(Restart);
+        }
+        // Only the header and the filled columns are written (each zeroed first where it is
+        // filled whole); the bytes of the others are left as an earlier expansion left them,
+        // never read (readers of an expansion read only the rows and columns it was made for).
+        out.resize(total, 0);
+        out[..HDR].fill(0);
+        let words = [(KIND_PAX as u64) | ((n as u64) << 32), fixed as u64, n as u64, self.header.first, schema.len() as u64];
+        for (i, w) in words.iter().enumerate() {
+            out[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
+        }
+        let (head, var) = out.split_at_mut(fixed);
+        let mut var_at = 0usize;
+        let mut bitmap = HDR;
+        for (c, (def, b)) in schema.columns.iter().zip(&self.blocks).enumerate() {
+            let values = bitmap + pax::bitmap_bytes(n);
+            let end = bitmap + pax::column_bytes(def.ty, n);
+            let how = fill.get(c).copied().unwrap_or(Fill::All);
+            if how != Fill::No {
+                let nb = pax::bitmap_bytes(n);
+                head[bitmap..values].fill(0);
+                if let Some(bits) = b.nulls {
+                    head[bitmap..bitmap + bits.len().min(nb)].copy_from_slice(&bits[..bits.len().min(nb)]);
+                }
+                let dst = &mut head[values..end];
+                let var_col = var.get_mut(var_at..var_at + b.long).ok_or(Restart)?;
+                if how == Fill::Rows && !matches!(b.tag, TAG_PLAIN | TAG_FSST) {
+                    decode_rows(def.ty, b, n, rows, dst, var_col, fixed + var_at)?;
+                } else {
+                    dst.fill(0);
+                    decode_column(def.ty, b, n, dst, var_col, fixed + var_at)?;
+                }
+            }
+            var_at += b.long;
+            bitmap = end;
+        }
+        Ok(Leaf { count: n, var: fixed, cap: n, first: self.header.first })
+    }
 }
 
 /// Decodes a block's values into the plain value area `dst` (and the long strings into
@@ -1158,13 +1287,23 @@ fn decode_fsst(b: &Block<'_>, n: usize, dst: &mut [u8], var: &mut [u8], var_off:
     Ok(())
 }
 
-fn decode_dict(b: &Block<'_>, n: usize, dst: &mut [u8], var: &mut [u8], var_off: usize) -> Result<(), Restart> {
+/// A dictionary block's parts.
+struct DictParts<'p> {
+    /// The entries' bytes, concatenated.
+    bytes: &'p [u8],
+    /// Each entry's offset into `bytes`, and the end.
+    offs: Vec<usize>,
+    /// The codes (holding the leaf's rows).
+    codes: &'p [u8],
+}
+
+/// A dictionary block's parts (the codes checked to hold `n` codes).
+fn dict_parts<'p>(b: &Block<'p>, n: usize) -> Result<DictParts<'p>, Restart> {
     if b.entries > DICT_MAX || (b.entries == 0 && n > 0 && b.nulls.is_none()) {
         return Err(Restart);
     }
     let mut lens = Vec::new();
     let rest = read_lengths(b.body, b.entries, b.base, b.aux, &mut lens)?;
-    // Entry offsets into the dictionary's bytes.
     let mut offs = Vec::with_capacity(lens.len() + 1);
     let mut total = 0usize;
     offs.push(0);
@@ -1177,6 +1316,11 @@ fn decode_dict(b: &Block<'_>, n: usize, dst: &mut [u8], var: &mut [u8], var_off:
     if codes.len() < packed_bytes(n, b.w) {
         return Err(Restart);
     }
+    Ok(DictParts { bytes: dict, offs, codes })
+}
+
+fn decode_dict(b: &Block<'_>, n: usize, dst: &mut [u8], var: &mut [u8], var_off: usize) -> Result<(), Restart> {
+    let DictParts { bytes: dict, offs, codes } = dict_parts(b, n)?;
     let mut r = BitReader::new(codes, b.w);
     let mut var_at = 0usize;
     for (i, h) in dst.chunks_exact_mut(16).take(n).enumerate() {
@@ -1184,13 +1328,107 @@ fn decode_dict(b: &Block<'_>, n: usize, dst: &mut [u8], var: &mut [u8], var_off:
         if is_null(b.nulls, i) {
             continue;
         }
-        if code >= lens.len() {
+        if code + 1 >= offs.len() {
             return Err(Restart);
         }
         put_string(h, &dict[offs[code]..offs[code + 1]], var, &mut var_at, var_off)?;
     }
     if var_at != var.len() {
         return Err(Restart);
+    }
+    Ok(())
+}
+
+/// Value `i` of the `w`-bit values packed in `src` (which holds them: [`packed_bytes`]).
+#[inline]
+fn unpack_one(src: &[u8], w: u32, i: usize) -> u64 {
+    if w == 0 {
+        return 0;
+    }
+    let bit = i * w as usize;
+    let at = bit >> 3;
+    let word = match src.get(at..at + 16) {
+        Some(b) => u128::from_le_bytes(b.try_into().expect("16 bytes")),
+        None => {
+            let mut buf = [0u8; 16];
+            let end = (at + 16).min(src.len());
+            if at < end {
+                buf[..end - at].copy_from_slice(&src[at..end]);
+            }
+            u128::from_le_bytes(buf)
+        }
+    };
+    let v = (word >> (bit & 7)) as u64;
+    if w >= 64 {
+        v
+    } else {
+        v & ((1u64 << w) - 1)
+    }
+}
+
+/// Decodes the selected rows (`rows`, a bitmap) of a block of integers, decimals, raw
+/// doubles or dictionary strings into the plain value area `dst` (long strings into `var`,
+/// at `var_off` in the image), as [`decode_column`] does for every row.
+fn decode_rows(ty: ColumnType, b: &Block<'_>, n: usize, rows: &[u64], dst: &mut [u8], var: &mut [u8], var_off: usize) -> Result<(), Restart> {
+    let width = ty.fixed_width();
+    let selected = || {
+        rows.iter().enumerate().flat_map(|(w, &x)| {
+            let mut x = x;
+            std::iter::from_fn(move || {
+                (x != 0).then(|| {
+                    let i = w * 64 + x.trailing_zeros() as usize;
+                    x &= x - 1;
+                    i
+                })
+            })
+        })
+    };
+    let dict = if b.tag == TAG_DICT { Some(dict_parts(b, n)?) } else { None };
+    match (ty, b.tag) {
+        (ColumnType::I64 | ColumnType::Date | ColumnType::Bool, TAG_INT) | (ColumnType::F64, TAG_DEC) => {
+            if b.body.len() < packed_bytes(n, b.w) || (b.tag == TAG_DEC && b.aux as usize > MAX_SCALE) {
+                return Err(Restart);
+            }
+        }
+        (ColumnType::F64, TAG_RAW) => {
+            if b.body.len() < n * 8 {
+                return Err(Restart);
+            }
+        }
+        (ColumnType::Str | ColumnType::Bytes, TAG_DICT) => {}
+        _ => return Err(Restart),
+    }
+    let mut var_at = 0usize;
+    for i in selected().take_while(|&i| i < n) {
+        let d = &mut dst[i * width..(i + 1) * width];
+        if is_null(b.nulls, i) {
+            d.fill(0);
+            continue;
+        }
+        match (ty, b.tag) {
+            (ColumnType::I64, _) => d.copy_from_slice(&b.base.wrapping_add(unpack_one(b.body, b.w, i) as i64).to_le_bytes()),
+            (ColumnType::Date, _) => {
+                let v = i32::try_from(b.base.wrapping_add(unpack_one(b.body, b.w, i) as i64)).map_err(|_| Restart)?;
+                d.copy_from_slice(&v.to_le_bytes());
+            }
+            (ColumnType::Bool, _) => {
+                let v = b.base.wrapping_add(unpack_one(b.body, b.w, i) as i64);
+                d[0] = u8::try_from(v).ok().filter(|&v| v <= 1).ok_or(Restart)?;
+            }
+            (ColumnType::F64, TAG_DEC) => {
+                let v = b.base.wrapping_add(unpack_one(b.body, b.w, i) as i64) as f64 / POW10[b.aux as usize];
+                d.copy_from_slice(&v.to_bits().to_le_bytes());
+            }
+            (ColumnType::F64, _) => d.copy_from_slice(&b.body[i * 8..i * 8 + 8]),
+            _ => {
+                let DictParts { bytes, offs, codes } = dict.as_ref().ok_or(Restart)?;
+                let code = unpack_one(codes, b.w, i) as usize;
+                if code + 1 >= offs.len() {
+                    return Err(Restart);
+                }
+                put_string(d, &bytes[offs[code]..offs[code + 1]], var, &mut var_at, var_off)?;
+            }
+        }
     }
     Ok(())
 }
@@ -1219,8 +1457,73 @@ pub fn read_row<S: Src + ?Sized>(s: &S, schema: &Schema, i: usize, out: &mut Vec
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// Rows of a leaf with every encoding: integers (narrow and 64 bits wide), dates,
+    /// booleans, decimals, raw doubles, dictionary and plain or compressed strings, NULLs.
+    pub(crate) fn mixed_rows(r: &mut crate::util::SplitMix64, n: usize, wide: bool) -> (Schema, Vec<Vec<Value>>) {
+        let schema = Schema::parse("i:i64,w:i64,f:f64,x:f64,d:date,b:bool,s:str,t:str").unwrap();
+        let words = ["AIR", "AIR REG", "DELIVER IN PERSON", "TAKE BACK RETURN", "", "MAIL", "é-ü"];
+        let rows = (0..n)
+            .map(|_| {
+                let base = if wide { -(1 << 40) } else { 1000 };
+                let mut row = vec![
+                    Value::I64(base + r.below(5000) as i64),
+                    Value::I64(if wide && r.below(3) == 0 { [i64::MIN, i64::MAX, -1][r.below(3) as usize] } else { r.below(100) as i64 - 50 }),
+                    Value::F64((r.below(20000) as i64 - 10000) as f64 / 100.0),
+                    Value::F64(if wide { f64::from_bits(r.next_u64() >> 2) } else { r.below(11) as f64 / 4.0 }),
+                    Value::Date(9000 + r.below(400) as i32),
+                    Value::Bool(r.below(2) == 0),
+                    Value::Str(words[r.below(words.len() as u64) as usize].to_owned()),
+                    Value::Str(format!("{}-{}", words[r.below(4) as usize], r.below(1 << 30))),
+                ];
+                for c in [0, 2, 4, 5, 6, 7] {
+                    if r.below(9) == 0 {
+                        row[c] = Value::Null;
+                    }
+                }
+                row
+            })
+            .collect();
+        (schema, rows)
+    }
+
+    /// A column expanded at selected rows only holds, at those rows, what the whole
+    /// expansion holds (whatever the image held before), for every encoding.
+    #[test]
+    fn expanding_selected_rows_gives_their_values() {
+        let mut r = crate::util::SplitMix64(41);
+        let mut tags = std::collections::BTreeSet::new();
+        for trial in 0..40 {
+            let rows_wanted = 50 + r.below(700) as usize;
+            let (schema, rows) = mixed_rows(&mut r, rows_wanted, trial % 2 == 0);
+            let size = 64 << 10;
+            let (n, _) = fit(&schema, size, &rows);
+            let page = encode(size, &schema, 7, &rows[..n], false);
+            tags.extend(encodings(&page, &schema).unwrap());
+            let mut whole = Vec::new();
+            let leaf = expand(&page, &schema, None, &mut whole).unwrap();
+            let pl = PackedLeaf::open(&page, &schema).unwrap();
+            let sel: Vec<u64> = (0..n.div_ceil(64)).map(|_| r.next_u64() & r.next_u64()).collect();
+            let sel: Vec<u64> = sel.iter().enumerate().map(|(w, &x)| if (w + 1) * 64 > n { x & ((1u64 << (n % 64)) - 1) } else { x }).collect();
+            let mut part = vec![0xAB; whole.len() + 100];
+            let fill = vec![Fill::Rows; schema.len()];
+            let got = pl.expand(&schema, &fill, &sel, &mut part).unwrap();
+            assert_eq!(got, leaf);
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            for i in (0..n).filter(|&i| sel[i / 64] >> (i % 64) & 1 == 1) {
+                pax::read_row(&whole[..], &schema, &leaf, i, &mut a).unwrap();
+                pax::read_row(&part[..], &schema, &got, i, &mut b).unwrap();
+                assert_eq!(format!("{a:?}"), format!("{b:?}"), "trial {trial} row {i}");
+                assert_eq!(format!("{a:?}"), format!("{:?}", rows[i]), "trial {trial} row {i}");
+            }
+        }
+        for t in [TAG_INT, TAG_DEC, TAG_RAW, TAG_DICT] {
+            assert!(tags.contains(&t), "encoding {t} not exercised: {tags:?}");
+        }
+        assert!(tags.contains(&TAG_PLAIN) || tags.contains(&TAG_FSST), "{tags:?}");
+    }
 
     #[test]
     fn unpack_reads_what_the_bit_reader_reads() {

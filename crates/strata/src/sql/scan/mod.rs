@@ -27,10 +27,14 @@ use super::expr::{compare, like, BExpr, CmpOp};
 use super::join::JoinKind;
 use super::keyfilter::{date_key_hash, i64_key_hash, key_hash, KeyFilter};
 use super::rows::{date_code, encode_ref, encode_str_bytes, i64_code, ValueRef};
+use crate::access::table::packed::Fill;
 use crate::access::table::pax::{self, Leaf};
+use crate::access::table::LeafPage;
 use crate::access::table::{ColumnType, Schema, Table, Value};
 use crate::buffer::BufferManager;
 use crate::error::{Error, Result};
+
+mod stored;
 
 /// A scan that decodes only the columns its consumers use and filters leaves a column at a
 /// time.
@@ -39,11 +43,18 @@ pub struct ColScan {
     pub name: String,
     pub table: Table,
     pub filter: Option<BExpr>,
-    /// Per column of the table: decoded (else left NULL).
+    /// Per column of the table: read by the scan (its consumers or its filter).
     pub need: Vec<bool>,
+    /// Per column of the table: read by the scan's consumers (decoded into the rows it
+    /// hands on; the others are left NULL).
+    pub out: Vec<bool>,
     /// Worker threads an aggregation straight over this scan may use (morsels of rows).
     pub threads: usize,
     conjs: Vec<Conj>,
+    /// The leaf-wise conjuncts (indexes into `conjs`) in groups evaluated together on a
+    /// packed leaf: the comparisons of one numeric column with constants (other than
+    /// `<>`) form one group (one range of its stored values), any other is alone.
+    groups: Vec<Vec<usize>>,
     /// A join's filter on its keys while the join probes with this scan's rows (see
     /// [`super::keyfilter`]).
     pub(crate) keys: super::keyfilter::Slot,
@@ -244,13 +255,35 @@ fn conjuncts(e: &BExpr, out: &mut Vec<BExpr>) {
 }
 
 impl ColScan {
-    pub fn new(name: String, table: Table, filter: Option<BExpr>, need: Vec<bool>) -> ColScan {
+    /// A scan of `table` whose consumers read the columns `out` marks.
+    pub fn new(name: String, table: Table, filter: Option<BExpr>, out: Vec<bool>) -> ColScan {
         let mut parts = Vec::new();
+        let mut need = out.clone();
         if let Some(f) = &filter {
             conjuncts(f, &mut parts);
+            mark(f, &mut need);
         }
-        let conjs = parts.into_iter().map(|c| compile(&c, &table.schema).map_or(Conj::Row(c), Conj::Vec)).collect();
-        ColScan { name, table, filter, need, threads: 1, conjs, keys: Default::default() }
+        let conjs: Vec<Conj> = parts.into_iter().map(|c| compile(&c, &table.schema).map_or(Conj::Row(c), Conj::Vec)).collect();
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        let mut by_col: Vec<(usize, usize)> = Vec::new();
+        for (k, c) in conjs.iter().enumerate() {
+            match c {
+                Conj::Vec(VPred::CmpLit { col, op, .. })
+                    if *op != CmpOp::Ne && table.schema.columns[*col].ty != ColumnType::Str && table.schema.columns[*col].ty != ColumnType::Bytes =>
+                {
+                    match by_col.iter().find(|(c, _)| c == col) {
+                        Some(&(_, g)) => groups[g].push(k),
+                        None => {
+                            by_col.push((*col, groups.len()));
+                            groups.push(vec![k]);
+                        }
+                    }
+                }
+                Conj::Vec(_) => groups.push(vec![k]),
+                Conj::Row(_) => {}
+            }
+        }
+        ColScan { name, table, filter, need, out, threads: 1, conjs, groups, keys: Default::default() }
     }
 
     /// Runs the scan, handing each row that passes the filter to `sink`.
@@ -258,115 +291,123 @@ impl ColScan {
         let schema = &self.table.schema;
         let ncols = schema.len();
         let mut row: Vec<Value> = vec![Value::Null; ncols];
-        let mut at: Vec<(usize, usize)> = Vec::with_capacity(ncols);
         let needed: Vec<usize> = (0..ncols).filter(|&c| self.need[c]).collect();
+        let out = self.needed();
         let mut bits = Bits::default();
+        let mut scratch = Scratch::default();
         let any_row = self.conjs.iter().any(|c| matches!(c, Conj::Row(_)));
         // A join's filter, while it drops enough rows to pay for itself (at least one in
         // JOIN_FILTER_MIN_DROP of the first JOIN_FILTER_PROBATION rows it tests).
         let mut jf = JoinFiltering::new(self.keys.get());
         let mut go = true;
-        self.table.scan_pages(bm, 0, None, Some(&self.need), &mut |pid, page, leaf, start| {
-            let n = leaf.count;
+        self.table.scan_pages(bm, 0, None, &mut |pid, leaf, start| {
+            let n = leaf.count();
             if start >= n {
                 return Ok(true);
             }
-            column_offsets(schema, leaf.cap, &mut at);
-            let lf = LeafView { page, leaf, at: &at, schema };
             let bad = |what: &str| self.table.corrupt_leaf(bm, pid, what);
-            let words = n.div_ceil(64);
-            // Per vectorized conjunct: (true, unknown) bitmaps; `all`: rows where all of
-            // them are true.
-            let mut all = bits.take(words, !0);
-            mask_range(&mut all, start, n);
-            let mut per: Vec<(Vec<u64>, Vec<u64>)> = Vec::new();
-            for c in &self.conjs {
-                if let Conj::Vec(p) = c {
-                    let (t, u) = p.eval(&lf, &mut bits, words).map_err(|_| bad("a value is unreadable"))?;
-                    for (a, x) in all.iter_mut().zip(&t) {
-                        *a &= x;
-                    }
-                    if any_row {
-                        per.push((t, u));
-                    } else {
-                        bits.give(t);
-                        bits.give(u);
-                    }
-                    if !any_row && all.iter().all(|&w| w == 0) {
-                        break;
-                    }
-                }
-            }
+            let first = leaf.first();
+            let unreadable = |i: usize| bad(&format!("row {} is unreadable", first + i as u64));
             if !any_row {
-                jf.leaf(&lf, &mut all).map_err(|_| bad("a value is unreadable"))?;
+                let Some((lf, mut all)) = self.filter_leaf(&leaf, start, n, &mut bits, &mut scratch).map_err(&bad)? else {
+                    return Ok(true);
+                };
+                jf.leaf(&lf, &mut all).map_err(|_| bad(UNREADABLE))?;
                 for (w, &x) in all.iter().enumerate() {
                     let mut x = x;
                     while x != 0 {
                         let i = w * 64 + x.trailing_zeros() as usize;
                         x &= x - 1;
-                        lf.decode(i, &needed, &mut row).map_err(|_| bad(&format!("row {} is unreadable", leaf.first + i as u64)))?;
+                        lf.decode(i, &out, &mut row).map_err(|_| unreadable(i))?;
                         if !sink(&row)? {
                             go = false;
                             return Ok(false);
                         }
                     }
                 }
-            } else {
-                'rows: for i in start..n {
-                    let (w, b) = (i / 64, 1u64 << (i % 64));
-                    let mut all_true = true;
-                    let mut decoded = false;
-                    let mut k = 0;
-                    for c in &self.conjs {
-                        match c {
-                            Conj::Vec(_) => {
-                                let (t, u) = &per[k];
-                                k += 1;
-                                if t[w] & b != 0 {
-                                } else if u[w] & b != 0 {
-                                    all_true = false;
-                                } else {
-                                    continue 'rows;
-                                }
-                            }
-                            Conj::Row(e) => {
-                                if !decoded {
-                                    lf.decode(i, &needed, &mut row).map_err(|_| bad(&format!("row {} is unreadable", leaf.first + i as u64)))?;
-                                    decoded = true;
-                                }
-                                match e.eval(&row)? {
-                                    Value::Bool(true) => {}
-                                    Value::Bool(false) => continue 'rows,
-                                    _ => all_true = false,
-                                }
-                            }
-                        }
-                    }
-                    if all_true {
-                        // The join filter last: every conjunct was evaluated on this row,
-                        // as without it.
-                        if !jf.row(&lf, i).map_err(|_| bad("a value is unreadable"))? {
-                            continue 'rows;
-                        }
-                        if !decoded {
-                            lf.decode(i, &needed, &mut row).map_err(|_| bad(&format!("row {} is unreadable", leaf.first + i as u64)))?;
-                        }
-                        if !sink(&row)? {
-                            go = false;
-                            return Ok(false);
-                        }
-                    }
-                }
-                for (t, u) in per.drain(..) {
-                    bits.give(t);
-                    bits.give(u);
+                bits.give(all);
+                return Ok(true);
+            }
+            // Row-by-row conjuncts: every column the scan reads, expanded whole; per
+            // leaf-wise conjunct its (true, unknown) bitmaps.
+            let lf = self.whole_view(&leaf, &mut scratch).map_err(&bad)?;
+            let words = n.div_ceil(64);
+            let mut per: Vec<(Vec<u64>, Vec<u64>)> = Vec::new();
+            for c in &self.conjs {
+                if let Conj::Vec(p) = c {
+                    per.push(p.eval(&lf, &mut bits, words).map_err(|_| bad(UNREADABLE))?);
                 }
             }
-            bits.give(all);
+            'rows: for i in start..n {
+                let (w, b) = (i / 64, 1u64 << (i % 64));
+                let mut all_true = true;
+                let mut decoded = false;
+                let mut k = 0;
+                for c in &self.conjs {
+                    match c {
+                        Conj::Vec(_) => {
+                            let (t, u) = &per[k];
+                            k += 1;
+                            if t[w] & b != 0 {
+                            } else if u[w] & b != 0 {
+                                all_true = false;
+                            } else {
+                                continue 'rows;
+                            }
+                        }
+                        Conj::Row(e) => {
+                            if !decoded {
+                                lf.decode(i, &needed, &mut row).map_err(|_| unreadable(i))?;
+                                decoded = true;
+                            }
+                            match e.eval(&row)? {
+                                Value::Bool(true) => {}
+                                Value::Bool(false) => continue 'rows,
+                                _ => all_true = false,
+                            }
+                        }
+                    }
+                }
+                if all_true {
+                    // The join filter last: every conjunct was evaluated on this row,
+                    // as without it.
+                    if !jf.row(&lf, i).map_err(|_| bad(UNREADABLE))? {
+                        continue 'rows;
+                    }
+                    if !decoded {
+                        lf.decode(i, &needed, &mut row).map_err(|_| unreadable(i))?;
+                    }
+                    if !sink(&row)? {
+                        go = false;
+                        return Ok(false);
+                    }
+                }
+            }
+            for (t, u) in per.drain(..) {
+                bits.give(t);
+                bits.give(u);
+            }
             Ok(true)
         })?;
         jf.count();
         Ok(go)
+    }
+
+    /// The view of `leaf` with every column the scan reads (a packed leaf expanded whole).
+    fn whole_view<'s>(&'s self, leaf: &'s LeafPage<'s>, sc: &'s mut Scratch) -> std::result::Result<LeafView<'s>, &'static str> {
+        let schema = &self.table.schema;
+        let Scratch { img, at, fill, .. } = sc;
+        let (page, hdr) = match leaf {
+            LeafPage::Plain(page, hdr) => (*page, *hdr),
+            LeafPage::Packed(pl) => {
+                fill.clear();
+                fill.extend(self.need.iter().map(|&x| if x { Fill::All } else { Fill::No }));
+                let hdr = pl.expand(schema, fill, &[], img).map_err(|_| "impossible packed leaf")?;
+                (&img[..], hdr)
+            }
+        };
+        column_offsets(schema, hdr.cap, at);
+        Ok(LeafView { page, leaf: hdr, at, schema })
     }
 }
 
@@ -538,7 +579,7 @@ impl ColScan {
 
     /// The columns decoded for the consumers.
     pub fn needed(&self) -> Vec<usize> {
-        (0..self.need.len()).filter(|&c| self.need[c]).collect()
+        (0..self.out.len()).filter(|&c| self.out[c]).collect()
     }
 
     /// Hands the rows that pass the filter to `f` a leaf at a time, until it returns false.
@@ -550,38 +591,24 @@ impl ColScan {
     /// [`run_batches`](Self::run_batches) over the rows with ids in `from..to` (a morsel).
     pub fn run_batches_range(&self, bm: &BufferManager, from: u64, to: u64, f: &mut dyn FnMut(&Batch<'_>) -> Result<bool>) -> Result<bool> {
         debug_assert!(self.batchable());
-        let schema = &self.table.schema;
-        let mut at: Vec<(usize, usize)> = Vec::with_capacity(schema.len());
+        let mut scratch = Scratch::default();
         let mut bits = Bits::default();
         let mut sel: Vec<u32> = Vec::new();
         let mut go = true;
         let mut jf = JoinFiltering::new(self.keys.get());
-        self.table.scan_pages(bm, from, (to != u64::MAX).then_some(to), Some(&self.need), &mut |pid, page, leaf, start| {
-            if leaf.first >= to {
+        self.table.scan_pages(bm, from, (to != u64::MAX).then_some(to), &mut |pid, leaf, start| {
+            if leaf.first() >= to {
                 return Ok(false);
             }
-            let n = leaf.count;
             // Rows at and above `to` belong to the next morsel.
-            let end = n.min(usize::try_from(to - leaf.first).unwrap_or(usize::MAX));
+            let end = leaf.count().min(usize::try_from(to - leaf.first()).unwrap_or(usize::MAX));
             if start >= end {
                 return Ok(true);
             }
-            column_offsets(schema, leaf.cap, &mut at);
-            let lf = LeafView { page, leaf, at: &at, schema };
             let bad = |what: &str| self.table.corrupt_leaf(bm, pid, what);
-            let words = n.div_ceil(64);
-            let mut all = bits.take(words, !0);
-            mask_range(&mut all, start, end);
-            for c in &self.conjs {
-                if let Conj::Vec(p) = c {
-                    let (t, u) = p.eval(&lf, &mut bits, words).map_err(|_| bad("a value is unreadable"))?;
-                    for (a, x) in all.iter_mut().zip(&t) {
-                        *a &= x;
-                    }
-                    bits.give(t);
-                    bits.give(u);
-                }
-            }
+            let Some((lf, mut all)) = self.filter_leaf(&leaf, start, end, &mut bits, &mut scratch).map_err(&bad)? else {
+                return Ok(true);
+            };
             jf.leaf(&lf, &mut all).map_err(|_| bad("a value is unreadable"))?;
             sel.clear();
             for (w, &x) in all.iter().enumerate() {
@@ -602,6 +629,118 @@ impl ColScan {
         jf.count();
         Ok(go)
     }
+
+    /// Filters rows `start .. end` of `leaf` with the leaf-wise conjuncts and returns the
+    /// view the rows are read from with the bitmap of those that pass (`None` if none
+    /// does). A packed leaf's conjuncts are evaluated on its columns as stored where they
+    /// can be ([`stored`]); then only the columns read are expanded: those of the
+    /// conjuncts left, whole; the consumers' ones, whole or (when few rows passed) only at
+    /// the rows that passed.
+    fn filter_leaf<'s>(
+        &'s self,
+        leaf: &'s LeafPage<'s>,
+        start: usize,
+        end: usize,
+        bits: &mut Bits,
+        sc: &'s mut Scratch,
+    ) -> std::result::Result<Option<(LeafView<'s>, Vec<u64>)>, &'static str> {
+        let schema = &self.table.schema;
+        let n = leaf.count();
+        let words = n.div_ceil(64);
+        let Scratch { img, at, fill, later } = sc;
+        let mut all = bits.take(words, !0);
+        mask_range(&mut all, start, end);
+        let and_into = |all: &mut [u64], bits: &mut Bits, (t, u): (Vec<u64>, Vec<u64>)| {
+            for (a, x) in all.iter_mut().zip(&t) {
+                *a &= x;
+            }
+            bits.give(t);
+            bits.give(u);
+            all.iter().all(|&w| w == 0)
+        };
+        let (page, hdr) = match leaf {
+            LeafPage::Plain(page, hdr) => (*page, *hdr),
+            LeafPage::Packed(pl) => {
+                later.clear();
+                fill.clear();
+                fill.resize(schema.len(), Fill::No);
+                {
+                    let mut st = stored::Stored::new(pl, schema.len());
+                    for g in &self.groups {
+                        let preds = g.iter().filter_map(|&k| if let Conj::Vec(p) = &self.conjs[k] { Some(p) } else { None });
+                        if let Some(t) = stored::eval_range(preds.clone(), &mut st, schema, bits, words, &all).map_err(|_| UNREADABLE)? {
+                            if and_into(&mut all, bits, (t, Vec::new())) {
+                                bits.give(all);
+                                return Ok(None);
+                            }
+                            continue;
+                        }
+                        for (&k, p) in g.iter().zip(preds) {
+                            match p.eval_stored(&mut st, schema, bits, words).map_err(|_| UNREADABLE)? {
+                                Some(tu) => {
+                                    if and_into(&mut all, bits, tu) {
+                                        bits.give(all);
+                                        return Ok(None);
+                                    }
+                                }
+                                None => {
+                                    later.push(k);
+                                    let mut cols = Vec::new();
+                                    p.cols(&mut cols);
+                                    for c in cols {
+                                        fill[c] = Fill::All;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    // Few rows left: decode the consumers' columns at those rows only.
+                    let passed: usize = all.iter().map(|w| w.count_ones() as usize).sum();
+                    let how = if passed * SPARSE_SHARE <= n { Fill::Rows } else { Fill::All };
+                    for (c, f) in fill.iter_mut().enumerate() {
+                        if self.out[c] && *f == Fill::No {
+                            *f = how;
+                        }
+                    }
+                }
+                let hdr = pl.expand(schema, fill, &all, img).map_err(|_| "impossible packed leaf")?;
+                (&img[..], hdr)
+            }
+        };
+        column_offsets(schema, hdr.cap, at);
+        let lf = LeafView { page, leaf: hdr, at, schema };
+        let packed = matches!(leaf, LeafPage::Packed(_));
+        for (k, c) in self.conjs.iter().enumerate() {
+            let Conj::Vec(p) = c else { continue };
+            if packed && !later.contains(&k) {
+                continue;
+            }
+            let tu = p.eval(&lf, bits, words).map_err(|_| UNREADABLE)?;
+            if and_into(&mut all, bits, tu) {
+                break;
+            }
+        }
+        Ok(Some((lf, all)))
+    }
+}
+
+/// What a value that cannot be read makes of a leaf.
+const UNREADABLE: &str = "a value is unreadable";
+
+/// Rows that pass per leaf row below which a packed leaf's consumer columns are decoded
+/// only at the rows that passed (1 in 4).
+const SPARSE_SHARE: usize = 4;
+
+/// A scan's buffers, reused from leaf to leaf.
+#[derive(Default)]
+struct Scratch {
+    /// A packed leaf's expansion.
+    img: Vec<u8>,
+    /// Column offsets of the leaf read.
+    at: Vec<(usize, usize)>,
+    fill: Vec<Fill>,
+    /// Conjuncts left to evaluate on the expanded leaf.
+    later: Vec<usize>,
 }
 
 /// Clears the bits at and above `n`.
@@ -648,7 +787,7 @@ impl Bits {
 /// Reading a leaf's columns.
 pub(crate) struct LeafView<'a> {
     page: &'a [u8],
-    leaf: &'a Leaf,
+    leaf: Leaf,
     /// Per column: where its null bitmap and its values start.
     at: &'a [(usize, usize)],
     pub(crate) schema: &'a Schema,
@@ -900,6 +1039,20 @@ fn try_bits_by(n: usize, out: &mut [u64], mut f: impl FnMut(usize) -> std::resul
 }
 
 impl VPred {
+    /// Appends the columns the predicate reads to `out`.
+    fn cols(&self, out: &mut Vec<usize>) {
+        match self {
+            VPred::Const(_) => {}
+            VPred::CmpLit { col, .. } | VPred::IsNull { col, .. } | VPred::BoolCol(col) | VPred::InList { col, .. } | VPred::Like { col, .. } => out.push(*col),
+            VPred::CmpCols { a, b, .. } => out.extend([*a, *b]),
+            VPred::And(a, b) | VPred::Or(a, b) => {
+                a.cols(out);
+                b.cols(out);
+            }
+            VPred::Not(a) => a.cols(out),
+        }
+    }
+
     /// (true, unknown) bitmaps over the leaf's rows (bits at and above the row count are
     /// meaningless).
     fn eval(&self, lf: &LeafView<'_>, bits: &mut Bits, words: usize) -> std::result::Result<(Vec<u64>, Vec<u64>), Bad> {
@@ -1009,19 +1162,7 @@ impl VPred {
                     return Err(Bad);
                 }
                 nulls(&mut u, col);
-                // Non-NULL values: found → !negated; else NULL if the list has a NULL, else negated.
-                for w in 0..words {
-                    let (f, nl) = (found[w] & !u[w], u[w]);
-                    let (tt, uu) = if *has_null {
-                        (if *negated { 0 } else { f }, nl | !f)
-                    } else if *negated {
-                        (!f & !nl, nl)
-                    } else {
-                        (f, nl)
-                    };
-                    t[w] = tt;
-                    u[w] = uu;
-                }
+                in_list_bits(&found, &mut t, &mut u, *has_null, *negated);
                 bits.give(found);
             }
             VPred::Like { col, pattern, negated } => {
@@ -1032,13 +1173,7 @@ impl VPred {
             VPred::And(a, b) | VPred::Or(a, b) => {
                 let (ta, ua) = a.eval(lf, bits, words)?;
                 let (tb, ub) = b.eval(lf, bits, words)?;
-                let and = matches!(self, VPred::And(..));
-                for w in 0..words {
-                    let (fa, fb) = (!ta[w] & !ua[w], !tb[w] & !ub[w]);
-                    let (tt, ff) = if and { (ta[w] & tb[w], fa | fb) } else { (ta[w] | tb[w], fa & fb) };
-                    t[w] = tt;
-                    u[w] = !tt & !ff;
-                }
+                combine(matches!(self, VPred::And(..)), &ta, &ua, &tb, &ub, &mut t, &mut u);
                 for v in [ta, ua, tb, ub] {
                     bits.give(v);
                 }
@@ -1054,6 +1189,35 @@ impl VPred {
             }
         }
         Ok((t, u))
+    }
+}
+
+/// The (true, unknown) bitmaps of `a AND b` (`and`) or `a OR b` in three-valued logic,
+/// from those of `a` and `b`.
+fn combine(and: bool, ta: &[u64], ua: &[u64], tb: &[u64], ub: &[u64], t: &mut [u64], u: &mut [u64]) {
+    for w in 0..t.len() {
+        let (fa, fb) = (!ta[w] & !ua[w], !tb[w] & !ub[w]);
+        let (tt, ff) = if and { (ta[w] & tb[w], fa | fb) } else { (ta[w] | tb[w], fa & fb) };
+        t[w] = tt;
+        u[w] = !tt & !ff;
+    }
+}
+
+/// The (true, unknown) bitmaps of `x [NOT] IN (list)` into `t` and `u`, from `found` (the
+/// value equals a constant of the list) and the NULL rows (in `u` on entry): a non-NULL
+/// value found is `!negated`; else NULL if the list has a NULL, else `negated`.
+fn in_list_bits(found: &[u64], t: &mut [u64], u: &mut [u64], has_null: bool, negated: bool) {
+    for w in 0..t.len() {
+        let (f, nl) = (found[w] & !u[w], u[w]);
+        let (tt, uu) = if has_null {
+            (if negated { 0 } else { f }, nl | !f)
+        } else if negated {
+            (!f & !nl, nl)
+        } else {
+            (f, nl)
+        };
+        t[w] = tt;
+        u[w] = uu;
     }
 }
 
@@ -1106,9 +1270,6 @@ pub fn prune(plan: &mut Plan, need: &[bool]) {
             let mut n = vec![false; table.schema.len()];
             for (i, x) in need.iter().enumerate().take(n.len()) {
                 n[i] = *x;
-            }
-            if let Some(f) = filter {
-                mark(f, &mut n);
             }
             *plan = Plan::ColScan(Box::new(ColScan::new(std::mem::take(name), table.clone(), filter.take(), n)));
         }
@@ -1301,7 +1462,7 @@ mod tests {
         let leaf = pax::header(&page[..], &schema).unwrap();
         let mut at = Vec::new();
         column_offsets(&schema, leaf.cap, &mut at);
-        let lf = LeafView { page: &page, leaf: &leaf, at: &at, schema: &schema };
+        let lf = LeafView { page: &page, leaf, at: &at, schema: &schema };
         for (i, row) in rows.iter().enumerate() {
             for (c, v) in row.iter().enumerate() {
                 let (mut want, mut got) = (Vec::new(), Vec::new());
