@@ -32,9 +32,11 @@ pub(crate) mod hooks {
     /// Where a hook runs.
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
     pub(crate) enum Point {
-        /// A transaction ends: its commit (or rollback) is logged and its locks are
-        /// released; its frees are not applied yet.
+        /// A transaction ends: its commit (or rollback) is logged; its frees are not applied
+        /// yet and it still holds its locks.
         FreesPending,
+        /// A transaction ends: its frees are applied and it still holds its locks.
+        LocksPending,
         /// A checkpoint wrote the dirty pages and is about to copy the allocation bitmaps.
         CheckpointCopiesBitmaps,
         /// A checkpoint copied the allocation bitmaps and has not stored them yet.

@@ -943,3 +943,62 @@ fn cold_scans_read_ahead_and_hand_out_every_entry_once() {
     let want: Vec<Vec<u8>> = model.range(start.to_vec()..).map(|(k, _)| k.clone()).collect();
     assert_eq!(got, want);
 }
+
+/// A writer that waits for the lock of a leaf that the holder empties, unlinks and frees
+/// at commit must not keep the lock of the freed leaf: its insert restarts into the leaf
+/// that covers the key now, and every allocation that reuses the freed ids takes its lock
+/// at once. (Before the fix the waiter was granted the freed leaf's lock and kept it, and
+/// the allocation of that id waited the whole lock wait behind it.)
+#[test]
+fn a_writer_waiting_for_a_leaf_freed_by_a_merge_does_not_keep_its_lock() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = Database::create(config(&tmp.path().join("db"), 8 << 20)).unwrap();
+    let tree = db.create_tree("t").unwrap();
+    let k = |i: u64| i.to_be_bytes();
+    let mut tx = db.begin();
+    for i in 0..2000u64 {
+        tree.insert(&mut tx, &k(i), &[i as u8; 100]).unwrap();
+    }
+    tx.commit().unwrap();
+    let pages = |r: &strata::access::btree::TreeReport| r.inner_nodes + r.leaves_per_class.iter().sum::<u64>();
+    let before = pages(&tree.check(db.buffer(), &mut |_| {}).unwrap());
+
+    // The remover holds the leftmost leaf's lock, then the writer waits for it.
+    let mut remover = db.begin();
+    assert!(tree.remove(&mut remover, &k(0)).unwrap());
+    std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            let mut w = db.begin();
+            w.set_lock_wait(std::time::Duration::from_secs(20));
+            tree.insert(&mut w, &k(0), b"again").unwrap();
+            w
+        });
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        // Empty the leaf (and many after it): unlinked and merged away, freed at commit.
+        for i in 1..600u64 {
+            assert!(tree.remove(&mut remover, &k(i)).unwrap());
+        }
+        remover.commit().unwrap();
+        let w = writer.join().unwrap();
+        let after = pages(&tree.check(db.buffer(), &mut |_| {}).unwrap());
+        assert!(after < before, "no node was freed: {before} -> {after} pages");
+        // Allocate every freed id again (and some more): no allocation waits, and the
+        // writer holds none of them.
+        let mut a = db.begin();
+        a.set_lock_wait(std::time::Duration::from_secs(1));
+        for _ in 0..before - after + 8 {
+            let started = std::time::Instant::now();
+            let p = a.alloc(100).unwrap();
+            let waited = started.elapsed();
+            assert!(waited < std::time::Duration::from_millis(500), "the allocation of fresh page {p} waited {waited:?} for its lock");
+            assert!(!w.holds(p), "the writer holds the lock of page {p}, freed by the remover and allocated again");
+        }
+        a.abort().unwrap();
+        w.commit().unwrap();
+    });
+    let mut out = Vec::new();
+    assert!(tree.get(db.buffer(), &k(0), &mut out).unwrap());
+    assert_eq!(out, b"again");
+    assert!(!tree.get(db.buffer(), &k(1), &mut out).unwrap());
+    tree.check(db.buffer(), &mut |_| {}).unwrap();
+}

@@ -528,7 +528,8 @@ impl Writer {
                 self.release(id);
             }
         }
-        // `free_if_allocated` once the locks are released. (The undo has restored the
+        // `free_if_allocated` once the latches are released (and before the transaction's
+        // page locks, which this model leaves out, are released). (The undo has restored the
         // frame's before-image, zeroes, so dropping it changes no word.)
         for id in std::mem::take(&mut self.allocated) {
             self.free(id);

@@ -144,7 +144,11 @@ impl BufferManager {
     /// Allocates a persistent page and logs it: `log` is called with the new id while the
     /// class's bitmap is locked (so a checkpoint's copy of the bitmap never holds an
     /// allocation whose record is not in the log) and returns the record's LSN, which
-    /// becomes the page's LSN. Nothing is allocated if `log` fails.
+    /// becomes the page's LSN. Nothing is allocated if `log` fails. [`is_allocated`]
+    /// reports the page only after `log` returned (transactions lock the new page in `log`
+    /// and rely on this: see `txn::lock`).
+    ///
+    /// [`is_allocated`]: Self::is_allocated
     pub(crate) fn alloc_logged(&self, bytes: usize, log: &dyn Fn(PageId) -> Result<u64>) -> Result<(ExclusiveGuard<'_>, u64)> {
         self.alloc_with(bytes, false, Some(log))
     }

@@ -51,9 +51,15 @@ impl BufferManager {
     }
 
     /// Logs a transaction's allocation of a page whose payload holds `bytes`; returns it
-    /// zeroed and latched, with the record.
-    pub(crate) fn log_alloc(&self, bytes: usize, txid: u64, prev_lsn: u64) -> Result<(ExclusiveGuard<'_>, Record)> {
-        let (g, lsn) = self.alloc_logged(bytes, &|pid| self.durability.wal.append(txid, prev_lsn, &Body::Alloc { pid }))?;
+    /// zeroed and latched, with the record. `logged` is called with the new id once the
+    /// record is appended, under the class's bitmap lock and before the page's allocation
+    /// bit is set (the transaction locks the page there: see `txn::lock`); it must not wait.
+    pub(crate) fn log_alloc(&self, bytes: usize, txid: u64, prev_lsn: u64, logged: &dyn Fn(PageId)) -> Result<(ExclusiveGuard<'_>, Record)> {
+        let (g, lsn) = self.alloc_logged(bytes, &|pid| {
+            let lsn = self.durability.wal.append(txid, prev_lsn, &Body::Alloc { pid })?;
+            logged(pid);
+            Ok(lsn)
+        })?;
         let pid = g.pid();
         Ok((g, Record { lsn, txid, prev_lsn, body: Body::Alloc { pid } }))
     }
@@ -67,9 +73,9 @@ impl BufferManager {
 
     /// [`undo`](Self::undo), but a page whose allocation is undone is pushed to `freed`
     /// instead of being freed at once, when `freed` is given: a rolling-back transaction
-    /// still holds the page's lock, and a page freed now could be allocated by another
-    /// transaction that then cannot lock it. The caller frees them after releasing its locks
-    /// (the compensation record is logged here, so recovery frees them in any case).
+    /// frees the pages it allocated when it ends, with its other frees, just before it
+    /// releases its locks (the compensation record is logged here, so recovery frees them
+    /// in any case).
     pub(crate) fn undo_deferring(&self, rec: &Record, prev_lsn: u64, freed: Option<&mut Vec<PageId>>) -> Result<u64> {
         let clr = |action: Compensation<'_>| self.durability.wal.append(rec.txid, prev_lsn, &Body::Clr { undo_next: rec.prev_lsn, action });
         match &rec.body {

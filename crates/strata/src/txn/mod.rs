@@ -38,7 +38,7 @@ use crate::buffer::{BufferManager, ExclusiveGuard};
 use crate::error::{Error, Result};
 use crate::storage::wal::{Body, Record};
 use crate::storage::PageId;
-pub use lock::LockTable;
+pub use lock::{Grant, LockTable};
 
 /// Default time a transaction waits for a page lock before giving up.
 pub const DEFAULT_LOCK_WAIT: Duration = Duration::from_secs(2);
@@ -100,33 +100,52 @@ impl<'a> Transaction<'a> {
         self.bm.durability.wal.check_failed()
     }
 
-    /// Locks `pid` until the transaction ends.
+    /// Locks `pid` until the transaction ends. A page that is not allocated (or that the
+    /// transaction holding its lock freed while this one waited) is not locked:
+    /// [`Error::InvalidPageId`].
     pub fn lock(&mut self, pid: PageId) -> Result<()> {
+        if self.lock_within(pid, self.lock_wait)? {
+            Ok(())
+        } else {
+            Err(Error::InvalidPageId { pid, reason: "page is not allocated (a transaction whose lock on it was waited for may have freed it)" })
+        }
+    }
+
+    /// [`lock`](Self::lock) for a caller that restarts from a fresh descent after the wait
+    /// anyway (the B+-tree): returns whether the page is locked now; `false` (nothing
+    /// locked) when it is no longer allocated, as for a node merged away and freed by the
+    /// transaction whose lock on it was waited for. The restart does not lead there again.
+    pub(crate) fn lock_if_allocated(&mut self, pid: PageId) -> Result<bool> {
         self.lock_within(pid, self.lock_wait)
     }
 
     /// Locks `pid` if no other transaction holds it, without waiting; returns whether the
     /// transaction holds it now (for best-effort work such as merging B+-tree leaves, which
-    /// is skipped rather than waited for).
+    /// is skipped rather than waited for; also `false` for a page no longer allocated).
     pub(crate) fn try_lock(&mut self, pid: PageId) -> Result<bool> {
         match self.lock_within(pid, Duration::ZERO) {
-            Ok(()) => Ok(true),
             Err(Error::LockTimeout { .. }) => Ok(false),
-            Err(e) => Err(e),
+            r => r,
         }
     }
 
-    /// Locks `pid` until the transaction ends, waiting at most `wait` for another holder.
-    fn lock_within(&mut self, pid: PageId, wait: Duration) -> Result<()> {
+    /// Locks `pid` until the transaction ends, waiting at most `wait` for another holder;
+    /// returns `false` (nothing locked) if the page is not allocated when its lock is free.
+    fn lock_within(&mut self, pid: PageId, wait: Duration) -> Result<bool> {
         self.check_active()?;
         if pid.is_temp() {
             return Err(Error::InvalidPageId { pid, reason: "temporary pages are private and not transactional" });
         }
-        if self.locks.acquire(pid, self.txid, wait)? {
-            self.held.push(pid);
-            self.held_set.insert(pid);
+        let bm = self.bm;
+        match self.locks.acquire(pid, self.txid, wait, &|p| bm.is_allocated(p))? {
+            Grant::Taken => {
+                self.held.push(pid);
+                self.held_set.insert(pid);
+                Ok(true)
+            }
+            Grant::Held => Ok(true),
+            Grant::NotAllocated => Ok(false),
         }
-        Ok(())
     }
 
     /// Starts an atomic section: the changes logged until the next section are made under
@@ -176,16 +195,9 @@ impl<'a> Transaction<'a> {
     /// Like [`alloc`](Self::alloc), but returns the new page still latched.
     pub(crate) fn alloc_latched(&mut self, bytes: usize) -> Result<ExclusiveGuard<'a>> {
         self.check_active()?;
-        let (g, rec) = self.bm.log_alloc(bytes, self.txid, self.last_lsn)?;
-        let pid = g.pid();
-        // Nobody else knows the id yet, so the lock is free.
-        let got = self.locks.acquire(pid, self.txid, self.lock_wait);
-        debug_assert!(matches!(got, Ok(true)), "a newly allocated page {pid} was locked");
-        self.held.push(pid);
-        self.held_set.insert(pid);
+        let (g, rec) = self.log_alloc(bytes)?;
         self.last_lsn = rec.lsn;
         self.push_undo(rec);
-        got?;
         Ok(g)
     }
 
@@ -235,21 +247,31 @@ impl<'a> Transaction<'a> {
     pub fn alloc(&mut self, bytes: usize) -> Result<PageId> {
         self.check_active()?;
         self.begin_section();
-        let (g, rec) = match self.bm.log_alloc(bytes, self.txid, self.last_lsn) {
+        let (g, rec) = match self.log_alloc(bytes) {
             Ok(x) => x,
             Err(e @ (Error::InvalidInput(_) | Error::PoolTooSmall { .. })) => return Err(e),
             Err(e) => return Err(self.fail(e)),
         };
         let pid = g.pid();
-        // Nobody else knows the id yet, so the lock is free.
-        let got = self.locks.acquire(pid, self.txid, self.lock_wait);
         drop(g);
-        debug_assert!(matches!(got, Ok(true)));
-        self.held.push(pid);
-        self.held_set.insert(pid);
         self.last_lsn = rec.lsn;
         self.push_undo(rec);
         Ok(pid)
+    }
+
+    /// Allocates and logs a page, locked by this transaction: the lock is taken while the
+    /// allocator holds the class's bitmap lock, before the page's allocation is visible, so
+    /// it never waits and no other transaction can lock the page first (a transaction that
+    /// tries is refused the unallocated page, or waits for this one: see [`lock`]).
+    fn log_alloc(&mut self, bytes: usize) -> Result<(ExclusiveGuard<'a>, Record)> {
+        let (locks, txid) = (self.locks, self.txid);
+        let (g, rec) = self.bm.log_alloc(bytes, txid, self.last_lsn, &|pid| {
+            locks.grant_fresh(pid, txid);
+        })?;
+        let pid = g.pid();
+        self.held.push(pid);
+        self.held_set.insert(pid);
+        Ok((g, rec))
     }
 
     /// Frees `pid` when the transaction commits (locking it now).
@@ -272,9 +294,8 @@ impl<'a> Transaction<'a> {
             return Err(self.fail(e));
         }
         let frees = std::mem::take(&mut self.frees);
-        // The commit is durable: the pages can go once the locks are released (their
-        // records are in the log, so recovery redoes the frees if the bitmap was not stored
-        // yet).
+        // The commit is durable: the pages can go, then the locks (the free records are in
+        // the log, so recovery redoes the frees if the bitmap was not stored yet).
         self.finish_freeing(frees, Ok(()))?;
         // Bound recovery time and log size. The commit is durable whatever happens here; a
         // checkpoint that fails (disk full) leaves the log longer, and the next explicit
@@ -326,7 +347,7 @@ impl<'a> Transaction<'a> {
             }
         }
         let r = if self.last_lsn != 0 { self.bm.durability.wal.append(self.txid, self.last_lsn, &Body::Abort).map(|_| ()) } else { Ok(()) };
-        // The pages this transaction allocated go once its locks are released.
+        // The pages this transaction allocated go before its locks are released.
         self.finish_freeing(freed, r)
     }
 
@@ -383,19 +404,26 @@ impl<'a> Transaction<'a> {
         e
     }
 
-    /// Ends the transaction: releases its locks, then frees `pages` (frees it committed, or
-    /// allocations its rollback undid) and only then leaves the active set. A page must be
-    /// unlocked before it is free (another transaction may allocate and lock it at once),
-    /// and the transaction must stay active until its frees are in the bitmaps: a
-    /// checkpoint copies the bitmaps and lets the log start after every transaction that
-    /// ended before the copy, so a free still to come after that would be neither in the
-    /// stored table nor in the log recovery reads, and the page would stay allocated,
-    /// referenced by nothing. Returns `r`, else the first failed free.
+    /// Ends the transaction: frees `pages` (frees it committed, or allocations its rollback
+    /// undid), then releases its locks, and only then leaves the active set.
+    ///
+    /// A page is freed while its lock is still held (the transaction holds the lock of
+    /// every page it frees or allocated): a transaction waiting for that lock is granted it
+    /// only after the page is free, and is refused it then (locks are granted for allocated
+    /// pages only, see [`lock`]); released first, the lock would go to the waiter, which
+    /// would keep the lock of a page about to be freed and make the next allocation of the
+    /// id wait for it. An allocation of the id between the free and the release takes the
+    /// lock over without waiting ([`LockTable::grant_fresh`]), and the release below leaves
+    /// it alone.
+    ///
+    /// The transaction must stay active until its frees are in the bitmaps: a checkpoint
+    /// copies the bitmaps and lets the log start after every transaction that ended before
+    /// the copy, so a free still to come after that would be neither in the stored table
+    /// nor in the log recovery reads, and the page would stay allocated, referenced by
+    /// nothing. Returns `r`, else the first failed free (the locks are released in any
+    /// case).
     fn finish_freeing(&mut self, pages: Vec<PageId>, r: Result<()>) -> Result<()> {
         self.active = false;
-        self.locks.release(self.txid, &self.held);
-        self.held.clear();
-        self.held_set.clear();
         self.undo.clear();
         self.sections.clear();
         #[cfg(test)]
@@ -406,6 +434,11 @@ impl<'a> Transaction<'a> {
                 first_error.get_or_insert(e);
             }
         }
+        #[cfg(test)]
+        crate::testutil::hooks::run(crate::testutil::hooks::Point::LocksPending);
+        self.locks.release(self.txid, &self.held);
+        self.held.clear();
+        self.held_set.clear();
         self.bm.tx_end(self.txid);
         first_error.map_or(Ok(()), Err)
     }
@@ -518,6 +551,190 @@ mod tests {
         let bm = reopen(&dir);
         assert_eq!(bm.allocated_pages(), vec![keep], "the committed free was lost");
         bm.close().unwrap();
+        drop(t);
+    }
+
+    /// A transaction waiting for the lock of a page that its holder frees must not be
+    /// granted the lock of the freed page, and the next allocation of that id must take its
+    /// lock at once. (The committer used to release its locks before freeing its pages: the
+    /// waiter was granted the lock of a page about to be freed and kept it, and the
+    /// allocation that reused the id waited behind it, then went on without the lock.) The
+    /// outcome does not depend on whether the waiter is already waiting when the freer
+    /// commits.
+    #[test]
+    fn a_waiter_is_not_granted_the_lock_of_a_page_freed_meanwhile() {
+        let (t, bm, locks, _keep, gone) = two_pages();
+        let (b, l) = (&*bm, &locks);
+        let mut freer = Transaction::begin(b, l);
+        freer.free(gone).unwrap();
+        let (waiting_tx, waiting_rx) = mpsc::channel::<()>();
+        std::thread::scope(|s| {
+            let waiter = s.spawn(move || {
+                let mut w = Transaction::begin(b, l);
+                w.set_lock_wait(Duration::from_secs(10));
+                waiting_tx.send(()).unwrap();
+                let r = w.lock(gone);
+                (w, r)
+            });
+            waiting_rx.recv().unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+            freer.commit().unwrap();
+            let (mut w, r) = waiter.join().unwrap();
+            assert!(!bm.is_allocated(gone));
+            // The allocator reuses the id; its lock must be free for the new page.
+            let mut a = Transaction::begin(b, l);
+            a.set_lock_wait(Duration::from_secs(1));
+            let started = std::time::Instant::now();
+            let p = a.alloc(100).unwrap();
+            let waited = started.elapsed();
+            assert_eq!(p, gone, "the allocator did not reuse the freed id");
+            assert!(waited < Duration::from_millis(500), "the allocation of fresh page {p} waited {waited:?} for its lock");
+            assert!(matches!(r, Err(Error::InvalidPageId { .. })), "the waiter was granted the lock of freed page {gone}: {r:?}");
+            assert!(!w.holds(gone), "the waiter holds the lock of freed page {gone}");
+            assert!(matches!(w.try_lock(gone), Ok(false)), "the waiter can lock the allocator's new page {gone}");
+            a.commit().unwrap();
+            w.commit().unwrap();
+        });
+        assert!(locks.is_empty());
+        drop(t);
+    }
+
+    /// The freed page is allocated again between its free and its freer's release of the
+    /// locks: the allocation takes the lock at once, over the freer's entry, and keeps it
+    /// when the freer releases its locks.
+    #[test]
+    fn an_allocation_between_a_free_and_the_release_keeps_its_lock() {
+        let (t, bm, locks, keep, gone) = two_pages();
+        let (b, l) = (&*bm, &locks);
+        let (freed_tx, freed_rx) = mpsc::channel::<()>();
+        let (allocated_tx, allocated_rx) = mpsc::channel::<()>();
+        let (released_tx, released_rx) = mpsc::channel::<()>();
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                hooks::set(Point::LocksPending, move || {
+                    freed_tx.send(()).unwrap();
+                    allocated_rx.recv().unwrap();
+                });
+                free_one(b, l, keep, gone);
+                released_tx.send(()).unwrap();
+            });
+            freed_rx.recv().unwrap();
+            assert!(!bm.is_allocated(gone));
+            let mut a = Transaction::begin(b, l);
+            a.set_lock_wait(Duration::from_secs(1));
+            let started = std::time::Instant::now();
+            let p = a.alloc(100).unwrap();
+            let waited = started.elapsed();
+            assert_eq!(p, gone, "the allocator did not reuse the freed id");
+            assert!(waited < Duration::from_millis(500), "the allocation of fresh page {p} waited {waited:?} for its lock");
+            assert_eq!(locks.owner(p), Some(a.id()));
+            allocated_tx.send(()).unwrap();
+            released_rx.recv().unwrap();
+            assert_eq!(locks.owner(p), Some(a.id()), "the freer's release dropped the new owner's lock");
+            let mut w = Transaction::begin(b, l);
+            assert!(matches!(w.try_lock(p), Ok(false)));
+            a.write(p, 0, b"new").unwrap();
+            a.commit().unwrap();
+            assert!(w.try_lock(p).unwrap());
+            w.commit().unwrap();
+        });
+        assert!(locks.is_empty());
+        drop(t);
+    }
+
+    /// Threads allocate, free (committing or rolling back) and lock pages of one size
+    /// class at random, so that freed ids are allocated again at once, and check the lock
+    /// table's invariants: a lock is granted and kept only for an allocated page (no
+    /// transaction keeps the lock of a page freed by another), the lock of a fresh page is
+    /// its allocator's at once, and no lock is left at the end.
+    #[test]
+    fn stress_locks_of_freed_and_reallocated_pages() {
+        const THREADS: u64 = 4;
+        const ROUNDS: usize = 300;
+        let (t, bm) = crate::testutil::bm(POOL, 4096);
+        let locks = LockTable::default();
+        let live = parking_lot::Mutex::new(Vec::new());
+        {
+            let mut tx = Transaction::begin(&bm, &locks);
+            for _ in 0..8 {
+                live.lock().push(tx.alloc(100).unwrap());
+            }
+            tx.commit().unwrap();
+        }
+        let (b, l, pages) = (&bm, &locks, &live);
+        std::thread::scope(|s| {
+            for thread in 0..THREADS {
+                s.spawn(move || {
+                    let mut seed = thread + 1;
+                    let mut rng = move || crate::testutil::rng(&mut seed);
+                    for _ in 0..ROUNDS {
+                        let mut tx = Transaction::begin(b, l);
+                        tx.set_lock_wait(Duration::from_secs(20));
+                        let me = tx.id();
+                        let roll_back = rng() % 4 == 0;
+                        match rng() % 3 {
+                            0 => {
+                                let started = std::time::Instant::now();
+                                let p = tx.alloc(100).unwrap();
+                                let waited = started.elapsed();
+                                assert_eq!(l.owner(p), Some(me), "fresh page {p} is not locked by its allocator");
+                                assert!(waited < Duration::from_secs(5), "the allocation of fresh page {p} waited {waited:?}");
+                                tx.write(p, 0, &me.to_le_bytes()).unwrap();
+                                if roll_back {
+                                    tx.abort().unwrap();
+                                } else {
+                                    tx.commit().unwrap();
+                                    pages.lock().push(p);
+                                }
+                            }
+                            1 => {
+                                let p = {
+                                    let mut v = pages.lock();
+                                    if v.len() < 4 {
+                                        continue;
+                                    }
+                                    let i = rng() as usize % v.len();
+                                    v.swap_remove(i)
+                                };
+                                tx.free(p).unwrap();
+                                if roll_back {
+                                    tx.abort().unwrap();
+                                    pages.lock().push(p);
+                                } else {
+                                    tx.commit().unwrap();
+                                }
+                            }
+                            _ => {
+                                let p = {
+                                    let v = pages.lock();
+                                    v[rng() as usize % v.len()]
+                                };
+                                match tx.lock(p) {
+                                    Ok(()) => {
+                                        assert!(b.is_allocated(p), "locked page {p} is not allocated");
+                                        std::thread::sleep(Duration::from_micros(rng() % 300));
+                                        assert_eq!(l.owner(p), Some(me), "the lock of page {p} was taken over");
+                                        assert!(b.is_allocated(p), "locked page {p} was freed");
+                                        tx.write(p, 8, &me.to_le_bytes()).unwrap();
+                                    }
+                                    Err(Error::InvalidPageId { .. }) => assert!(!tx.holds(p)),
+                                    Err(e) => panic!("lock of page {p}: {e}"),
+                                }
+                                if roll_back {
+                                    tx.abort().unwrap();
+                                } else {
+                                    tx.commit().unwrap();
+                                }
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        assert!(locks.is_empty(), "{} locks left", locks.len());
+        let mut left = live.into_inner();
+        left.sort_unstable();
+        assert_eq!(bm.allocated_pages(), left);
         drop(t);
     }
 

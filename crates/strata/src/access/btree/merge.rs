@@ -107,8 +107,8 @@ impl BTree {
             let (ppid, lpid) = (parent.g.pid(), leaf.pid());
             if !tx.holds(ppid) || !tx.holds(lpid) {
                 // Optimistic guards hold no latch: the lock waits need not release them.
-                tx.lock(ppid)?;
-                tx.lock(lpid)?;
+                tx.lock_if_allocated(ppid)?;
+                tx.lock_if_allocated(lpid)?;
                 continue;
             }
             let idx = parent.idx;

@@ -421,7 +421,9 @@ impl BTree {
         let pid = path.leaf.pid();
         if !tx.holds(pid) {
             drop(path);
-            tx.lock(pid)?;
+            // A leaf merged away and freed meanwhile is not locked: the restart does not
+            // lead there again.
+            tx.lock_if_allocated(pid)?;
             return Ok(None);
         }
         let Ok(g) = path.leaf.upgrade() else { return Ok(None) };
@@ -459,7 +461,7 @@ impl BTree {
         let mut waited = false;
         for pid in wanted {
             if !tx.holds(pid) {
-                tx.lock(pid)?;
+                tx.lock_if_allocated(pid)?;
                 waited = true;
             }
         }
@@ -526,7 +528,7 @@ impl BTree {
             let pid = bottom.g.pid();
             if !tx.holds(pid) {
                 drop((bottom, path));
-                tx.lock(pid)?;
+                tx.lock_if_allocated(pid)?;
                 continue;
             }
             let Ok(mut g) = bottom.g.upgrade() else { continue };
