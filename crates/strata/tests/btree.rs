@@ -922,26 +922,129 @@ fn cold_scans_read_ahead_and_hand_out_every_entry_once() {
         }
         db.checkpoint().unwrap();
     }
-    // About 1.3 MiB of entries through a 512 KiB pool: every scan misses.
-    let db = Database::open(config(&dir, 512 << 10)).unwrap();
-    let tree = db.tree("t").unwrap();
-    for round in 0..2 {
-        let before = db.buffer().stats();
-        assert_eq!(contents(&db, &tree), model, "round {round}");
-        let after = db.buffer().stats();
-        assert!(after.pages_prefetched > before.pages_prefetched, "round {round}: nothing read ahead: {after:?}");
-        assert!(after.prefetch_hits > before.prefetch_hits, "round {round}: no leaf read ahead was used");
+    // About 1.3 MiB of entries through a 512 KiB pool: every scan misses. Read ahead into
+    // the frames, or into scan rings (outside the pool).
+    for rings in [false, true] {
+        let db = Database::open(config(&dir, 512 << 10).scan_rings(rings)).unwrap();
+        let tree = db.tree("t").unwrap();
+        for round in 0..2 {
+            let before = db.buffer().stats();
+            assert_eq!(contents(&db, &tree), model, "round {round}, rings {rings}");
+            let after = db.buffer().stats();
+            if rings {
+                assert!(after.ring_pages > before.ring_pages, "round {round}: nothing read into a ring: {after:?}");
+                assert!(after.ring_hits > before.ring_hits, "round {round}: no leaf taken from a ring");
+                assert!(after.ring_bytes > 0 && after.peak_resident_bytes <= after.pool_bytes, "{after:?}");
+            } else {
+                assert!(after.pages_prefetched > before.pages_prefetched, "round {round}: nothing read ahead: {after:?}");
+                assert!(after.prefetch_hits > before.prefetch_hits, "round {round}: no leaf read ahead was used");
+                assert_eq!(after.ring_pages, 0);
+            }
+        }
+        // From a key in the middle: exactly the entries at and after it.
+        let start = 1234u64.to_be_bytes();
+        let mut got = Vec::new();
+        tree.scan(db.buffer(), &start, &mut |k, _| {
+            got.push(k.to_vec());
+            true
+        })
+        .unwrap();
+        let want: Vec<Vec<u8>> = model.range(start.to_vec()..).map(|(k, _)| k.clone()).collect();
+        assert_eq!(got, want);
+        // The pool's accounting holds the ring bytes (kept for the next scan).
+        db.check().unwrap();
     }
-    // From a key in the middle: exactly the entries at and after it.
-    let start = 1234u64.to_be_bytes();
-    let mut got = Vec::new();
-    tree.scan(db.buffer(), &start, &mut |k, _| {
-        got.push(k.to_vec());
-        true
-    })
-    .unwrap();
-    let want: Vec<Vec<u8>> = model.range(start.to_vec()..).map(|(k, _)| k.clone()).collect();
-    assert_eq!(got, want);
+}
+
+/// Scans that read cold leaves into rings while a writer replaces values and adds keys,
+/// so that leaves are loaded, changed, split, written back and evicted under the scans:
+/// each scan hands out every key committed before it began, once, in order, each with a
+/// value some writer wrote for it. (That an image older than a change is never handed out
+/// is not visible in these invariants; the ring's unit test checks it.)
+#[test]
+fn ring_scans_see_committed_keys_while_writers_change_leaves() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = Arc::new(Database::create(config(&tmp.path().join("db"), 384 << 10).scan_rings(true)).unwrap());
+    let tree = db.create_tree("t").unwrap();
+    // A value names its key and version: key, version, 150 bytes of a pattern of both.
+    let val = |k: &[u8], ver: u64| {
+        let mut v = k.to_vec();
+        v.extend(ver.to_be_bytes());
+        v.extend((0..150u64).map(|i| (ver.wrapping_mul(31) ^ i ^ k[7] as u64) as u8));
+        v
+    };
+    let valid = |k: &[u8], v: &[u8]| v.len() == 166 && &v[..8] == k && v[16..] == val(k, u64::from_be_bytes(v[8..16].try_into().unwrap()))[16..];
+    const BASE: u64 = 3000;
+    let mut tx = db.begin();
+    for i in 0..BASE {
+        let k = (i * 2).to_be_bytes();
+        tree.insert(&mut tx, &k, &val(&k, 0)).unwrap();
+    }
+    tx.commit().unwrap();
+    db.checkpoint().unwrap();
+    // Keys added by writers (odd ones), committed so far.
+    let added = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    std::thread::scope(|s| {
+        let writer = {
+            let (db, added) = (db.clone(), added.clone());
+            s.spawn(move || {
+                let mut rng = SplitMix64(5);
+                for batch in 0..60u64 {
+                    let mut tx = db.begin();
+                    for _ in 0..20 {
+                        let k = (rng.next_u64() % BASE * 2).to_be_bytes();
+                        tree.insert(&mut tx, &k, &val(&k, batch + 1)).unwrap();
+                    }
+                    let next = added.load(Ordering::Acquire);
+                    for j in next..next + 10 {
+                        let k = (j * 2 + 1).to_be_bytes();
+                        tree.insert(&mut tx, &k, &val(&k, batch + 1)).unwrap();
+                    }
+                    tx.commit().unwrap();
+                    added.store(next + 10, Ordering::Release);
+                }
+            })
+        };
+        for _ in 0..2 {
+            let (db, added, done) = (db.clone(), added.clone(), done.clone());
+            s.spawn(move || {
+                let mut scans = 0;
+                while !done.load(Ordering::Acquire) || scans < 3 {
+                    scans += 1;
+                    let odd_before = added.load(Ordering::Acquire);
+                    let (mut even, mut odd) = (0u64, 0u64);
+                    let mut last: Option<u64> = None;
+                    tree.scan(db.buffer(), b"", &mut |k, v| {
+                        let x = u64::from_be_bytes(k.try_into().unwrap());
+                        assert!(last.is_none_or(|l| l < x), "scan order: {last:?} then {x}");
+                        assert!(valid(k, v), "key {x}: a value nobody wrote");
+                        if x % 2 == 0 {
+                            assert_eq!(x, even * 2, "even key missing before {x}");
+                            even += 1;
+                        } else if (x - 1) / 2 < odd_before {
+                            odd += 1;
+                        }
+                        last = Some(x);
+                        // A slow reader: the leaves in its ring wait long enough for the
+                        // writer to change some of them.
+                        if x % 16 == 0 {
+                            std::thread::sleep(std::time::Duration::from_micros(100));
+                        }
+                        true
+                    })
+                    .unwrap();
+                    assert_eq!(even, BASE);
+                    assert_eq!(odd, odd_before, "odd keys committed before the scan");
+                }
+            });
+        }
+        writer.join().unwrap();
+        done.store(true, Ordering::Release);
+    });
+    let stats = db.buffer().stats();
+    assert!(stats.ring_hits > 0 && stats.evictions > 0, "{stats:?}");
+    db.check().unwrap();
 }
 
 /// A writer that waits for the lock of a leaf that the holder empties, unlinks and frees

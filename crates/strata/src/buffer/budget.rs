@@ -142,7 +142,7 @@ impl BufferManager {
             let need = (used + bytes - limit).max(limit / 64);
             // Stashed frames are free memory: give them back before evicting pages (all but
             // those of the class this load can take).
-            let drained = self.recycler.drain(need, class);
+            let drained = self.recycler.drain(need, class) + self.rings.drain();
             if drained > 0 {
                 self.release(drained);
                 backoff = Backoff(0);
@@ -235,7 +235,7 @@ impl BufferManager {
             if used <= bytes {
                 return Ok(());
             }
-            let drained = self.recycler.drain(u64::MAX, None);
+            let drained = self.recycler.drain(u64::MAX, None) + self.rings.drain();
             self.release(drained);
             if drained > 0 {
                 continue;

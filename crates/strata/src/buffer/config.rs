@@ -41,6 +41,8 @@ pub struct Config {
     pub(crate) remote: Option<Arc<dyn super::tier::RemoteTier>>,
     pub(crate) cleaner: Option<super::cleaner::CleanerOptions>,
     pub(crate) sequential_readahead: bool,
+    /// Whether scans read cold pages into rings instead of frames.
+    pub(crate) scan_rings: bool,
     /// Smallest page size whose frames are recycled; `None`: recycling off.
     pub(crate) frame_recycling: Option<u64>,
     /// Partitions of the resident set and clock; `None`: chosen at open.
@@ -63,6 +65,7 @@ impl Config {
             remote: None,
             cleaner: None,
             sequential_readahead: true,
+            scan_rings: !matches!(std::env::var("STRATA_SCAN_RINGS").as_deref(), Ok("0" | "off" | "false")),
             frame_recycling: match std::env::var("STRATA_FRAME_RECYCLING").as_deref() {
                 Ok("0" | "off" | "false") => None,
                 Ok("1" | "on" | "true" | "all") => Some(0),
@@ -174,6 +177,17 @@ impl Config {
     /// open; a bare [`super::BufferManager`] ignores it (start a [`super::Cleaner`]).
     pub fn cleaner(mut self, opts: super::cleaner::CleanerOptions) -> Config {
         self.cleaner = Some(opts);
+        self
+    }
+
+    /// Whether a scan reads the pages ahead of it that are not in memory into a ring of its
+    /// own buffers (charged to the pool while the scan runs) instead of into their frames
+    /// ([`crate::buffer::ring`]): the kernel then neither zeroes nor reclaims a frame per
+    /// page, and the scan pushes nothing else out of the pool. Off: such pages are read
+    /// ahead into their frames. Default on; the environment variable `STRATA_SCAN_RINGS=0`
+    /// turns it off.
+    pub fn scan_rings(mut self, on: bool) -> Config {
+        self.scan_rings = on;
         self
     }
 

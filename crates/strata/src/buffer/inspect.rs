@@ -94,6 +94,9 @@ impl BufferManager {
             prefetch_hits: c.prefetch_hits.get(),
             sequential_windows: c.sequential_windows.get(),
             prefetch_wasted: c.prefetch_wasted.get(),
+            ring_pages: c.ring_pages.get(),
+            ring_hits: c.ring_hits.get(),
+            ring_bytes: self.rings.bytes(),
             io: {
                 let (read_queue_depth, read_request_bytes) = c.read_io.snapshot();
                 let (write_queue_depth, write_request_bytes) = c.write_io.snapshot();
@@ -245,8 +248,9 @@ impl BufferManager {
         let used = self.used_bytes();
         let meta = self.metadata.load(Ordering::Relaxed);
         let stashed = self.recycler.bytes();
-        if used != resident + meta + stashed {
-            problem.get_or_insert(format!("used bytes {used} != resident {resident} + metadata {meta} + stashed frames {stashed}"));
+        let rings = self.rings.bytes();
+        if used != resident + meta + stashed + rings {
+            problem.get_or_insert(format!("used bytes {used} != resident {resident} + metadata {meta} + stashed frames {stashed} + scan rings {rings}"));
         }
         if used > self.pool_size() {
             problem.get_or_insert(format!("used bytes {used} exceed the pool {}", self.pool_size()));

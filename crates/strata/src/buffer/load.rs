@@ -103,6 +103,23 @@ impl BufferManager {
         page::verify(image, sp.pid(index)).map(|_| ()).map_err(|f| f.to_string())
     }
 
+    /// Whether the remote tier holds `pid`'s current image (the disk's may be older).
+    pub(super) fn in_remote_tier(&self, pid: PageId) -> bool {
+        self.remote.is_some() && self.remote_versions.contains(pid)
+    }
+
+    /// Counts `pages` pages (`bytes` bytes) read outside their frames (into a scan ring).
+    pub(super) fn count_ring_hit(&self) {
+        self.counters.ring_hits.add(1);
+    }
+
+    /// Counts `pages` pages (`bytes` bytes) read outside their frames (into a scan ring).
+    pub(super) fn count_ring_read(&self, bytes: u64, pages: u64) {
+        self.counters.pages_read.add(pages);
+        self.counters.ring_pages.add(pages);
+        self.counters.bytes_read.add(bytes);
+    }
+
     /// Makes page `index`, latched, charged and filled, resident: its bytes count and the
     /// clock sees it. The caller then releases the latch in the state it wants.
     pub(super) fn install(&self, sp: &Space, index: u64) {
@@ -174,7 +191,7 @@ impl BufferManager {
                     st.unlock_still_evicted();
                     break;
                 }
-                let in_tier = self.remote.is_some() && self.remote_versions.contains(pid);
+                let in_tier = self.in_remote_tier(pid);
                 if in_tier && n > 0 {
                     // A disk run ends before a page the remote tier holds.
                     st.unlock_still_evicted();
@@ -261,7 +278,7 @@ impl BufferManager {
 
     /// Issues `reqs` on `sp`'s file as one batch and counts them. Each request's `result`
     /// says how it went.
-    fn read_batch(&self, sp: &Space, reqs: &mut [ReadReq<'_>]) {
+    pub(super) fn read_batch(&self, sp: &Space, reqs: &mut [ReadReq<'_>]) {
         let n = self.counters.read_io.issue(reqs.iter().map(|r| r.buf.len() as u64), sp.file.queue_depth());
         // Errors are per request (in `result`).
         let _ = sp.file.read_many(reqs);

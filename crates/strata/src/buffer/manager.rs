@@ -116,6 +116,10 @@ pub struct BufferManager {
     pub(super) id: u64,
     /// Whether sequential misses load windows ahead ([`super::sequential`]).
     pub(super) sequential_readahead: bool,
+    /// Whether scans read cold pages into rings ([`super::ring`]).
+    pub(super) scan_rings: bool,
+    /// The buffers of finished scan rings, kept for the next.
+    pub(super) rings: super::ring::RingCache,
     /// Opened by [`BufferManager::open_read_only`]: nothing is ever written.
     pub(super) read_only: bool,
     /// What recovery did when this manager was opened.
@@ -308,6 +312,8 @@ impl BufferManager {
             bell: Default::default(),
             id: super::sequential::manager_id(),
             sequential_readahead: config.sequential_readahead,
+            scan_rings: config.scan_rings,
+            rings: Default::default(),
             pin_wait: config.pin_wait,
             counters: Counters::default(),
             // Closed until fully opened: if setting up a space fails below, dropping the

@@ -20,6 +20,7 @@ mod recycle;
 mod region;
 mod remote;
 mod resident;
+pub mod ring;
 mod sequential;
 #[doc(hidden)]
 pub mod slots;
@@ -34,5 +35,6 @@ pub use config::{default_backend, Config, DEFAULT_MIN_PAGE, DEFAULT_POOL, DEFAUL
 pub use guard::{ExclusiveGuard, OptimisticGuard, Restart, SharedGuard};
 pub use manager::{BufferManager, ClassAllocation, PageInspection, RecoveryReport};
 pub use readahead::{FilePages, PageSource, ReadAhead, ReadAheadStats};
+pub use ring::Ring;
 pub use stats::{Bucket, ClassStats, Contention, IoStats, Stats};
 pub use tier::{Fetched, RemoteStats, RemoteTier};

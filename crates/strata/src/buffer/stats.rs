@@ -53,6 +53,8 @@ pub(crate) struct Counters {
     pub pages_prefetched: Counter,
     pub prefetch_hits: Counter,
     pub prefetch_wasted: Counter,
+    pub ring_pages: Counter,
+    pub ring_hits: Counter,
     pub bytes_read: Counter,
     pub pages_written: Counter,
     pub bytes_written: Counter,
@@ -146,6 +148,13 @@ pub struct Stats {
     pub sequential_windows: u64,
     /// Prefetched pages evicted before any fix used them.
     pub prefetch_wasted: u64,
+    /// Pages scans read ahead into their rings, outside the pool (see
+    /// [`crate::buffer::ring`]; they count in `pages_read` too).
+    pub ring_pages: u64,
+    /// Pages scans took from their rings.
+    pub ring_hits: u64,
+    /// Bytes of scan rings (in use or kept for the next scan; charged to the pool).
+    pub ring_bytes: u64,
     /// Read and write requests: queue depth and size histograms, and the I/O backend.
     pub io: IoStats,
     /// Pages written to disk.

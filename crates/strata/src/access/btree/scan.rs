@@ -14,7 +14,7 @@
 
 use super::node::{self, HDR, KIND_LEAF, KIND_PACKED, SLOT, W_UPPER};
 use super::{BTree, LeafVisitor, Path, Step};
-use crate::buffer::{BufferManager, OptimisticGuard, ReadAhead};
+use crate::buffer::{BufferManager, OptimisticGuard, ReadAhead, Ring};
 use crate::error::{Error, Result};
 use crate::storage::PageId;
 
@@ -43,6 +43,22 @@ enum Ahead<'a, 'r, 's> {
     Ask,
     /// This stream.
     On(&'a Stream<'r, 's>),
+    /// This ring: the children ahead read into the scan's own buffers.
+    Ring(&'a RingAhead<'r, 's>),
+}
+
+/// A scan ring over a parent's children from slot `first` on.
+struct RingAhead<'r, 's> {
+    ring: &'r Ring<'s>,
+    first: usize,
+}
+
+/// The leaf a walk hands out next.
+enum Cur<'a, 'r> {
+    /// In the pool (read optimistically).
+    Guard(OptimisticGuard<'a>),
+    /// Its image in a scan ring: the parent's child `i`.
+    Image(PageId, &'r [u8], usize),
 }
 
 /// A read-ahead stream over a parent's children from slot `first` on.
@@ -94,12 +110,18 @@ impl BTree {
             let mut parent = path.inner.pop().expect("a leaf has a parent");
             let leaf = path.leaf;
             let walk = match children_ahead(&parent, end, reading_ahead, &mut buf) {
-                Some(pids) => bm.read_ahead(&pids, |ra| {
-                    // Start the stream now, so the first child ahead is read while the
-                    // current leaf is handed out.
-                    ra.advance(0..0);
-                    let ahead = Stream { ra, first: parent.idx + 1 };
-                    walk(bm, &mut parent, leaf, fence, &mut from, page, f, Ahead::On(&ahead))
+                Some(pids) => bm.scan_ring(&pids, |ring| match ring {
+                    Some(ring) => {
+                        let ahead = RingAhead { ring, first: parent.idx + 1 };
+                        walk(bm, &mut parent, leaf, fence, &mut from, page, f, Ahead::Ring(&ahead))
+                    }
+                    None => bm.read_ahead(&pids, |ra| {
+                        // Start the stream now, so the first child ahead is read while the
+                        // current leaf is handed out.
+                        ra.advance(0..0);
+                        let ahead = Stream { ra, first: parent.idx + 1 };
+                        walk(bm, &mut parent, leaf, fence, &mut from, page, f, Ahead::On(&ahead))
+                    }),
                 })?,
                 None => walk(bm, &mut parent, leaf, fence, &mut from, page, f, if reading_ahead { Ahead::Off } else { Ahead::Ask })?,
             };
@@ -144,31 +166,44 @@ fn children_ahead(parent: &Step<'_>, end: Option<&[u8]>, reading: bool, buf: &mu
 fn walk<'a>(
     bm: &'a BufferManager,
     parent: &mut Step<'a>,
-    mut leaf: OptimisticGuard<'a>,
+    leaf: OptimisticGuard<'a>,
     mut fence: Option<Vec<u8>>,
     from: &mut Vec<u8>,
     page: &mut Vec<u8>,
     f: &mut LeafVisitor<'_>,
     ahead: Ahead<'_, '_, '_>,
 ) -> Result<Walk> {
+    let mut cur = Cur::Guard(leaf);
     loop {
-        // A packed table leaf is never changed in place (only rewritten whole): it is read
-        // under a shared latch where it lies, not copied first (its reader decodes it into
-        // a copy of its own anyway), as are leaves too large to copy.
-        let packed = leaf.read_u64(node::W_KIND_COUNT) as u8 == KIND_PACKED;
-        let more = if leaf.len() <= SCAN_COPY_LIMIT && !packed {
-            page.resize(leaf.len(), 0);
-            copy_leaf(&leaf, page);
-            if !leaf.validate() {
-                return Ok(Walk::Descend);
+        let (more, pid) = match &cur {
+            Cur::Guard(leaf) => {
+                // A packed table leaf is never changed in place (only rewritten whole): it
+                // is read under a shared latch where it lies, not copied first (its reader
+                // decodes it into a copy of its own anyway), as are leaves too large to copy.
+                let packed = leaf.read_u64(node::W_KIND_COUNT) as u8 == KIND_PACKED;
+                let more = if leaf.len() <= SCAN_COPY_LIMIT && !packed {
+                    page.resize(leaf.len(), 0);
+                    copy_leaf(leaf, page);
+                    if !leaf.validate() {
+                        return Ok(Walk::Descend);
+                    }
+                    f(leaf.pid(), page, from)?
+                } else {
+                    let s = bm.fix_shared(leaf.pid())?;
+                    if !parent.g.validate() {
+                        return Ok(Walk::Descend);
+                    }
+                    f(leaf.pid(), s.data(), from)?
+                };
+                (more, leaf.pid())
             }
-            f(leaf.pid(), page, from)?
-        } else {
-            let s = bm.fix_shared(leaf.pid())?;
-            if !parent.g.validate() {
-                return Ok(Walk::Descend);
+            Cur::Image(pid, image, i) => {
+                let more = f(*pid, image, from)?;
+                if let Ahead::Ring(r) = ahead {
+                    r.ring.release(i - r.first);
+                }
+                (more, *pid)
             }
-            f(leaf.pid(), s.data(), from)?
         };
         if !more {
             return Ok(Walk::Done);
@@ -178,7 +213,7 @@ fn walk<'a>(
         // above `from`: one at or below it means separator keys out of order, and
         // following it would hand out the same leaves again, forever.
         if next_from <= *from {
-            return Err(BTree::corrupt(bm, leaf.pid(), "separator keys out of order (a scan would not advance)"));
+            return Err(BTree::corrupt(bm, pid, "separator keys out of order (a scan would not advance)"));
         }
         // The old `from`'s buffer holds the next fence (no allocation per leaf).
         let mut next_fence = std::mem::replace(from, next_from);
@@ -205,6 +240,22 @@ fn walk<'a>(
         match ahead {
             Ahead::On(stream) => stream.reach(i),
             Ahead::Ask if h.count - i >= AHEAD_MIN && !bm.is_resident(PageId::from_raw(child)) => return Ok(Walk::ReadAhead),
+            Ahead::Ring(r) => {
+                // The ring's image, if it is the child now (an optimistic read of an evicted
+                // page; the parent, validated after it, still points to the child).
+                if let Some(pos) = i.checked_sub(r.first) {
+                    if let Some(image) = r.ring.get(pos) {
+                        if r.ring.page_of(pos) == PageId::from_raw(child) && parent.g.validate() {
+                            parent.idx = i;
+                            cur = Cur::Image(PageId::from_raw(child), image, i);
+                            fence = Some(next_fence);
+                            continue;
+                        }
+                    }
+                    // Not taken from the ring: its buffer is free again.
+                    r.ring.release(pos);
+                }
+            }
             _ => {}
         }
         let Ok(next) = bm.fix_optimistic(PageId::from_raw(child)) else { return Ok(Walk::Descend) };
@@ -212,7 +263,7 @@ fn walk<'a>(
             return Ok(Walk::Descend);
         }
         parent.idx = i;
-        leaf = next;
+        cur = Cur::Guard(next);
         fence = Some(next_fence);
     }
 }

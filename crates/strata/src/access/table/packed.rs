@@ -1712,9 +1712,9 @@ pub(crate) mod tests {
                     // entries are stored once), its bytes are compared below.
                     let vals = bm + pax::bitmap_bytes(rows.len());
                     assert_eq!(out[bm..vals], plain[bm..vals], "column {j}'s NULLs");
-                    for i in 0..rows.len() {
+                    for (i, row) in rows.iter().enumerate() {
                         let v = vals + i * 16;
-                        let long = str_bytes(&rows[i][j]).is_some_and(|s| s.len() > 12);
+                        let long = str_bytes(&row[j]).is_some_and(|s| s.len() > 12);
                         let cmp = if long { 8 } else { 16 };
                         assert_eq!(out[v..v + cmp], plain[v..v + cmp], "column {j} row {i}");
                     }

@@ -1,0 +1,488 @@
+//! Scan rings: a scan's cold pages read into a small ring of the scan's own buffers
+//! instead of into their frames.
+//!
+//! A page loaded into its frame costs the kernel more than the read: its frame's memory is
+//! allocated, zeroed and charged at the first touch (the read), and returned when the page
+//! is evicted. A scan larger than the pool pays that for every page it reads, on pages it
+//! reads once (measured: a third to a half of the CPU of a cold table scan). A ring is a
+//! fixed set of page-sized, 4 KiB-aligned buffers, charged to the pool's budget for the
+//! ring's lifetime (the cap holds), into which I/O threads read the stream's pages
+//! ahead of the scan (adjacent pages coalesced into one read, several reads in flight),
+//! verifies them, and hands them to the scan in order; the scan gives each buffer back when
+//! it moves on, and the thread reads the next page into it. Pages never enter the pool, so
+//! a scan does not push out what others use either.
+//!
+//! # Why an image from the disk is the page
+//! A page is read so only if it is EVICTED (and allocated, and not held by the remote
+//! tier); its state word is noted before the read. The disk holds an evicted page's
+//! current image: a page is written only while resident (write-back), and every way back
+//! to residency (a load, an allocation) changes the state word, as does every eviction
+//! (the version is bumped). So if the word is unchanged after the read (and the checksum
+//! and page id verify), the image read is the page's content — and if it is still
+//! unchanged when the scan takes the image ([`Ring::get`]), it still is then: the scan's
+//! read is an optimistic read of an evicted page, validated like any other. Anything else
+//! (resident, latched, another size class, changed, failed) is handed to the scan as
+//! `None`: it fixes the page as usual.
+
+use std::alloc::Layout;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use parking_lot::{Condvar, Mutex};
+
+use super::manager::BufferManager;
+use super::space::Space;
+use super::state::Word;
+use crate::storage::page;
+use crate::storage::{IoBufMut, PageId, ReadReq};
+
+/// Largest read the ring coalesces adjacent pages into.
+const MAX_RUN_BYTES: usize = 1 << 20;
+/// The most bytes a ring takes: a share of the pool, at most this.
+const MAX_RING_BYTES: u64 = 8 << 20;
+/// A ring takes at most this share of the pool (1/8).
+const POOL_SHARE: u64 = 8;
+/// I/O threads per ring.
+const IO_THREADS: usize = 2;
+/// A ring needs at least this many buffers.
+const MIN_SLOTS: usize = 4;
+
+/// A ring's buffers: one 4 KiB-aligned allocation, charged to the pool's budget for as
+/// long as it exists (in a ring or kept in the [`RingCache`]).
+struct RingBuf {
+    ptr: *mut u8,
+    layout: Layout,
+}
+
+// SAFETY: a RingBuf is the sole owner of its allocation (a pointer and a layout); moving it
+// to another thread moves that ownership.
+unsafe impl Send for RingBuf {}
+
+/// The buffers of finished rings, kept (still charged) for the next ring: a fresh
+/// allocation costs a page fault and a zeroed page per 4 KiB at its first read. A
+/// reservation that finds the pool full gives them back before it evicts a page
+/// ([`RingCache::drain`]), so they never stand in the way of other memory.
+#[derive(Default)]
+pub(super) struct RingCache {
+    bufs: Mutex<Vec<RingBuf>>,
+    /// Bytes of every ring buffer that exists (in a ring or kept here), all charged.
+    bytes: AtomicU64,
+}
+
+/// Buffers a [`RingCache`] keeps at most.
+const CACHED: usize = 2;
+
+impl RingCache {
+    fn take(&self, bytes: usize) -> Option<RingBuf> {
+        let mut bufs = self.bufs.lock();
+        let i = bufs.iter().position(|b| b.layout.size() == bytes)?;
+        Some(bufs.swap_remove(i))
+    }
+
+    /// Keeps `buf`; `false` (and the buffer back) if the cache is full.
+    fn put(&self, buf: RingBuf) -> Result<(), RingBuf> {
+        let mut bufs = self.bufs.lock();
+        if bufs.len() >= CACHED {
+            return Err(buf);
+        }
+        bufs.push(buf);
+        Ok(())
+    }
+
+    /// Bytes of the ring buffers that exist (charged to the budget).
+    pub(super) fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Acquire)
+    }
+
+    /// Frees the kept buffers; returns their bytes, which the caller releases from the
+    /// budget.
+    pub(super) fn drain(&self) -> u64 {
+        let bufs = std::mem::take(&mut *self.bufs.lock());
+        let bytes = bufs.iter().map(|b| b.layout.size() as u64).sum();
+        self.bytes.fetch_sub(bytes, Ordering::AcqRel);
+        for b in bufs {
+            // SAFETY: allocated by `RingBuf::alloc` with this layout; owned by the cache,
+            // so no ring uses it.
+            unsafe { std::alloc::dealloc(b.ptr, b.layout) };
+        }
+        bytes
+    }
+}
+
+impl Drop for RingCache {
+    fn drop(&mut self) {
+        // (The budget goes with the buffer manager.)
+        self.drain();
+    }
+}
+
+/// What the I/O thread made of a position.
+#[derive(Clone, Copy)]
+struct Filled {
+    pos: usize,
+    /// The state word the page had before and after its read, if the read is the page.
+    seen: Option<Word>,
+}
+
+struct State {
+    /// Per buffer (position % buffers): the position it was filled for.
+    ready: Vec<Option<Filled>>,
+    /// Positions below this are given back (their buffers are free).
+    released: usize,
+    /// Positions below this are (being) read by an I/O thread.
+    claimed: usize,
+    /// I/O threads running.
+    running: usize,
+    /// Whether the I/O thread has stopped (no further position will be filled).
+    finished: bool,
+}
+
+/// A scan ring over a list of pages (see the module documentation).
+pub struct Ring<'a> {
+    bm: &'a BufferManager,
+    pids: &'a [PageId],
+    /// The pages' space (pages of any other are not read into the ring).
+    sp: &'a Space,
+    slot: usize,
+    slots: usize,
+    /// Taken out (`None`) only when the ring is dropped.
+    mem: Option<RingBuf>,
+    buf: *mut u8,
+    state: Mutex<State>,
+    cv: Condvar,
+    stop: AtomicBool,
+}
+
+// SAFETY: the buffer behind `buf` is owned by the ring and handed between the I/O thread
+// and the scan under `state`'s mutex (see `Ring::io` and `Ring::get`): each buffer is
+// accessed by one thread at a time. Everything else is Sync already.
+unsafe impl Sync for Ring<'_> {}
+// SAFETY: as above; the ring is only a pointer to memory it owns plus Sync parts.
+unsafe impl Send for Ring<'_> {}
+
+impl<'a> Ring<'a> {
+    /// The buffer of position `pos`.
+    fn slot_ptr(&self, pos: usize) -> *mut u8 {
+        // SAFETY: (pos % slots) * slot < slots * slot, so the offset stays inside the
+        // allocation.
+        unsafe { self.buf.add((pos % self.slots) * self.slot) }
+    }
+
+    /// The payload of the page at `pos` (its bytes after the page header, as a guard's
+    /// `data()` shows them), read ahead, if its image is the page now (`None`: fix it as
+    /// usual).
+    /// The bytes stay valid until [`release`](Self::release) of `pos`; positions are taken
+    /// in increasing order.
+    pub fn get(&self, pos: usize) -> Option<&[u8]> {
+        let filled = {
+            let mut st = self.state.lock();
+            if pos >= st.released + self.slots {
+                // The scan skipped positions: their buffers are free.
+                st.released = pos + 1 - self.slots;
+                self.cv.notify_all();
+            }
+            loop {
+                if pos < st.released {
+                    return None;
+                }
+                match st.ready[pos % self.slots] {
+                    Some(f) if f.pos == pos => break f,
+                    _ if st.finished => return None,
+                    _ => self.cv.wait(&mut st),
+                }
+            }
+        };
+        let seen = filled.seen?;
+        let pid = self.pids[pos];
+        // Still the page: its state word has not changed since the read.
+        if self.sp.state(pid.index()).load() != seen {
+            return None;
+        }
+        // SAFETY: the buffer of `pos` was filled and published under the mutex (which
+        // orders the I/O thread's writes and the kernel's before this read); the I/O thread
+        // does not touch it again before `release(pos)`, which needs `&self` no longer
+        // borrowed by the returned slice's users (the caller's contract).
+        let image = unsafe { std::slice::from_raw_parts(self.slot_ptr(pos), self.slot) };
+        self.bm.count_ring_hit();
+        // The payload, as a guard's `data()` shows a frame.
+        Some(&image[page::PAGE_HEADER_SIZE..])
+    }
+
+    /// The page at `pos` of the ring's list.
+    pub fn page_of(&self, pos: usize) -> PageId {
+        self.pids[pos]
+    }
+
+    /// Gives back the buffers of positions up to `pos` (the scan has moved past them).
+    pub fn release(&self, pos: usize) {
+        let mut st = self.state.lock();
+        if pos + 1 > st.released {
+            st.released = pos + 1;
+            // Wake the I/O threads when a batch's buffers are free.
+            if st.released + self.slots >= st.claimed + self.batch() {
+                self.cv.notify_all();
+            }
+        }
+    }
+
+    /// Pages per read batch: a quarter of the ring, so that several are in flight.
+    fn batch(&self) -> usize {
+        (self.slots / 4).max(1)
+    }
+
+    /// An I/O thread: claims the next batch of positions once their buffers are free (a
+    /// quarter of the ring, so that several reads are in flight), fills them with coalesced
+    /// reads, publishes them, until the list is done or the ring stops.
+    fn io(&self) {
+        loop {
+            let range = {
+                let mut st = self.state.lock();
+                loop {
+                    if self.stop.load(Ordering::Acquire) {
+                        break None;
+                    }
+                    let start = st.claimed.max(st.released);
+                    if start >= self.pids.len() {
+                        break None;
+                    }
+                    // A whole batch (or the rest of the list) once its buffers are free:
+                    // page-sized batches would cost a request and a wake-up per page.
+                    let end = start + self.batch().min(self.pids.len() - start);
+                    if end <= st.released + self.slots {
+                        st.claimed = end;
+                        break Some(start..end);
+                    }
+                    self.cv.wait(&mut st);
+                }
+            };
+            let Some(range) = range else { break };
+            let results = self.read(range.clone());
+            let mut st = self.state.lock();
+            for (pos, seen) in range.zip(results) {
+                if pos >= st.released {
+                    st.ready[pos % self.slots] = Some(Filled { pos, seen });
+                }
+            }
+            self.cv.notify_all();
+        }
+        let mut st = self.state.lock();
+        st.running -= 1;
+        if st.running == 0 {
+            st.finished = true;
+        }
+        self.cv.notify_all();
+    }
+
+    /// Reads the pages at `positions` into their buffers (which this thread owns): per
+    /// position, the state word the page kept across its read, if the image is the page.
+    fn read(&self, positions: std::ops::Range<usize>) -> Vec<Option<Word>> {
+        let bm = self.bm;
+        let sp = self.sp;
+        // Which positions can be read, with their state words.
+        let mut seen: Vec<Option<Word>> = positions
+            .clone()
+            .map(|pos| {
+                let pid = self.pids[pos];
+                let index = pid.index();
+                if bm.addressable_space(pid).is_none_or(|s| !std::ptr::eq(s, sp)) || sp.pid(index) != pid || !sp.addressable(index) {
+                    return None;
+                }
+                let w = sp.state(index).load();
+                (!w.is_resident() && sp.is_allocated(index) && !bm.in_remote_tier(pid)).then_some(w)
+            })
+            .collect();
+        // Runs of adjacent pages in adjacent buffers.
+        let mut runs: Vec<(usize, usize)> = Vec::new(); // (first position, pages)
+        for (k, pos) in positions.clone().enumerate() {
+            if seen[k].is_none() {
+                continue;
+            }
+            match runs.last_mut() {
+                Some((first, n))
+                    if *first + *n == pos
+                        && pos % self.slots != 0
+                        && self.pids[pos].index() == self.pids[pos - 1].index() + 1
+                        && (*n + 1) * self.slot <= MAX_RUN_BYTES =>
+                {
+                    *n += 1
+                }
+                _ => runs.push((pos, 1)),
+            }
+        }
+        let mut reqs: Vec<ReadReq<'_>> = runs
+            .iter()
+            .map(|&(first, n)| {
+                // SAFETY: the buffers of positions first..first+n are adjacent (the run does
+                // not wrap around the ring), inside the allocation, 4 KiB aligned, and owned
+                // by this thread until it publishes them (the scan reads a buffer only once
+                // it is published for its position, and released buffers are not read).
+                let buf = IoBufMut::from_slice(unsafe { std::slice::from_raw_parts_mut(self.slot_ptr(first), n * self.slot) });
+                ReadReq::new(buf, sp.offset(self.pids[first].index()))
+            })
+            .collect();
+        bm.read_batch(sp, &mut reqs);
+        let got: Vec<usize> = reqs.iter().map(|r| *r.result.as_ref().unwrap_or(&0)).collect();
+        drop(reqs);
+        for (&(first, n), &got) in runs.iter().zip(&got) {
+            for k in 0..n {
+                let pos = first + k;
+                let i = pos - positions.start;
+                let pid = self.pids[pos];
+                // SAFETY: this thread's buffer of `pos`, written by the completed read.
+                let image = unsafe { std::slice::from_raw_parts(self.slot_ptr(pos), self.slot) };
+                let whole = (k + 1) * self.slot <= got;
+                let same = seen[i].is_some_and(|w| sp.state(pid.index()).load() == w);
+                if !(whole && same && page::verify(image, pid).is_ok()) {
+                    seen[i] = None;
+                }
+            }
+            bm.count_ring_read(got.min(n * self.slot) as u64, (got.min(n * self.slot) / self.slot) as u64);
+        }
+        seen
+    }
+}
+
+impl Drop for Ring<'_> {
+    fn drop(&mut self) {
+        // The I/O threads have been joined (the ring is dropped after their scope), so
+        // nobody uses the buffers any more: kept for the next ring (still charged), or freed.
+        let Some(mem) = self.mem.take() else { return };
+        if let Err(mem) = self.bm.rings.put(mem) {
+            // SAFETY: allocated in `new_ring` with this layout; owned by the ring, whose
+            // users are gone.
+            unsafe { std::alloc::dealloc(mem.ptr, mem.layout) };
+            self.bm.rings.bytes.fetch_sub(mem.layout.size() as u64, Ordering::AcqRel);
+            self.bm.release(mem.layout.size() as u64);
+        }
+    }
+}
+
+impl BufferManager {
+    /// Runs `f` with a scan ring over `pids` (see [`super::ring`]), or with `None` where no
+    /// ring can be had (rings off, too small a pool, no room, no thread, an empty list or
+    /// one whose first page is not addressable): the caller then reads its pages as usual.
+    pub fn scan_ring<R>(&self, pids: &[PageId], f: impl FnOnce(Option<&Ring<'_>>) -> R) -> R {
+        let Some(ring) = self.new_ring(pids) else { return f(None) };
+        std::thread::scope(|scope| {
+            let r = &ring;
+            for _ in 0..IO_THREADS {
+                r.state.lock().running += 1;
+                if std::thread::Builder::new().name("strata-ring".into()).spawn_scoped(scope, move || r.io()).is_err() {
+                    let mut st = r.state.lock();
+                    st.running -= 1;
+                    st.finished = st.running == 0;
+                }
+            }
+            // Stops the I/O threads however `f` ends (a panic too: the scope joins them).
+            struct Stop<'r, 'a>(&'r Ring<'a>);
+            impl Drop for Stop<'_, '_> {
+                fn drop(&mut self) {
+                    self.0.stop.store(true, Ordering::Release);
+                    let _st = self.0.state.lock();
+                    self.0.cv.notify_all();
+                }
+            }
+            let _stop = Stop(&ring);
+            f(Some(&ring))
+        })
+    }
+
+    fn new_ring<'a>(&'a self, pids: &'a [PageId]) -> Option<Ring<'a>> {
+        if !self.scan_rings || pids.is_empty() {
+            return None;
+        }
+        let sp = self.addressable_space(pids[0])?;
+        let slot = sp.page_size() as usize;
+        let bytes = (self.pool_size() / POOL_SHARE).min(MAX_RING_BYTES);
+        let slots = (bytes as usize / slot).min(pids.len().max(MIN_SLOTS));
+        if slots < MIN_SLOTS || slot < 4096 {
+            return None;
+        }
+        let total = slots * slot;
+        let mem = match self.rings.take(total) {
+            Some(mem) => mem,
+            None => {
+                // Charged first (evicting as needed), without waiting for pinned pages.
+                self.try_reserve(total as u64).ok()?;
+                let layout = Layout::from_size_align(total, 4096).ok()?;
+                // SAFETY: a non-zero size (slots >= MIN_SLOTS, slot >= 4096).
+                let ptr = unsafe { std::alloc::alloc(layout) };
+                if ptr.is_null() {
+                    self.release(total as u64);
+                    return None;
+                }
+                self.rings.bytes.fetch_add(total as u64, Ordering::AcqRel);
+                RingBuf { ptr, layout }
+            }
+        };
+        Some(Ring {
+            bm: self,
+            pids,
+            sp,
+            slot,
+            slots,
+            buf: mem.ptr,
+            mem: Some(mem),
+            state: Mutex::new(State { ready: vec![None; slots], released: 0, claimed: 0, running: 0, finished: false }),
+            cv: Condvar::new(),
+            stop: AtomicBool::new(false),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A ring hands out the images of evicted pages as their payloads, in order; a page
+    /// changed after its image was read (loaded, written, so its state word moved) is not
+    /// handed out from the ring; the ring's bytes are charged to the pool while it exists
+    /// and while its buffer is kept, and given back when a reservation needs them.
+    #[test]
+    fn a_ring_hands_out_the_pages_and_never_an_image_older_than_a_change() {
+        let (_dir, bm) = crate::testutil::bm(1 << 20, 4096);
+        let mut marks = std::collections::HashMap::new();
+        for i in 0..700u64 {
+            let mut g = bm.alloc(100).unwrap();
+            g.write(0, &(i * 7 + 1).to_le_bytes());
+            marks.insert(g.pid(), i * 7 + 1);
+        }
+        let mut cold: Vec<PageId> = marks.keys().copied().filter(|&p| !bm.is_resident(p)).collect();
+        cold.sort();
+        cold.truncate(64);
+        assert!(cold.len() >= 32, "{} evicted pages", cold.len());
+        let mark = |payload: &[u8]| u64::from_le_bytes(payload[..8].try_into().unwrap());
+        let before = bm.stats();
+        bm.scan_ring(&cold, |ring| {
+            let ring = ring.expect("a ring in a 1 MiB pool");
+            assert_eq!(bm.stats().ring_bytes, (ring.slots * ring.slot) as u64);
+            assert!(bm.used_bytes() <= bm.pool_size());
+            let first = ring.get(0).expect("an evicted page read into the ring");
+            assert_eq!(mark(first), marks[&cold[0]]);
+            ring.release(0);
+            // Position 1 was read with position 0 (one batch); change the page now.
+            {
+                let mut g = bm.fix_exclusive(cold[1]).unwrap();
+                g.write(0, &u64::MAX.to_le_bytes());
+            }
+            assert!(ring.get(1).is_none(), "an image older than the page's change was handed out");
+            ring.release(1);
+            for (pos, pid) in cold.iter().enumerate().skip(2) {
+                if let Some(p) = ring.get(pos) {
+                    assert_eq!(mark(p), marks[pid], "position {pos}");
+                }
+                ring.release(pos);
+            }
+        });
+        let after = bm.stats();
+        assert!(after.ring_hits - before.ring_hits >= 30, "{after:?}");
+        // The buffer is kept for the next ring, still charged.
+        assert!(after.ring_bytes > 0);
+        bm.check_invariants().unwrap();
+        // A reservation that needs the memory gets it back.
+        for _ in 0..400 {
+            drop(bm.alloc(100).unwrap());
+        }
+        assert_eq!(bm.stats().ring_bytes, 0);
+        bm.check_invariants().unwrap();
+    }
+}
