@@ -1087,13 +1087,11 @@ fn a_writer_waiting_for_a_leaf_freed_by_a_merge_does_not_keep_its_lock() {
         assert!(after < before, "no node was freed: {before} -> {after} pages");
         // Allocate every freed id again (and some more): no allocation waits, and the
         // writer holds none of them.
+        // (No lock wait at all: an allocation that had to wait for its lock fails.)
         let mut a = db.begin();
-        a.set_lock_wait(std::time::Duration::from_secs(1));
+        a.set_lock_wait(std::time::Duration::ZERO);
         for _ in 0..before - after + 8 {
-            let started = std::time::Instant::now();
-            let p = a.alloc(100).unwrap();
-            let waited = started.elapsed();
-            assert!(waited < std::time::Duration::from_millis(500), "the allocation of fresh page {p} waited {waited:?} for its lock");
+            let p = a.alloc(100).expect("the allocation of a fresh page waited for its lock");
             assert!(!w.holds(p), "the writer holds the lock of page {p}, freed by the remover and allocated again");
         }
         a.abort().unwrap();

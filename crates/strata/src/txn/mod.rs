@@ -582,13 +582,11 @@ mod tests {
             let (mut w, r) = waiter.join().unwrap();
             assert!(!bm.is_allocated(gone));
             // The allocator reuses the id; its lock must be free for the new page.
+            // No lock wait at all: an allocation that had to wait for its page's lock fails.
             let mut a = Transaction::begin(b, l);
-            a.set_lock_wait(Duration::from_secs(1));
-            let started = std::time::Instant::now();
-            let p = a.alloc(100).unwrap();
-            let waited = started.elapsed();
+            a.set_lock_wait(Duration::ZERO);
+            let p = a.alloc(100).expect("the allocation of a fresh page waited for its lock");
             assert_eq!(p, gone, "the allocator did not reuse the freed id");
-            assert!(waited < Duration::from_millis(500), "the allocation of fresh page {p} waited {waited:?} for its lock");
             assert!(matches!(r, Err(Error::InvalidPageId { .. })), "the waiter was granted the lock of freed page {gone}: {r:?}");
             assert!(!w.holds(gone), "the waiter holds the lock of freed page {gone}");
             assert!(matches!(w.try_lock(gone), Ok(false)), "the waiter can lock the allocator's new page {gone}");
@@ -620,13 +618,11 @@ mod tests {
             });
             freed_rx.recv().unwrap();
             assert!(!bm.is_allocated(gone));
+            // No lock wait at all: an allocation that had to wait for its page's lock fails.
             let mut a = Transaction::begin(b, l);
-            a.set_lock_wait(Duration::from_secs(1));
-            let started = std::time::Instant::now();
-            let p = a.alloc(100).unwrap();
-            let waited = started.elapsed();
+            a.set_lock_wait(Duration::ZERO);
+            let p = a.alloc(100).expect("the allocation of a fresh page waited for its lock");
             assert_eq!(p, gone, "the allocator did not reuse the freed id");
-            assert!(waited < Duration::from_millis(500), "the allocation of fresh page {p} waited {waited:?} for its lock");
             assert_eq!(locks.owner(p), Some(a.id()));
             allocated_tx.send(()).unwrap();
             released_rx.recv().unwrap();
@@ -674,11 +670,10 @@ mod tests {
                         let roll_back = rng() % 4 == 0;
                         match rng() % 3 {
                             0 => {
-                                let started = std::time::Instant::now();
-                                let p = tx.alloc(100).unwrap();
-                                let waited = started.elapsed();
+                                // A fresh page's lock is never waited for: no wait at all.
+                                tx.set_lock_wait(Duration::ZERO);
+                                let p = tx.alloc(100).expect("the allocation of a fresh page waited for its lock");
                                 assert_eq!(l.owner(p), Some(me), "fresh page {p} is not locked by its allocator");
-                                assert!(waited < Duration::from_secs(5), "the allocation of fresh page {p} waited {waited:?}");
                                 tx.write(p, 0, &me.to_le_bytes()).unwrap();
                                 if roll_back {
                                     tx.abort().unwrap();

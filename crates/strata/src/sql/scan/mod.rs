@@ -1130,14 +1130,7 @@ impl VPred {
                 let mut found = bits.take(words, 0);
                 let r = match lf.schema.columns[col].ty {
                     ColumnType::Str | ColumnType::Bytes => {
-                        let keys: Vec<&[u8]> = lits
-                            .iter()
-                            .filter_map(|v| match v {
-                                Value::Str(s) => Some(s.as_bytes()),
-                                Value::Bytes(b) => Some(&b[..]),
-                                _ => None,
-                            })
-                            .collect();
+                        let keys = byte_keys(lits);
                         try_bits_by(n, &mut found, |i| {
                             Ok(!lf.is_null(col, i) && {
                                 let b = lf.bytes_at(col, i)?;
@@ -1190,6 +1183,17 @@ impl VPred {
         }
         Ok((t, u))
     }
+}
+
+/// The string and byte constants of an `IN` list, as bytes.
+fn byte_keys(lits: &[Value]) -> Vec<&[u8]> {
+    lits.iter()
+        .filter_map(|v| match v {
+            Value::Str(s) => Some(s.as_bytes()),
+            Value::Bytes(b) => Some(&b[..]),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The (true, unknown) bitmaps of `a AND b` (`and`) or `a OR b` in three-valued logic,

@@ -19,7 +19,7 @@ use crate::access::table::{ColumnType, Value};
 use crate::buffer::Restart;
 
 use super::super::expr::CmpOp;
-use super::{cmp_bits, combine, in_list_bits, Bad, Bits, VPred};
+use super::{byte_keys, cmp_bits, combine, in_list_bits, Bad, Bits, VPred};
 
 /// A predicate's (true, unknown) bitmaps.
 type Bitmaps = (Vec<u64>, Vec<u64>);
@@ -387,14 +387,7 @@ impl VPred {
                         }
                     }
                     Column::Dict { .. } if matches!(ty, ColumnType::Str | ColumnType::Bytes) => {
-                        let keys: Vec<&[u8]> = lits
-                            .iter()
-                            .filter_map(|v| match v {
-                                Value::Str(s) => Some(s.as_bytes()),
-                                Value::Bytes(b) => Some(&b[..]),
-                                _ => None,
-                            })
-                            .collect();
+                        let keys = byte_keys(lits);
                         match dict_table(column, |e| Some(keys.contains(&e))) {
                             Some(tab) => dict_bits(column, n, &tab, nulls, &mut found).map(|_| true),
                             None => Ok(false),
