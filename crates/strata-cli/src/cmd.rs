@@ -121,6 +121,9 @@ struct IoOutput {
     frames_recycled: u64,
     frame_moves_failed: u64,
     stashed_bytes: u64,
+    ring_pages: u64,
+    ring_hits: u64,
+    ring_bytes: u64,
 }
 
 impl IoOutput {
@@ -146,6 +149,9 @@ impl IoOutput {
             frames_recycled: st.frames_recycled,
             frame_moves_failed: st.frame_moves_failed,
             stashed_bytes: st.stashed_bytes,
+            ring_pages: st.ring_pages,
+            ring_hits: st.ring_hits,
+            ring_bytes: st.ring_bytes,
         }
     }
 }

@@ -201,6 +201,8 @@ impl PageStore for StrataStore {
         m.insert("pages_prefetched".into(), s.pages_prefetched.into());
         m.insert("prefetch_hits".into(), s.prefetch_hits.into());
         m.insert("prefetch_wasted".into(), s.prefetch_wasted.into());
+        m.insert("ring_pages".into(), s.ring_pages.into());
+        m.insert("ring_hits".into(), s.ring_hits.into());
         m.insert("sequential_windows".into(), s.sequential_windows.into());
         m.insert("read_requests".into(), s.read_requests.into());
         m.insert("frame_recycling".into(), s.frame_recycling.into());
