@@ -38,7 +38,7 @@ use crate::storage::{IoBufMut, PageId, ReadReq};
 /// Largest read the ring coalesces adjacent pages into.
 const MAX_RUN_BYTES: usize = 1 << 20;
 /// The most bytes a ring takes: a share of the pool, at most this.
-const MAX_RING_BYTES: u64 = 8 << 20;
+const MAX_RING_BYTES: u64 = 4 << 20;
 /// A ring takes at most this share of the pool (1/8).
 const POOL_SHARE: u64 = 8;
 /// I/O threads per ring.
