@@ -72,9 +72,47 @@ pub(crate) fn prefetch(p: *const u8) {
     let _ = p;
 }
 
+/// The indexes of the set bits of a bitmap (bit `i` in word `i / 64`), ascending.
+pub(crate) fn set_bits(words: &[u64]) -> SetBits<'_> {
+    SetBits { words, at: 0, cur: words.first().copied().unwrap_or(0) }
+}
+
+/// The iterator of [`set_bits`].
+pub(crate) struct SetBits<'a> {
+    words: &'a [u64],
+    /// The word `cur` came from.
+    at: usize,
+    /// Its bits not handed out yet.
+    cur: u64,
+}
+
+impl Iterator for SetBits<'_> {
+    type Item = usize;
+
+    #[inline]
+    fn next(&mut self) -> Option<usize> {
+        while self.cur == 0 {
+            self.at += 1;
+            self.cur = *self.words.get(self.at)?;
+        }
+        let i = self.at * 64 + self.cur.trailing_zeros() as usize;
+        self.cur &= self.cur - 1;
+        Some(i)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn set_bits_lists_every_set_bit_in_order() {
+        let words = [0b1011u64, 0, 1 << 63, u64::MAX];
+        let want: Vec<usize> = [0, 1, 3, 191].into_iter().chain(192..256).collect();
+        assert_eq!(set_bits(&words).collect::<Vec<_>>(), want);
+        assert_eq!(set_bits(&[]).count(), 0);
+        assert_eq!(set_bits(&[0, 0]).count(), 0);
+    }
 
     #[test]
     fn sizes_parse_and_print() {

@@ -283,7 +283,7 @@ impl<'a> Ring<'a> {
             .map(|pos| {
                 let pid = self.pids[pos];
                 let index = pid.index();
-                if bm.addressable_space(pid).is_none_or(|s| !std::ptr::eq(s, sp)) || sp.pid(index) != pid || !sp.addressable(index) {
+                if bm.addressable_space(pid).is_none_or(|s| !std::ptr::eq(s, sp)) || sp.pid(index) != pid {
                     return None;
                 }
                 let w = sp.state(index).load();

@@ -898,7 +898,7 @@ pub struct PackedLeaf<'p> {
 
 /// A column of a packed leaf as stored, for evaluating predicates without decoding it.
 /// Bit-packed values `u` (`w` bits each, read a chunk at a time by [`Column::chunks`])
-/// stand for the values of [`Column::int`] or [`Column::decimal`]; NULL rows hold `u = 0`
+/// stand for the values `base + u` or [`Column::decimal`]; NULL rows hold `u = 0`
 /// (their NULL bits say so, [`PackedLeaf::nulls`]).
 pub enum Column<'p> {
     /// `i64`, `date` or `bool`: value `base + u`.
@@ -932,11 +932,6 @@ impl Column<'_> {
             Column::Ints { w, body, .. } | Column::Decimals { w, body, .. } | Column::Dict { w, body, .. } => unpack_one(body, w, i),
             Column::Raw(_) | Column::Strings => 0,
         }
-    }
-
-    /// The value an integer column's `u` stands for (exact: no wrap-around).
-    pub fn int(base: i64, u: u64) -> i128 {
-        base as i128 + u as i128
     }
 
     /// The value a decimal column's `u` stands for: the double [`expand`] makes of it
@@ -1017,10 +1012,10 @@ impl<'p> PackedLeaf<'p> {
             let end = bitmap + pax::column_bytes(def.ty, n);
             let how = fill.get(c).copied().unwrap_or(Fill::All);
             if how != Fill::No {
-                let nb = pax::bitmap_bytes(n);
                 head[bitmap..values].fill(0);
                 if let Some(bits) = b.nulls {
-                    head[bitmap..bitmap + bits.len().min(nb)].copy_from_slice(&bits[..bits.len().min(nb)]);
+                    // (`blocks` took exactly the plain layout's bitmap bytes.)
+                    head[bitmap..bitmap + bits.len()].copy_from_slice(bits);
                 }
                 let dst = &mut head[values..end];
                 let var_col = var.get_mut(var_at..var_at + b.long).ok_or(Restart)?;
@@ -1320,42 +1315,48 @@ fn dict_parts<'p>(b: &Block<'p>, n: usize) -> Result<DictParts<'p>, Restart> {
     Ok(DictParts { bytes: dict, offs, codes })
 }
 
-/// Decodes a dictionary block: each entry's plain header is made once (a long entry's
-/// bytes written to the var area once, where every row of it points), then copied to the
-/// entry's rows. (So the var area may end before its end: it was sized for a copy per row.)
-fn decode_dict(b: &Block<'_>, n: usize, dst: &mut [u8], var: &mut [u8], var_off: usize) -> Result<(), Restart> {
-    let DictParts { bytes, offs, codes } = dict_parts(b, n)?;
-    let entries = offs.len() - 1;
-    // Per entry: its header, and whether it is made (long ones on their first row, so that
-    // only the entries rows use take var room).
-    let mut heads = vec![[0u8; 16]; entries];
-    let mut ready = vec![false; entries];
-    let mut var_at = 0usize;
-    for e in 0..entries {
-        if offs[e + 1] - offs[e] <= 12 {
-            put_string(&mut heads[e], &bytes[offs[e]..offs[e + 1]], var, &mut var_at, var_off)?;
-            ready[e] = true;
-        }
+/// A dictionary's entries as plain 16-byte headers, each made when a row first needs it
+/// (a long entry's bytes written to the var area then, once, where every row of it points;
+/// so a var area sized for a copy per row may end early).
+struct DictHeads<'p> {
+    parts: DictParts<'p>,
+    heads: Vec<[u8; 16]>,
+    ready: Vec<bool>,
+    var_at: usize,
+}
+
+impl<'p> DictHeads<'p> {
+    fn new(b: &Block<'p>, n: usize) -> Result<Self, Restart> {
+        let parts = dict_parts(b, n)?;
+        let entries = parts.offs.len() - 1;
+        Ok(DictHeads { parts, heads: vec![[0u8; 16]; entries], ready: vec![false; entries], var_at: 0 })
     }
+
+    /// The header of entry `code` (the var area `var` lies at `var_off` in the image).
+    #[inline]
+    fn head(&mut self, code: usize, var: &mut [u8], var_off: usize) -> Result<&[u8; 16], Restart> {
+        if !*self.ready.get(code).ok_or(Restart)? {
+            let o = &self.parts.offs;
+            put_string(&mut self.heads[code], &self.parts.bytes[o[code]..o[code + 1]], var, &mut self.var_at, var_off)?;
+            self.ready[code] = true;
+        }
+        Ok(&self.heads[code])
+    }
+}
+
+/// Decodes a dictionary block, each entry's header made once and copied to its rows.
+fn decode_dict(b: &Block<'_>, n: usize, dst: &mut [u8], var: &mut [u8], var_off: usize) -> Result<(), Restart> {
+    let mut dh = DictHeads::new(b, n)?;
+    let codes = dh.parts.codes;
     for_each_chunk(codes, b.w, n, |at, vals| {
         for (j, &c) in vals.iter().enumerate() {
-            let (i, c) = (at + j, c as usize);
-            if c >= entries || !ready[c] {
-                if is_null(b.nulls, i) {
-                    continue;
-                }
-                if c >= entries {
-                    return Err(Restart);
-                }
-                put_string(&mut heads[c], &bytes[offs[c]..offs[c + 1]], var, &mut var_at, var_off)?;
-                ready[c] = true;
+            let i = at + j;
+            if !is_null(b.nulls, i) {
+                dst[i * 16..i * 16 + 16].copy_from_slice(dh.head(c as usize, var, var_off)?);
             }
-            dst[i * 16..i * 16 + 16].copy_from_slice(&heads[c]);
         }
         Ok(())
-    })?;
-    zero_nulls(b.nulls, n, dst, 16);
-    Ok(())
+    })
 }
 
 /// Value `i` of the `w`-bit values packed in `src` (which holds them: [`packed_bytes`]).
@@ -1390,19 +1391,7 @@ fn unpack_one(src: &[u8], w: u32, i: usize) -> u64 {
 /// at `var_off` in the image), as [`decode_column`] does for every row.
 fn decode_rows(ty: ColumnType, b: &Block<'_>, n: usize, rows: &[u64], dst: &mut [u8], var: &mut [u8], var_off: usize) -> Result<(), Restart> {
     let width = ty.fixed_width();
-    let selected = || {
-        rows.iter().enumerate().flat_map(|(w, &x)| {
-            let mut x = x;
-            std::iter::from_fn(move || {
-                (x != 0).then(|| {
-                    let i = w * 64 + x.trailing_zeros() as usize;
-                    x &= x - 1;
-                    i
-                })
-            })
-        })
-    };
-    let dict = if b.tag == TAG_DICT { Some(dict_parts(b, n)?) } else { None };
+    let mut dict = if b.tag == TAG_DICT { Some(DictHeads::new(b, n)?) } else { None };
     match (ty, b.tag) {
         (ColumnType::I64 | ColumnType::Date | ColumnType::Bool, TAG_INT) | (ColumnType::F64, TAG_DEC) => {
             if b.body.len() < packed_bytes(n, b.w) || (b.tag == TAG_DEC && b.aux as usize > MAX_SCALE) {
@@ -1417,8 +1406,7 @@ fn decode_rows(ty: ColumnType, b: &Block<'_>, n: usize, rows: &[u64], dst: &mut 
         (ColumnType::Str | ColumnType::Bytes, TAG_DICT) => {}
         _ => return Err(Restart),
     }
-    let mut var_at = 0usize;
-    for i in selected().take_while(|&i| i < n) {
+    for i in crate::util::set_bits(rows).take_while(|&i| i < n) {
         let d = &mut dst[i * width..(i + 1) * width];
         if is_null(b.nulls, i) {
             d.fill(0);
@@ -1440,12 +1428,9 @@ fn decode_rows(ty: ColumnType, b: &Block<'_>, n: usize, rows: &[u64], dst: &mut 
             }
             (ColumnType::F64, _) => d.copy_from_slice(&b.body[i * 8..i * 8 + 8]),
             _ => {
-                let DictParts { bytes, offs, codes } = dict.as_ref().ok_or(Restart)?;
-                let code = unpack_one(codes, b.w, i) as usize;
-                if code + 1 >= offs.len() {
-                    return Err(Restart);
-                }
-                put_string(d, &bytes[offs[code]..offs[code + 1]], var, &mut var_at, var_off)?;
+                let dh = dict.as_mut().ok_or(Restart)?;
+                let code = unpack_one(dh.parts.codes, b.w, i) as usize;
+                d.copy_from_slice(dh.head(code, var, var_off)?);
             }
         }
     }

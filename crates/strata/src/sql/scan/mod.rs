@@ -313,16 +313,11 @@ impl ColScan {
                     return Ok(true);
                 };
                 jf.leaf(&lf, &mut all).map_err(|_| bad(UNREADABLE))?;
-                for (w, &x) in all.iter().enumerate() {
-                    let mut x = x;
-                    while x != 0 {
-                        let i = w * 64 + x.trailing_zeros() as usize;
-                        x &= x - 1;
-                        lf.decode(i, &out, &mut row).map_err(|_| unreadable(i))?;
-                        if !sink(&row)? {
-                            go = false;
-                            return Ok(false);
-                        }
+                for i in crate::util::set_bits(&all) {
+                    lf.decode(i, &out, &mut row).map_err(|_| unreadable(i))?;
+                    if !sink(&row)? {
+                        go = false;
+                        return Ok(false);
                     }
                 }
                 bits.give(all);
@@ -611,13 +606,7 @@ impl ColScan {
             };
             jf.leaf(&lf, &mut all).map_err(|_| bad("a value is unreadable"))?;
             sel.clear();
-            for (w, &x) in all.iter().enumerate() {
-                let mut x = x;
-                while x != 0 {
-                    sel.push((w * 64 + x.trailing_zeros() as usize) as u32);
-                    x &= x - 1;
-                }
-            }
+            sel.extend(crate::util::set_bits(&all).map(|i| i as u32));
             bits.give(all);
             if sel.is_empty() {
                 return Ok(true);
@@ -650,12 +639,16 @@ impl ColScan {
         let Scratch { img, at, fill, later } = sc;
         let mut all = bits.take(words, !0);
         mask_range(&mut all, start, end);
-        let and_into = |all: &mut [u64], bits: &mut Bits, (t, u): (Vec<u64>, Vec<u64>)| {
+        // ANDs a conjunct's true bits into `all` (giving its bitmaps back); true if no row
+        // is left.
+        let and_into = |all: &mut [u64], bits: &mut Bits, t: Vec<u64>, u: Option<Vec<u64>>| {
             for (a, x) in all.iter_mut().zip(&t) {
                 *a &= x;
             }
             bits.give(t);
-            bits.give(u);
+            if let Some(u) = u {
+                bits.give(u);
+            }
             all.iter().all(|&w| w == 0)
         };
         let (page, hdr) = match leaf {
@@ -669,7 +662,7 @@ impl ColScan {
                     for g in &self.groups {
                         let preds = g.iter().filter_map(|&k| if let Conj::Vec(p) = &self.conjs[k] { Some(p) } else { None });
                         if let Some(t) = stored::eval_range(preds.clone(), &mut st, schema, bits, words, &all).map_err(|_| UNREADABLE)? {
-                            if and_into(&mut all, bits, (t, Vec::new())) {
+                            if and_into(&mut all, bits, t, None) {
                                 bits.give(all);
                                 return Ok(None);
                             }
@@ -677,8 +670,8 @@ impl ColScan {
                         }
                         for (&k, p) in g.iter().zip(preds) {
                             match p.eval_stored(&mut st, schema, bits, words).map_err(|_| UNREADABLE)? {
-                                Some(tu) => {
-                                    if and_into(&mut all, bits, tu) {
+                                Some((t, u)) => {
+                                    if and_into(&mut all, bits, t, Some(u)) {
                                         bits.give(all);
                                         return Ok(None);
                                     }
@@ -715,8 +708,8 @@ impl ColScan {
             if packed && !later.contains(&k) {
                 continue;
             }
-            let tu = p.eval(&lf, bits, words).map_err(|_| UNREADABLE)?;
-            if and_into(&mut all, bits, tu) {
+            let (t, u) = p.eval(&lf, bits, words).map_err(|_| UNREADABLE)?;
+            if and_into(&mut all, bits, t, Some(u)) {
                 break;
             }
         }

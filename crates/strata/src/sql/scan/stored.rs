@@ -222,9 +222,10 @@ pub(super) fn eval_range<'v>(
     let n = st.leaf.header.count;
     let nulls = st.leaf.nulls(c);
     let column = st.col(c, ty)?;
-    if !matches!(column, Column::Ints { .. } | Column::Decimals { .. }) {
-        return Ok(None);
-    }
+    let universe = match *column {
+        Column::Ints { w, .. } | Column::Decimals { w, .. } => 1u128 << w,
+        _ => return Ok(None),
+    };
     let (mut lo, mut hi) = (0u128, u128::MAX);
     for p in preds {
         let VPred::CmpLit { col, op, lit } = p else { return Ok(None) };
@@ -234,24 +235,12 @@ pub(super) fn eval_range<'v>(
         let Some((a, z)) = num_range(column, ty, *op, lit).and_then(|r| r.bounds()) else { return Ok(None) };
         (lo, hi) = (lo.max(a), hi.min(z));
     }
-    let universe = match *column {
-        Column::Ints { w, .. } | Column::Decimals { w, .. } => 1u128 << w,
-        _ => return Ok(None),
-    };
     let r = URange::new(lo, hi.max(lo), false, universe);
     let mut t = bits.take(words, 0);
     let passed: usize = live.iter().map(|w| w.count_ones() as usize).sum();
     if passed * SPARSE_EVAL <= n {
-        for (w, (o, &x)) in t.iter_mut().zip(live).enumerate() {
-            let (mut rest, mut y) = (x, 0u64);
-            while rest != 0 {
-                let b = rest.trailing_zeros() as usize;
-                rest &= rest - 1;
-                if w * 64 + b < n {
-                    y |= (r.test(column.at(w * 64 + b)) as u64) << b;
-                }
-            }
-            *o = y;
+        for i in crate::util::set_bits(live).take_while(|&i| i < n) {
+            t[i / 64] |= (r.test(column.at(i)) as u64) << (i % 64);
         }
     } else if let Err(e) = u_bits(column, n, &mut t, |x| r.test(x)) {
         bits.give(t);
@@ -304,6 +293,13 @@ impl VPred {
                 *x = null_word(nulls, w);
             }
         };
+        // A comparison's NULL rows: unknown, not true.
+        let unknown_if_null = |t: &mut Vec<u64>, u: &mut Vec<u64>, nulls: Option<&[u8]>| {
+            nulls_into(u, nulls);
+            for (a, x) in t.iter_mut().zip(u.iter()) {
+                *a &= !x;
+            }
+        };
         let done = match self {
             VPred::Const(Some(true)) => {
                 t.fill(!0);
@@ -342,10 +338,7 @@ impl VPred {
                     Column::Strings => false,
                 };
                 if ok {
-                    nulls_into(&mut u, nulls);
-                    for (a, x) in t.iter_mut().zip(&u) {
-                        *a &= !x;
-                    }
+                    unknown_if_null(&mut t, &mut u, nulls);
                 }
                 ok
             }
@@ -363,10 +356,7 @@ impl VPred {
                 match num_range(column, ColumnType::Bool, CmpOp::Eq, &Value::Bool(true)) {
                     Some(r) => {
                         u_bits(column, n, &mut t, |x| r.test(x))?;
-                        nulls_into(&mut u, nulls);
-                        for (a, x) in t.iter_mut().zip(&u) {
-                            *a &= !x;
-                        }
+                        unknown_if_null(&mut t, &mut u, nulls);
                         true
                     }
                     None => false,
@@ -418,10 +408,7 @@ impl VPred {
                 match dict_table(column, |e| pattern.matches(e).map(|m| m != *negated)) {
                     Some(tab) => {
                         dict_bits(column, n, &tab, nulls, &mut t)?;
-                        nulls_into(&mut u, nulls);
-                        for (a, x) in t.iter_mut().zip(&u) {
-                            *a &= !x;
-                        }
+                        unknown_if_null(&mut t, &mut u, nulls);
                         true
                     }
                     None => false,
