@@ -75,6 +75,7 @@
 //! follows standard SQL: comparisons with NULL are unknown, `AND`/`OR` are three-valued,
 //! aggregates skip NULLs, `sum`/`avg`/`min`/`max` of no values are NULL, `count` is 0.
 
+pub mod accum;
 pub mod agg;
 pub mod bind;
 pub mod exec;

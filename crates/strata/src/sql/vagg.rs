@@ -196,11 +196,12 @@ impl GroupCache {
 // (overflow, division by zero) the leaf is redone row at a time with the row evaluator,
 // so the error is the one (and from the row) it always was.
 
+use super::accum;
 use super::agg::Kind;
 use super::exec::{AggSpec, Plan};
 use super::expr::{ArOp, BExpr};
 use super::rows::encode_value;
-use super::scan::{Batch, ColScan, LeafView};
+use super::scan::{Batch, ColScan};
 use crate::access::table::{ColumnType, Schema, Value};
 use crate::buffer::BufferManager;
 
@@ -247,6 +248,7 @@ struct Prog {
     regs: Vec<Reg>,
     /// Per aggregate: the register of its argument and its type (`None`: `count(*)`).
     outs: Vec<Option<(usize, Rt)>>,
+    lanes: accum::Lanes,
 }
 
 /// Registers already computed, by the expression they hold (its [`shape`]): a
@@ -375,7 +377,7 @@ impl Prog {
                 Some(e) => Some(compile(e, schema, &mut ops, &mut n, &mut memo)?),
             });
         }
-        Some(Prog { ops, regs: vec![Reg::default(); n], outs })
+        Some(Prog { ops, regs: vec![Reg::default(); n], outs, lanes: accum::Lanes::default() })
     }
 
     /// Computes every register over the batch's rows; `Err` if a value fails (overflow,
@@ -487,11 +489,20 @@ impl Prog {
     }
 
     /// Merges rows `rows` of the batch into the states: row `k` into the group
-    /// `group(k)`, whose states are `states[group * n .. (group + 1) * n]` (`n` aggregates).
-    /// Aggregate by aggregate, so that each is one loop of one kind of update; the rows of
-    /// a group are still added in the batch's order.
-    fn merge_rows(&self, rows: std::ops::Range<usize>, group: impl Fn(usize) -> usize, states: &mut [St], kinds: &[AggKind]) -> Result<()> {
+    /// `gids[k - rows.start]` (no `gids`: group 0), whose states are `states[group * n ..
+    /// (group + 1) * n]` (`n` aggregates). Aggregate by aggregate, so that each is one loop
+    /// of one kind of update; with few groups, counts and sums are taken group by group
+    /// over the batch and merged once per group (see [`super::accum`]); otherwise row by
+    /// row, the rows of a group in the batch's order.
+    fn merge_rows(&mut self, rows: std::ops::Range<usize>, gids: Option<&[u32]>, states: &mut [St], kinds: &[AggKind]) -> Result<()> {
         let n = kinds.len();
+        if n == 0 {
+            return Ok(());
+        }
+        if rows.len() >= FEW_MIN_ROWS && states.len() / n <= accum::FEW {
+            return self.merge_few(rows, gids, states, kinds);
+        }
+        let group = |k: usize| gids.map_or(0, |ids| ids[k - rows.start] as usize);
         for (a, (out, kind)) in self.outs.iter().zip(kinds).enumerate() {
             let st = |k: usize| group(k) * n + a;
             let Some((r, t)) = *out else {
@@ -546,7 +557,60 @@ impl Prog {
         }
         Ok(())
     }
+
+    /// [`merge_rows`](Self::merge_rows) for at most [`accum::FEW`] groups: per aggregate, the
+    /// counts or sums of each group's rows (see [`accum::Lanes`]), merged into its state as
+    /// the state of those rows (min and max row by row).
+    fn merge_few(&mut self, rows: std::ops::Range<usize>, gids: Option<&[u32]>, states: &mut [St], kinds: &[AggKind]) -> Result<()> {
+        let n = kinds.len();
+        let (len, groups) = (rows.len(), states.len() / n);
+        let Prog { regs, outs, lanes, .. } = self;
+        lanes.count_groups(gids, len, groups);
+        for (a, (out, kind)) in outs.iter().zip(kinds).enumerate() {
+            let st = |g: usize| g * n + a;
+            let Some((r, t)) = *out else {
+                for g in (0..groups).filter(|&g| lanes.rows(g) > 0) {
+                    states[st(g)].merge(St::Count(lanes.rows(g)), kind)?;
+                }
+                continue;
+            };
+            let reg = &regs[r];
+            let null = reg.nulls.then(|| &reg.null[rows.clone()]);
+            match (kind.kind, t) {
+                (Kind::Count, _) => match null {
+                    None => {
+                        for g in (0..groups).filter(|&g| lanes.rows(g) > 0) {
+                            states[st(g)].merge(St::Count(lanes.rows(g)), kind)?;
+                        }
+                    }
+                    Some(nu) => lanes.count(gids, nu, groups, |g, c| states[st(g)].merge(St::Count(c), kind))?,
+                },
+                (Kind::SumF, Rt::F) => lanes.sum_f(&reg.f[rows.clone()], gids, null, groups, |g, s, _| states[st(g)].merge(St::SumF(Some(s)), kind))?,
+                (Kind::AvgF, Rt::F) => lanes.sum_f(&reg.f[rows.clone()], gids, null, groups, |g, s, c| states[st(g)].merge(St::AvgF(s, c), kind))?,
+                (Kind::AvgI, Rt::I) => lanes.sum_i(&reg.i[rows.clone()], gids, null, groups, |g, s, c| states[st(g)].merge(St::AvgI(s, c), kind))?,
+                (Kind::SumI, Rt::I) => lanes.sum_i(&reg.i[rows.clone()], gids, null, groups, |g, s, _| {
+                    let s = i64::try_from(s).map_err(|_| super::expr::err(kind.pos, format!("i64 overflow in {}", kind.label)))?;
+                    states[st(g)].merge(St::SumI(Some(s)), kind)
+                })?,
+                _ => {
+                    // Min and max (and a type the kinds above do not take): row by row.
+                    for k in rows.clone().filter(|&k| !reg.is_null(k)) {
+                        let g = gids.map_or(0, |ids| ids[k - rows.start] as usize);
+                        let v = match t {
+                            Rt::F => Value::F64(reg.f[k]),
+                            Rt::I => Value::I64(reg.i[k]),
+                        };
+                        states[st(g)].merge(St::one(kind.kind, v), kind)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
 }
+
+/// Rows of a batch at least for [`Prog::merge_few`] (fewer: row by row).
+const FEW_MIN_ROWS: usize = 16;
 
 /// The scan under an aggregation, if the fused path can take it.
 fn fusable(input: &Plan) -> Option<&ColScan> {
@@ -595,7 +659,7 @@ fn morsels<T: Send>(threads: usize, rows: u64, init: &(dyn Fn() -> T + Sync), wo
 /// One batch into whole-table states.
 fn agg_batch(prog: &mut Prog, b: &Batch<'_>, aggs: &[AggSpec], kinds: &[AggKind], states: &mut [St], needed: &[usize], row: &mut [Value]) -> Result<()> {
     if prog.eval(b).is_ok() {
-        return prog.merge_rows(0..b.sel.len(), |_| 0, states, kinds);
+        return prog.merge_rows(0..b.sel.len(), None, states, kinds);
     }
     for &i in b.sel {
         b.decode(i as usize, needed, row)?;
@@ -639,7 +703,7 @@ pub fn fused_aggregate(bm: &BufferManager, input: &Plan, aggs: &[AggSpec], kinds
 /// What a grouped aggregation over batches works with.
 struct Grouping<'k> {
     key_cols: Vec<usize>,
-    /// The key is at most two columns of types [`small_code`] packs.
+    /// The key is at most two columns of types [`small_codes`](super::scan::LeafView::small_codes) packs.
     small: bool,
     needed: Vec<usize>,
     aggs: &'k [AggSpec],
@@ -676,11 +740,15 @@ struct Scratch {
     /// Per row of the batch: its group in the cache.
     gids: Vec<u32>,
     small: SmallKeys,
+    /// Per row of the batch: its key packed (see [`small_keys`]).
+    codes: Vec<u128>,
+    /// One key column's codes.
+    col: Vec<u64>,
 }
 
 /// Small group keys straight to their group in the cache: a key of at most two columns
 /// whose values are integers, dates, booleans or strings of at most 7 bytes packs into a
-/// `u128` (one [`small_code`] per column, the first in the low half), which this map takes
+/// `u128` (one [`small_codes`](super::scan::LeafView::small_codes) code per column, the first in the low half), which this map takes
 /// to the group found for it before (the general path encodes the key, hashes it and
 /// probes the cache). Valid for one [`GroupCache::generation`].
 #[derive(Default)]
@@ -749,40 +817,27 @@ impl SmallKeys {
     }
 }
 
-/// Whether [`small_code`] packs values of this type.
+/// Whether [`small_codes`](super::scan::LeafView::small_codes) packs values of this type.
 fn small_type(ty: ColumnType) -> bool {
     matches!(ty, ColumnType::I64 | ColumnType::Date | ColumnType::Bool | ColumnType::Str | ColumnType::Bytes)
 }
 
-/// Value `i` of column `c` as a `u64` that no other value of the column's type shares: the
-/// integer, date or boolean itself, a string's length and (up to 7) bytes. `None`: NULL,
-/// a longer string, or an unreadable value (the general path reports it).
-#[inline]
-fn small_code(lf: &LeafView<'_>, c: usize, i: usize) -> Option<u64> {
-    if lf.is_null(c, i) {
-        return None;
-    }
-    Some(match lf.schema.columns[c].ty {
-        ColumnType::I64 => lf.i64_at(c, i) as u64,
-        ColumnType::Date => lf.date_at(c, i) as u32 as u64,
-        ColumnType::Bool => lf.bool_at(c, i).ok()? as u64,
-        ColumnType::Str | ColumnType::Bytes => {
-            let b = lf.bytes_at(c, i).ok().filter(|b| b.len() <= 7)?;
-            // (A byte at a time: a copy of a variable length would be a call per row.)
-            b.iter().enumerate().fold(b.len() as u64, |w, (j, &x)| w | (x as u64) << (8 * (j + 1)))
+/// The batch's rows' keys packed (see [`SmallKeys`]) into `x.codes`, if every row's packs.
+fn small_keys(b: &Batch<'_>, cols: &[usize], x: &mut Scratch) -> bool {
+    let n = b.sel.len();
+    x.col.resize(n, 0);
+    x.codes.clear();
+    for (j, &c) in cols.iter().enumerate() {
+        if !b.lf.small_codes(c, b.sel, &mut x.col[..n]) {
+            return false;
         }
-        ColumnType::F64 => return None,
-    })
-}
-
-/// Row `i`'s key packed (see [`SmallKeys`]), if every column's value packs.
-#[inline]
-fn small_key(lf: &LeafView<'_>, cols: &[usize], i: usize) -> Option<u128> {
-    let mut k = 0u128;
-    for (n, &c) in cols.iter().enumerate() {
-        k |= (small_code(lf, c, i)? as u128) << (64 * n);
+        if j == 0 {
+            x.codes.extend(x.col[..n].iter().map(|&v| v as u128));
+        } else {
+            x.codes.iter_mut().zip(&x.col).for_each(|(k, &v)| *k |= (v as u128) << 64);
+        }
     }
-    Some(k)
+    true
 }
 
 impl Scratch {
@@ -806,9 +861,16 @@ fn group_batch(g: &Grouping<'_>, prog: &mut Prog, b: &Batch<'_>, cache: &mut Gro
         // hash and a probe.
         let mut prev: Option<u32> = None;
         x.small.sync(cache.generation());
+        // The rows' keys packed, if all pack, and the last packed key met with its group.
+        let codes = g.small && small_keys(b, &g.key_cols, x);
+        let mut last: Option<(u128, u32)> = None;
         while k < b.sel.len() {
-            let sk = if g.small && !x.small.full() { small_key(&b.lf, &g.key_cols, b.sel[k] as usize) } else { None };
-            if let Some(gid) = sk.and_then(|sk| x.small.get(sk)) {
+            let sk = if codes && !x.small.full() { Some(x.codes[k]) } else { None };
+            if let Some(gid) = sk.and_then(|sk| match last {
+                Some((c, gid)) if c == sk => Some(gid),
+                _ => x.small.get(sk),
+            }) {
+                last = sk.map(|sk| (sk, gid));
                 cache.hit();
                 x.gids.push(gid);
                 k += 1;
@@ -838,7 +900,7 @@ fn group_batch(g: &Grouping<'_>, prog: &mut Prog, b: &Batch<'_>, cache: &mut Gro
                 Probe::Full => {
                     if k > from {
                         let gids = &x.gids;
-                        prog.merge_rows(from..k, |j| gids[j - from] as usize, cache.all_states(), &g.kinds)?;
+                        prog.merge_rows(from..k, Some(&gids[..]), cache.all_states(), &g.kinds)?;
                         x.gids.clear();
                         from = k;
                     }
@@ -850,6 +912,7 @@ fn group_batch(g: &Grouping<'_>, prog: &mut Prog, b: &Batch<'_>, cache: &mut Gro
                     cache.make_room(main)?;
                     x.small.sync(cache.generation());
                     prev = None;
+                    last = None;
                     if cache.is_off() {
                         break;
                     }
@@ -857,7 +920,7 @@ fn group_batch(g: &Grouping<'_>, prog: &mut Prog, b: &Batch<'_>, cache: &mut Gro
             }
         }
         let gids = &x.gids;
-        prog.merge_rows(from..k, |j| gids[j - from] as usize, cache.all_states(), &g.kinds)?;
+        prog.merge_rows(from..k, Some(&gids[..]), cache.all_states(), &g.kinds)?;
     }
     // Row by row: without vectors, once the cache is off, or for a key it cannot hold.
     for (k, &i) in b.sel.iter().enumerate().skip(k) {
@@ -887,7 +950,7 @@ fn group_batch(g: &Grouping<'_>, prog: &mut Prog, b: &Batch<'_>, cache: &mut Gro
             }
         };
         if vector {
-            prog.merge_rows(k..k + 1, |_| 0, into, &g.kinds)?;
+            prog.merge_rows(k..k + 1, None, into, &g.kinds)?;
         } else {
             for ((s, a), kind) in into.iter_mut().zip(g.aggs).zip(&g.kinds) {
                 let v = match &a.arg {

@@ -1068,14 +1068,54 @@ const CHUNK: usize = 256;
 
 /// Values `start .. start + out.len()` of the `w`-bit values (`w <= 56`) packed LSB first in
 /// `src` (the layout [`BitReader`] reads). Each value is one unaligned 8-byte load, a shift
-/// and a mask, independent of the others (the reader's carried state serializes them);
-/// the last few values, whose 8 bytes would pass the end of `src`, are put together byte
-/// by byte.
+/// and a mask, independent of the others (the reader's carried state serializes them).
+/// For each width there is a loop of its own ([`unpack_w`]): eight values of `w` bits
+/// start on a byte boundary, so within a group of eight every load's offset and every
+/// shift is a constant.
 #[inline]
 fn unpack(src: &[u8], w: u32, start: usize, out: &mut [u64]) {
     debug_assert!(w <= 56);
-    if w == 0 {
-        out.fill(0);
+    macro_rules! widths {
+        ($($n:literal)*) => {
+            match w {
+                0 => out.fill(0),
+                $($n => unpack_w::<$n>(src, start, out),)*
+                _ => unpack_any(src, w, start, out),
+            }
+        };
+    }
+    widths!(1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32
+        33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56);
+}
+
+/// [`unpack`] for values of `W` bits: the values before the first whole group of eight,
+/// and those after the last group whose loads stay inside `src`, by [`unpack_any`].
+#[inline(always)]
+fn unpack_w<const W: usize>(src: &[u8], start: usize, out: &mut [u64]) {
+    let mask = (1u64 << W) - 1;
+    // Bytes a group of eight reads: its last value's 8-byte window ends here.
+    let span = ((7 * W) >> 3) + 8;
+    let head = ((8 - start % 8) % 8).min(out.len());
+    unpack_any(src, W as u32, start, &mut out[..head]);
+    let mut j = head;
+    while j + 8 <= out.len() {
+        // (start + j) is a multiple of 8: the group starts at a byte boundary.
+        let base = (start + j) / 8 * W;
+        let Some(g) = src.get(base..base + span) else { break };
+        for (l, o) in out[j..j + 8].iter_mut().enumerate() {
+            let at = (l * W) >> 3;
+            let word = u64::from_le_bytes(g[at..at + 8].try_into().unwrap_or_default());
+            *o = (word >> ((l * W) & 7)) & mask;
+        }
+        j += 8;
+    }
+    unpack_any(src, W as u32, start + j, &mut out[j..]);
+}
+
+/// [`unpack`] for any width `w` (1 to 56): the last few values, whose 8 bytes would pass the
+/// end of `src`, put together byte by byte.
+fn unpack_any(src: &[u8], w: u32, start: usize, out: &mut [u64]) {
+    if out.is_empty() {
         return;
     }
     let (w, mask) = (w as usize, (1u64 << w) - 1);
