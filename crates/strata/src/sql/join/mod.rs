@@ -19,6 +19,7 @@
 //! with a bitmap in temporary pages remembering which probe rows matched (for left, semi
 //! and anti joins).
 
+mod leaf;
 mod slots;
 mod table;
 
@@ -91,6 +92,8 @@ fn encode_keys(keys: &[BExpr], row: &[Value], out: &mut Vec<u8>) -> Result<bool>
 enum Probe<'r> {
     Row(&'r [Value]),
     Bytes(&'r [u8]),
+    /// Row `.1` of a batch of the probe scan (see [`leaf`]).
+    Leaf(&'r super::scan::Batch<'r>, usize),
 }
 
 struct Ctx<'p> {
@@ -111,6 +114,7 @@ fn load(jr: &mut Joined, p: Probe<'_>, loaded: &mut bool) -> Result<()> {
         match p {
             Probe::Row(r) => jr.load_probe(r)?,
             Probe::Bytes(b) => jr.decode_probe(b)?,
+            Probe::Leaf(b, i) => jr.load_probe_leaf(b, i)?,
         }
         *loaded = true;
     }
@@ -214,7 +218,7 @@ impl Ctx<'_> {
     fn pass(jr: &mut Joined, p: Probe<'_>, loaded: &mut bool, sink: &mut Sink<'_>) -> Result<bool> {
         match p {
             Probe::Row(r) => sink(r),
-            Probe::Bytes(_) => {
+            Probe::Bytes(_) | Probe::Leaf(..) => {
                 load(jr, p, loaded)?;
                 sink(jr.left())
             }
@@ -403,6 +407,9 @@ pub fn run(bm: &BufferManager, j: &JoinArgs<'_>, sink: &mut Sink<'_>) -> Result<
                 Ok(true)
             })?;
             return ctx.emit(&table, &mut jr, sink);
+        }
+        if let Some((scan, kcols)) = leaf::target(pplan, pkeys, jr.probe_cols()).filter(|_| matches!(ctx.kind, JoinKind::Inner | JoinKind::Left)) {
+            return leaf::probe(bm, scan, &kcols, &ctx, &table, &mut jr, sink);
         }
         return pplan.run(bm, &mut |prow| {
             if !encode_keys(pkeys, prow, &mut kb)? {

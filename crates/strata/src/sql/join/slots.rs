@@ -82,6 +82,16 @@ impl Joined {
         Ok(())
     }
 
+    /// The kept columns of the probe side (indexes into its rows).
+    pub(super) fn probe_cols(&self) -> &[usize] {
+        &self.pcols
+    }
+
+    /// Decodes the kept columns of row `i` of a batch of the probe scan into their slots.
+    pub(super) fn load_probe_leaf(&mut self, b: &crate::sql::scan::Batch<'_>, i: usize) -> Result<()> {
+        b.decode(i, &self.pcols, &mut self.row[self.po..])
+    }
+
     /// The build side's columns set to NULL (a LEFT join's row without a match).
     pub(super) fn null_build(&mut self) {
         for &c in &self.bcols {
