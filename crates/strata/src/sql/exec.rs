@@ -138,14 +138,15 @@ impl Plan {
                 _ => sink(&[]),
             },
             Plan::Project { input, exprs } => {
-                // One reused row: a plain column is copied into its slot (a string reuses
-                // the slot's buffer), anything else evaluated.
-                let mut out = vec![Value::Null; exprs.len()];
+                // One reused row: literals set once; per row a plain column is copied into
+                // its slot (a string reuses the slot's buffer), anything else evaluated.
+                let mut out: Vec<Value> = exprs.iter().map(|e| if let BExpr::Lit(v) = e { v.clone() } else { Value::Null }).collect();
+                let live: Vec<(usize, &BExpr)> = exprs.iter().enumerate().filter(|(_, e)| !matches!(e, BExpr::Lit(_))).collect();
                 input.run(bm, &mut |row| {
-                    for (slot, e) in out.iter_mut().zip(exprs) {
+                    for &(k, e) in &live {
                         match e {
-                            BExpr::Col(i, _) => assign(slot, row.get(*i).ok_or_else(|| corrupt("projected column"))?),
-                            e => *slot = e.eval(row)?,
+                            BExpr::Col(i, _) => assign(&mut out[k], row.get(*i).ok_or_else(|| corrupt("projected column"))?),
+                            e => out[k] = e.eval(row)?,
                         }
                     }
                     sink(&out)

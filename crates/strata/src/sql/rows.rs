@@ -78,6 +78,14 @@ pub(crate) fn i64_code(i: i64) -> [u8; 9] {
     b
 }
 
+/// The encoding of a double, as an array.
+#[inline]
+pub(crate) fn f64_code(f: f64) -> [u8; 9] {
+    let mut b = [T_F64; 9];
+    b[1..].copy_from_slice(&canon(f).to_bits().to_le_bytes());
+    b
+}
+
 /// The encoding of a date, as an array.
 #[inline]
 pub(crate) fn date_code(d: i32) -> [u8; 5] {
@@ -92,10 +100,7 @@ pub(crate) fn encode_ref(v: ValueRef<'_>, out: &mut Vec<u8>) {
     match v {
         ValueRef::Null => out.push(T_NULL),
         ValueRef::I64(i) => out.extend_from_slice(&i64_code(i)),
-        ValueRef::F64(f) => {
-            out.push(T_F64);
-            out.extend_from_slice(&canon(f).to_bits().to_le_bytes());
-        }
+        ValueRef::F64(f) => out.extend_from_slice(&f64_code(f)),
         ValueRef::Date(d) => out.extend_from_slice(&date_code(d)),
         ValueRef::Bool(b) => out.push(if b { T_TRUE } else { T_FALSE }),
         ValueRef::Str(s) => encode_str_bytes(s.as_bytes(), out),

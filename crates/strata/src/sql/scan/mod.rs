@@ -26,7 +26,7 @@ use super::exec::{Plan, Sink};
 use super::expr::{compare, like, BExpr, CmpOp};
 use super::join::JoinKind;
 use super::keyfilter::{date_key_hash, i64_key_hash, key_hash, KeyFilter};
-use super::rows::{date_code, encode_ref, encode_str_bytes, i64_code, ValueRef};
+use super::rows::{date_code, encode_ref, encode_str_bytes, f64_code, i64_code, ValueRef};
 use crate::access::table::packed::Fill;
 use crate::access::table::pax::{self, Leaf};
 use crate::access::table::LeafPage;
@@ -481,17 +481,24 @@ fn key_filter(kf: &KeyFilter, lf: &LeafView<'_>, all: &mut [u64], kb: &mut Vec<u
             return Ok(clear_unmatched(all, |w| lf.null_word(c, w), |i| kf.may_contain(hash(i))));
         }
     }
-    // Integer and date columns: the key's encoding on the stack.
-    if kf.cols.len() <= 8 && kf.cols.iter().all(|&c| matches!(lf.schema.columns[c].ty, ColumnType::I64 | ColumnType::Date)) {
+    // Integer, double and date columns: the key's encoding on the stack.
+    if kf.cols.len() <= 8 && kf.cols.iter().all(|&c| matches!(lf.schema.columns[c].ty, ColumnType::I64 | ColumnType::F64 | ColumnType::Date)) {
         let key = |i: usize| {
             let (mut buf, mut p) = ([0u8; 72], 0);
             for &c in &kf.cols {
-                if lf.schema.columns[c].ty == ColumnType::I64 {
-                    buf[p..p + 9].copy_from_slice(&i64_code(lf.i64_at(c, i)));
-                    p += 9;
-                } else {
-                    buf[p..p + 5].copy_from_slice(&date_code(lf.date_at(c, i)));
-                    p += 5;
+                match lf.schema.columns[c].ty {
+                    ColumnType::I64 => {
+                        buf[p..p + 9].copy_from_slice(&i64_code(lf.i64_at(c, i)));
+                        p += 9;
+                    }
+                    ColumnType::F64 => {
+                        buf[p..p + 9].copy_from_slice(&f64_code(lf.f64_at(c, i)));
+                        p += 9;
+                    }
+                    _ => {
+                        buf[p..p + 5].copy_from_slice(&date_code(lf.date_at(c, i)));
+                        p += 5;
+                    }
                 }
             }
             key_hash(&buf[..p])
@@ -1319,12 +1326,13 @@ pub fn prune(plan: &mut Plan, need: &[bool]) {
         }
         Plan::ColScan(_) | Plan::OneRow { .. } => {}
         Plan::Project { input, exprs } => {
-            // A plain column that nothing above reads needs no input column (it is still
-            // copied, as the NULL its scan leaves); any other expression is evaluated, so
-            // what it reads is needed.
+            // A plain column that nothing above reads needs no input column and becomes a
+            // NULL literal (its slot is set once, not copied per row; EXPLAIN shows it as
+            // NULL); any other expression is evaluated, so what it reads is needed.
             let mut n = vec![false; width(input)];
-            for (i, e) in exprs.iter().enumerate() {
+            for (i, e) in exprs.iter_mut().enumerate() {
                 if matches!(e, BExpr::Col(..)) && !need.get(i).copied().unwrap_or(true) {
+                    *e = BExpr::Lit(Value::Null);
                     continue;
                 }
                 mark(e, &mut n);
