@@ -57,6 +57,12 @@ impl StrataStore {
         StrataStore::open_config(ds, Config::new(&ds.db_dir).pool_size(pool_bytes).sequential_readahead(false), false)
     }
 
+    /// [`StrataStore::open`] with scan rings off (the `strata-noring` engine: its scan
+    /// stream reads ahead into the pages' frames whatever `STRATA_SCAN_RINGS` says).
+    pub fn open_without_rings(ds: &DataSet, pool_bytes: u64) -> EResult<StrataStore> {
+        StrataStore::open_config(ds, Config::new(&ds.db_dir).pool_size(pool_bytes).scan_rings(false), true)
+    }
+
     /// [`StrataStore::open_with`] with frame recycling for every page size (the
     /// `strata-recycle` engine: loads take the frames of evicted pages through `UFFDIO_MOVE`
     /// where the kernel has it; `frame_recycling` in its figures says whether it did).
