@@ -518,3 +518,30 @@ fn a_held_ring_image_stays_intact_when_another_morsel_gives_its_position_back() 
     });
     bm.check_invariants().unwrap();
 }
+
+/// Positions nobody takes (a consumer that starts past them, as when a stream is restarted
+/// under a consumer) do not stall a ring-mode stream: after a short wait the ring skips
+/// them and serves the consumer from the ring.
+#[test]
+fn a_ring_stream_skips_positions_nobody_takes() {
+    let dir = tempfile::tempdir().unwrap();
+    let pids = build(dir.path(), 512);
+    let bm = open_rings(dir.path(), 1 << 20, true);
+    bm.read_ahead_ring(&pids[..], |ra| {
+        assert!(ra.ring_mode());
+        // The ring has 32 buffers: position 100 is past its first window.
+        let mut m = ra.morsel(100..400);
+        let mut hits = 0;
+        for i in 100..400 {
+            match m.ring_page(i) {
+                Some(d) => {
+                    check_data(d, i);
+                    hits += 1;
+                }
+                None => check_page(&bm, &pids, i),
+            }
+        }
+        assert!(hits >= 250, "{hits} of 300 pages from the ring");
+    });
+    bm.check_invariants().unwrap();
+}

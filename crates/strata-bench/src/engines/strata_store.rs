@@ -60,7 +60,12 @@ impl StrataStore {
     /// [`StrataStore::open`] with scan rings off (the `strata-noring` engine: its scan
     /// stream reads ahead into the pages' frames whatever `STRATA_SCAN_RINGS` says).
     pub fn open_without_rings(ds: &DataSet, pool_bytes: u64) -> EResult<StrataStore> {
-        StrataStore::open_config(ds, Config::new(&ds.db_dir).pool_size(pool_bytes).scan_rings(false), true)
+        StrataStore::open_with_rings(ds, pool_bytes, false)
+    }
+
+    /// [`StrataStore::open`] with scan rings on or off, whatever `STRATA_SCAN_RINGS` says.
+    pub fn open_with_rings(ds: &DataSet, pool_bytes: u64, rings: bool) -> EResult<StrataStore> {
+        StrataStore::open_config(ds, Config::new(&ds.db_dir).pool_size(pool_bytes).scan_rings(rings), true)
     }
 
     /// [`StrataStore::open_with`] with frame recycling for every page size (the

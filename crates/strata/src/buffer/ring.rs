@@ -57,6 +57,10 @@ const MIN_SLOTS: usize = 4;
 /// The longest a consumer of a shared ring waits for its page's image before fixing the
 /// page instead (a consumer that never gives its positions back cannot stall the others).
 const SHARED_WAIT: Duration = Duration::from_secs(1);
+/// How long a consumer of a shared ring waits for positions before the ring's window (held
+/// by slower consumers, or never to be taken: a stream restarted under a consumer) before
+/// the ring skips the ones nobody holds.
+const SKIP_WAIT: Duration = Duration::from_millis(50);
 
 /// A ring's buffers: one 4 KiB-aligned allocation, charged to the pool's budget for as
 /// long as it exists (in a ring or kept in the [`RingCache`]).
@@ -145,6 +149,9 @@ struct State {
     freed: BTreeSet<usize>,
     /// Positions of a shared ring whose images a consumer is using ([`Ring::take`]).
     held: BTreeSet<usize>,
+    /// First positions of the batches being read (their buffers are the I/O threads' until
+    /// published, whatever `released` says).
+    reading: Vec<usize>,
     /// Positions below this are (being) read by an I/O thread.
     claimed: usize,
     /// I/O threads running.
@@ -192,6 +199,16 @@ impl Pages<'_> {
 }
 
 impl State {
+    /// Skips positions below `to` that no consumer holds (they are not handed out any more;
+    /// a consumer that asks for one fixes the page).
+    fn skip_to(&mut self, to: usize) {
+        let to = self.held.first().map_or(to, |&h| h.min(to));
+        if to > self.released {
+            self.released = to;
+            self.settle();
+        }
+    }
+
     /// Moves `released` over the positions given back out of order right after it.
     fn settle(&mut self) {
         while let Some(&p) = self.freed.first() {
@@ -281,12 +298,24 @@ impl<'a> Ring<'a> {
         }
         let filled = {
             let mut st = self.state.lock();
-            if !self.shared && pos >= st.released + self.slots {
-                // The scan skipped positions: their buffers are free. (Not in a shared
-                // ring: other consumers may hold them; this one waits for them instead.)
-                st.released = pos + 1 - self.slots;
-                st.settle();
-                self.cv.notify_all();
+            if pos >= st.released + self.slots {
+                // A single consumer skipped positions: their buffers are free. Consumers of
+                // a shared ring may still be at them: this one waits (briefly) for them to
+                // be given back, then skips those nobody holds.
+                if self.shared {
+                    let until = Instant::now() + SKIP_WAIT;
+                    while pos >= st.released + self.slots && !st.finished {
+                        if self.cv.wait_until(&mut st, until).timed_out() {
+                            break;
+                        }
+                    }
+                }
+                if pos >= st.released + self.slots {
+                    // (A shared ring skips to `pos`, so that the window ahead of this
+                    // consumer fills at once; held positions are never skipped.)
+                    st.skip_to(if self.shared { pos } else { pos + 1 - self.slots });
+                    self.cv.notify_all();
+                }
             }
             let deadline = self.shared.then(|| Instant::now() + SHARED_WAIT);
             let filled = loop {
@@ -408,8 +437,12 @@ impl<'a> Ring<'a> {
                     // A whole batch (or the rest of the list) once its buffers are free:
                     // page-sized batches would cost a request and a wake-up per page.
                     let end = start + self.batch().min(self.pids.len() - start);
-                    if end <= st.released + self.slots {
+                    // Free: given back, and not still being read into by another thread (a
+                    // skip may have given back positions whose batch is in flight).
+                    let free = st.reading.iter().fold(st.released, |r, &s| r.min(s)) + self.slots;
+                    if end <= free {
                         st.claimed = end;
+                        st.reading.push(start);
                         break Some(start..end);
                     }
                     self.cv.wait(&mut st);
@@ -418,6 +451,7 @@ impl<'a> Ring<'a> {
             let Some(range) = range else { break };
             let results = self.read(range.clone());
             let mut st = self.state.lock();
+            st.reading.retain(|&s| s != range.start);
             for (pos, seen) in range.zip(results) {
                 if pos >= st.released {
                     st.ready[pos % self.slots] = Some(Filled { pos, seen });
@@ -475,7 +509,9 @@ impl<'a> Ring<'a> {
                 // SAFETY: the buffers of positions first..first+n are adjacent (the run does
                 // not wrap around the ring), inside the allocation, 4 KiB aligned, and owned
                 // by this thread until it publishes them (the scan reads a buffer only once
-                // it is published for its position, and released buffers are not read).
+                // it is published for its position, and released buffers are not read; no
+                // other I/O thread claims a position whose buffer is one of a batch still in
+                // flight, see `reading`).
                 let buf = IoBufMut::from_slice(unsafe { std::slice::from_raw_parts_mut(self.slot_ptr(first), n * self.slot) });
                 ReadReq::new(buf, sp.offset(self.pids.get(first).index()))
             })
@@ -587,6 +623,7 @@ impl<'a> Ring<'a> {
                 released: 0,
                 freed: BTreeSet::new(),
                 held: BTreeSet::new(),
+                reading: Vec::new(),
                 claimed: 0,
                 running: 0,
                 finished: false,
