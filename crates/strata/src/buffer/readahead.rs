@@ -288,9 +288,10 @@ impl ReadAhead<'_> {
     }
 
     /// Positions `range` (a morsel a consumer got from elsewhere than
-    /// [`claim`](Self::claim)), held for the consumer (see [`Morsel`]). In ring mode every
-    /// position of the stream must be in some consumer's morsel once, or the ring stops
-    /// reading ahead of it.
+    /// [`claim`](Self::claim)), held for the consumer (see [`Morsel`]). In ring mode each
+    /// position of the stream should be in some consumer's morsel once: positions nobody
+    /// takes hold the ring back until a consumer a whole ring ahead of them has waited
+    /// briefly (50 ms) and the ring skips them.
     pub fn morsel(&self, range: Range<usize>) -> Morsel<'_> {
         let range = range.start.min(self.shared.len)..range.end.min(self.shared.len);
         Morsel { ring: self.ring.as_deref(), next: range.start, range, held: None }
