@@ -259,3 +259,289 @@ fn an_injected_read_error_reaches_the_consumer_as_a_typed_error_and_loses_nothin
     });
     bm.check_invariants().unwrap();
 }
+
+// ---- Ring mode (`read_ahead_ring`, `ReadAhead::spawn_ring`) ----
+
+fn open_rings(dir: &std::path::Path, pool: u64, rings: bool) -> BufferManager {
+    BufferManager::open(Config::new(dir).pool_size(pool).scan_rings(rings)).unwrap()
+}
+
+fn word0(data: &[u8]) -> u64 {
+    u64::from_le_bytes(data[..8].try_into().unwrap())
+}
+
+/// Checks one page's payload as the stream handed it out.
+fn check_data(data: &[u8], i: usize) {
+    assert_eq!(word0(data), value(i as u64), "position {i}");
+    assert_eq!(u64::from_le_bytes(data[3984..3992].try_into().unwrap()), !(i as u64), "position {i}");
+}
+
+/// A ring-mode stream hands every position out once, from the ring when the page was not
+/// in memory (and then without loading its frame) and through a fix when it was; its bytes
+/// are charged to the pool with the resident pages, and four consumers see intact data.
+#[test]
+fn a_ring_stream_hands_out_every_page_from_the_ring_without_loading_its_frame() {
+    let dir = tempfile::tempdir().unwrap();
+    let pids = build(dir.path(), 2048); // 8 MiB of pages
+    let bm = open_rings(dir.path(), 1 << 20, true);
+    // Some pages resident before the scan: those go through fix.
+    let resident: HashSet<usize> = (0..2048).filter(|i| i % 50 == 7).take(16).collect();
+    for &i in &resident {
+        drop(bm.fix_shared(pids[i]).unwrap());
+    }
+    let before = bm.stats();
+    let seen = Mutex::new(HashSet::new());
+    let from_ring = Mutex::new(Vec::new());
+    let fixed_resident = std::sync::atomic::AtomicUsize::new(0);
+    bm.read_ahead_ring(&pids[..], |ra| {
+        assert!(ra.ring_mode(), "rings are on and a 1 MiB pool has room for one");
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    while let Some(mut m) = ra.claim_morsel(8) {
+                        for i in m.range() {
+                            assert!(seen.lock().unwrap().insert(i), "position {i} twice");
+                            let resident_now = bm.is_resident(pids[i]);
+                            match m.ring_page(i) {
+                                Some(data) => {
+                                    assert!(!resident_now, "position {i}: a resident page's image from the ring");
+                                    check_data(data, i);
+                                    from_ring.lock().unwrap().push(i);
+                                }
+                                None => {
+                                    check_data(bm.fix_shared(pids[i]).unwrap().data(), i);
+                                    if resident_now {
+                                        fixed_resident.fetch_add(1, Ordering::Relaxed);
+                                    }
+                                }
+                            }
+                            assert!(bm.used_bytes() <= bm.pool_size(), "resident + ring bytes over the pool");
+                        }
+                    }
+                });
+            }
+        });
+    });
+    assert_eq!(seen.into_inner().unwrap().len(), 2048);
+    let from_ring = from_ring.into_inner().unwrap();
+    let after = bm.stats();
+    assert!(from_ring.len() >= 1500, "{} of 2048 pages from the ring: {after:?}", from_ring.len());
+    assert_eq!(after.ring_hits - before.ring_hits, from_ring.len() as u64);
+    // (The pages made resident before may have been evicted for the ring's memory, but
+    // not all of them.)
+    assert!(fixed_resident.into_inner() > 0, "no resident page was fixed");
+    // No frame was loaded for a page served from the ring: the loads are the fixed pages.
+    let loaded = after.misses - before.misses;
+    assert!(loaded <= (2048 - from_ring.len()) as u64, "{loaded} loads for {} fixed pages", 2048 - from_ring.len());
+    bm.check_invariants().unwrap();
+}
+
+/// A page changed after the ring read it (before the consumer takes it) is not handed out
+/// from the ring: the consumer fixes it and sees the change.
+#[test]
+fn a_ring_stream_never_hands_out_an_image_older_than_a_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let pids = build(dir.path(), 512);
+    let bm = open_rings(dir.path(), 1 << 20, true);
+    bm.read_ahead_ring(&pids[..], |ra| {
+        assert!(ra.ring_mode());
+        let mut m = ra.claim_morsel(64).unwrap();
+        // Position 0 waits for the first batch (positions 0 and 1 among it) to be read.
+        check_data(m.ring_page(0).expect("a cold page read into the ring"), 0);
+        {
+            let mut g = bm.fix_exclusive(pids[1]).unwrap();
+            g.write_u64(0, 0xdead_beef);
+        }
+        assert!(m.ring_page(1).is_none(), "an image older than the page's change was handed out");
+        assert_eq!(word0(bm.fix_shared(pids[1]).unwrap().data()), 0xdead_beef);
+        let mut hits = 0;
+        for i in 2..64 {
+            match m.ring_page(i) {
+                Some(d) => {
+                    check_data(d, i);
+                    hits += 1;
+                }
+                None => check_page(&bm, &pids, i),
+            }
+        }
+        assert!(hits > 0);
+    });
+    bm.check_invariants().unwrap();
+}
+
+/// Consumers that stop early — one gives up a morsel untouched, the scan then stops half
+/// way, another stream panics — leave no thread, no stall and nothing charged beyond the
+/// ring's kept buffer; the later consumers are still served from the ring.
+#[test]
+fn a_ring_stream_survives_consumers_that_stop_early_or_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let pids = build(dir.path(), 1024);
+    let bm = Arc::new(open_rings(dir.path(), 1 << 20, true));
+    let hits = bm.read_ahead_ring(&pids[..], |ra| {
+        // Given up untouched: its positions go back to the ring, which reads on past them.
+        drop(ra.claim_morsel(16).unwrap());
+        let mut hits = 0;
+        for _ in 0..20 {
+            let mut m = ra.claim_morsel(16).unwrap();
+            for i in m.range().take(3) {
+                match m.ring_page(i) {
+                    Some(d) => {
+                        check_data(d, i);
+                        hits += 1;
+                    }
+                    None => check_page(&bm, &pids, i),
+                }
+            }
+        }
+        hits
+    });
+    assert!(hits > 30, "{hits} of 60 pages from the ring after an abandoned morsel");
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        bm.read_ahead_ring(&pids[..], |ra| {
+            let mut m = ra.claim_morsel(8).unwrap();
+            let _ = m.ring_page(0);
+            panic!("consumer fails");
+        })
+    }));
+    assert!(r.is_err());
+    // Owned streams dropped half way, with their I/O threads busy.
+    for _ in 0..10 {
+        let ra = ReadAhead::spawn_ring(bm.clone(), Arc::new(FilePages { class: pids[0].class(), first: pids[0].index(), count: 1024 }));
+        assert!(ra.ring_mode());
+        let mut m = ra.morsel(0..4);
+        if let Some(d) = m.ring_page(0) {
+            check_data(d, 0);
+        }
+        drop(m);
+        drop(ra);
+    }
+    // Nothing is latched, the data is intact, the charges add up.
+    for (i, &p) in pids.iter().enumerate() {
+        drop(bm.fix_exclusive(p).unwrap());
+        if i % 97 == 0 {
+            check_page(&bm, &pids, i);
+        }
+    }
+    assert!(bm.stats().ring_bytes <= 2 * (128 << 10), "{:?}", bm.stats());
+    bm.check_invariants().unwrap();
+}
+
+/// With rings off the stream is a plain read-ahead stream: nothing comes from a ring.
+#[test]
+fn a_ring_stream_with_rings_off_fixes_every_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let pids = build(dir.path(), 512);
+    let bm = open_rings(dir.path(), 1 << 20, false);
+    bm.read_ahead_ring(&pids[..], |ra| {
+        assert!(!ra.ring_mode());
+        while let Some(mut m) = ra.claim_morsel(8) {
+            for i in m.range() {
+                assert!(m.ring_page(i).is_none());
+                check_page(&bm, &pids, i);
+            }
+        }
+    });
+    let s = bm.stats();
+    assert_eq!((s.ring_pages, s.ring_hits, s.ring_bytes), (0, 0, 0));
+    assert!(s.pages_prefetched > 0, "{s:?}");
+}
+
+/// Read errors in ring mode: the ring hands nothing out, the consumer's fix returns the
+/// typed error; once the device is healthy again every page reads intact.
+#[test]
+fn a_ring_stream_read_error_reaches_the_consumer_as_a_typed_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let pids = build(dir.path(), 512);
+    let faulty = Arc::new(FaultyBackend::new(strata::buffer::default_backend()));
+    let bm = BufferManager::open(Config::new(dir.path()).pool_size(512 << 10).backend(faulty.clone()).scan_rings(true)).unwrap();
+    faulty.faults.read_errno.store(libc::EIO as u64, Ordering::Relaxed);
+    let r = bm.read_ahead_ring(&pids[..], |ra| -> Result<(), Error> {
+        assert!(ra.ring_mode());
+        while let Some(mut m) = ra.claim_morsel(8) {
+            for i in m.range() {
+                assert!(m.ring_page(i).is_none(), "position {i} from the ring although every read fails");
+                bm.fix_shared(pids[i])?;
+            }
+        }
+        Ok(())
+    });
+    assert!(matches!(r, Err(Error::Io { .. })), "{r:?}");
+    faulty.faults.read_errno.store(0, Ordering::Relaxed);
+    bm.read_ahead_ring(&pids[..], |ra| {
+        while let Some(mut m) = ra.claim_morsel(8) {
+            for i in m.range() {
+                match m.ring_page(i) {
+                    Some(d) => check_data(d, i),
+                    None => check_page(&bm, &pids, i),
+                }
+            }
+        }
+    });
+    bm.check_invariants().unwrap();
+}
+
+/// Two morsels over the same positions (a misuse, but a safe one): a position whose image
+/// one of them holds is not given back when the other is dropped, so the ring reads no
+/// other page into its buffer while the image is in use, and a position given back is not
+/// handed out again.
+#[test]
+fn a_held_ring_image_stays_intact_when_another_morsel_gives_its_position_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let pids = build(dir.path(), 256);
+    let bm = open_rings(dir.path(), 1 << 20, true);
+    bm.read_ahead_ring(&pids[..], |ra| {
+        assert!(ra.ring_mode());
+        let mut a = ra.morsel(0..8);
+        let image = a.ring_page(0).expect("a cold page read into the ring");
+        check_data(image, 0);
+        // Gives back 0..8, but 0 is held.
+        drop(ra.morsel(0..8));
+        // The ring reads on over the positions given back (as far as the held one allows).
+        let mut c = ra.morsel(8..24);
+        let mut hits = 0;
+        for i in 8..24 {
+            match c.ring_page(i) {
+                Some(d) => {
+                    check_data(d, i);
+                    hits += 1;
+                }
+                None => check_page(&bm, &pids, i),
+            }
+        }
+        assert!(hits > 0);
+        drop(c);
+        // Still page 0's bytes: its buffer was not reused.
+        check_data(image, 0);
+        let mut again = ra.morsel(0..8);
+        assert!(again.ring_page(1).is_none(), "a position given back was handed out again");
+        assert!(again.ring_page(2).is_none());
+    });
+    bm.check_invariants().unwrap();
+}
+
+/// Positions nobody takes (a consumer that starts past them, as when a stream is restarted
+/// under a consumer) do not stall a ring-mode stream: after a short wait the ring skips
+/// them and serves the consumer from the ring.
+#[test]
+fn a_ring_stream_skips_positions_nobody_takes() {
+    let dir = tempfile::tempdir().unwrap();
+    let pids = build(dir.path(), 512);
+    let bm = open_rings(dir.path(), 1 << 20, true);
+    bm.read_ahead_ring(&pids[..], |ra| {
+        assert!(ra.ring_mode());
+        // The ring has 32 buffers: position 100 is past its first window.
+        let mut m = ra.morsel(100..400);
+        let mut hits = 0;
+        for i in 100..400 {
+            match m.ring_page(i) {
+                Some(d) => {
+                    check_data(d, i);
+                    hits += 1;
+                }
+                None => check_page(&bm, &pids, i),
+            }
+        }
+        assert!(hits >= 250, "{hits} of 300 pages from the ring");
+    });
+    bm.check_invariants().unwrap();
+}

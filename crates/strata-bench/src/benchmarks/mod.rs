@@ -240,6 +240,7 @@ pub(crate) fn with_engine<T>(name: &str, ds: &DataSet, pool: u64, page_size: usi
         "strata" => f(&StrataStore::open(ds, pool)?),
         "strata-auto" => f(&StrataStore::open_with(ds, pool, false)?),
         "strata-noprefetch" => f(&StrataStore::open_without_prefetch(ds, pool)?),
+        "strata-noring" => f(&StrataStore::open_without_rings(ds, pool)?),
         "strata-recycle" => f(&StrataStore::open_with_recycling(ds, pool)?),
         "hashpool" => f(&HashPool::open(&ds.files, page_size, pool, false)?),
         "mmap" => with_mmap(&ds.files, pool, |m| f(m))?,

@@ -19,8 +19,9 @@ use crate::{EResult, PageStore};
 
 pub(super) const ENGINES: [&str; 4] = ["strata", "strata-auto", "mmap", "raw"];
 /// Engines that run when `--engines` names them: `strata-noprefetch` (no read-ahead at all,
-/// the "prefetch off" side of the prefetch comparison).
-pub(super) const KNOWN: [&str; 5] = ["strata", "strata-auto", "strata-noprefetch", "mmap", "raw"];
+/// the "prefetch off" side of the prefetch comparison) and `strata-noring` (read-ahead into
+/// frames: scan rings off, the "rings off" side of the ring comparison).
+pub(super) const KNOWN: [&str; 6] = ["strata", "strata-auto", "strata-noprefetch", "strata-noring", "mmap", "raw"];
 const MORSEL: u64 = 1 << 20;
 /// Rounds per engine by default: the median of three smooths a shared machine's noise.
 const DEFAULT_ROUNDS: usize = 3;
@@ -121,7 +122,7 @@ pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
         }
     }
     ctx.notes.push(format!(
-        "scan: one operation = one morsel of {} (latencies are per morsel); cold = first pass after opening the engine with the file dropped from the page cache, warm = second pass on the same engine. strata fixes page by page (shared latch) behind a read-ahead stream; strata-auto fixes page by page with no hint at all (its sequential misses are detected and read ahead in windows); strata-noprefetch (only when named) reads no page ahead at all; raw reads each morsel with one O_DIRECT request. Each engine ran {rounds} round(s) (fresh engine each, engines alternating in rotating order); its figures are those of its median round by bytes/s, and rounds_bytes_per_sec lists every round.",
+        "scan: one operation = one morsel of {} (latencies are per morsel); cold = first pass after opening the engine with the file dropped from the page cache, warm = second pass on the same engine. strata fixes page by page (shared latch) behind a read-ahead stream; strata-auto fixes page by page with no hint at all (its sequential misses are detected and read ahead in windows); strata-noprefetch (only when named) reads no page ahead at all; strata-noring (only when named) is strata with scan rings off (read ahead into frames; strata itself reads the pages not in memory into its stream's scan ring where rings are on, see its scan_rings, ring_pages and ring_hits); raw reads each morsel with one O_DIRECT request. Each engine ran {rounds} round(s) (fresh engine each, engines alternating in rotating order); its figures are those of its median round by bytes/s, and rounds_bytes_per_sec lists every round.",
         short_size(morsel_pages * ps)
     ));
     Ok(runs)

@@ -57,6 +57,17 @@ impl StrataStore {
         StrataStore::open_config(ds, Config::new(&ds.db_dir).pool_size(pool_bytes).sequential_readahead(false), false)
     }
 
+    /// [`StrataStore::open`] with scan rings off (the `strata-noring` engine: its scan
+    /// stream reads ahead into the pages' frames whatever `STRATA_SCAN_RINGS` says).
+    pub fn open_without_rings(ds: &DataSet, pool_bytes: u64) -> EResult<StrataStore> {
+        StrataStore::open_with_rings(ds, pool_bytes, false)
+    }
+
+    /// [`StrataStore::open`] with scan rings on or off, whatever `STRATA_SCAN_RINGS` says.
+    pub fn open_with_rings(ds: &DataSet, pool_bytes: u64, rings: bool) -> EResult<StrataStore> {
+        StrataStore::open_config(ds, Config::new(&ds.db_dir).pool_size(pool_bytes).scan_rings(rings), true)
+    }
+
     /// [`StrataStore::open_with`] with frame recycling for every page size (the
     /// `strata-recycle` engine: loads take the frames of evicted pages through `UFFDIO_MOVE`
     /// where the kernel has it; `frame_recycling` in its figures says whether it did).
@@ -136,8 +147,10 @@ impl PageStore for StrataStore {
 
     /// Sequential access, as strata's scan operator does it: a read-ahead stream over the
     /// file (its I/O thread loads the pages ahead of the morsels being consumed, in coalesced
-    /// reads with several in flight, at a depth that adapts), then fix page by page. A scan
-    /// that starts again from the front (the next pass) gets a new stream.
+    /// reads with several in flight, at a depth that adapts), then fix page by page — or,
+    /// with scan rings on, a stream in ring mode (pages not in memory read ahead into the
+    /// stream's ring and taken from there; the others fixed). A scan that starts again from
+    /// the front (the next pass) gets a new stream.
     fn scan(&self, file: u16, range: std::ops::Range<u64>, f: &mut dyn FnMut(u64, &[u8])) -> EResult<()> {
         let first = self.pid(Page::new(file, range.start))?;
         let info = self.files[file as usize];
@@ -154,7 +167,8 @@ impl PageStore for StrataStore {
                 // Drop the old stream first: its thread is joined before the new one starts.
                 *slot = None;
                 let source = Arc::new(FilePages { class: first.class(), first: 0, count: info.pages });
-                *slot = Some(Stream { file, furthest: 0, ra: Arc::new(ReadAhead::spawn(self.bm.clone(), source)) });
+                // Ring mode where rings are on (`STRATA_SCAN_RINGS`, `Config::scan_rings`).
+                *slot = Some(Stream { file, furthest: 0, ra: Arc::new(ReadAhead::spawn_ring(self.bm.clone(), source)) });
             }
             let s = slot.as_mut().expect("a stream was just made");
             s.furthest = s.furthest.max(range.start);
@@ -163,6 +177,17 @@ impl PageStore for StrataStore {
             drop(slot);
             // Sleep until the I/O threads have the morsel, rather than poll its latches.
             ra.wait(range.start as usize..range.end as usize);
+            if ra.ring_mode() {
+                // Pages the ring read are taken from it; the rest are fixed.
+                let mut m = ra.morsel(range.start as usize..range.end as usize);
+                for index in range {
+                    match m.ring_page(index as usize) {
+                        Some(data) => f(index, data),
+                        None => f(index, self.bm.fix_shared(PageId::new(first.class(), false, index))?.data()),
+                    }
+                }
+                return Ok(());
+            }
         }
         for index in range {
             let g = self.bm.fix_shared(PageId::new(first.class(), false, index))?;
@@ -201,6 +226,7 @@ impl PageStore for StrataStore {
         m.insert("pages_prefetched".into(), s.pages_prefetched.into());
         m.insert("prefetch_hits".into(), s.prefetch_hits.into());
         m.insert("prefetch_wasted".into(), s.prefetch_wasted.into());
+        m.insert("scan_rings".into(), self.bm.scan_rings().into());
         m.insert("ring_pages".into(), s.ring_pages.into());
         m.insert("ring_hits".into(), s.ring_hits.into());
         m.insert("sequential_windows".into(), s.sequential_windows.into());

@@ -432,6 +432,12 @@ impl BufferManager {
         self.resident.partitions()
     }
 
+    /// Whether scans read their cold pages into scan rings (`Config::scan_rings`, see
+    /// [`super::ring`]).
+    pub fn scan_rings(&self) -> bool {
+        self.scan_rings
+    }
+
     /// The current cap in bytes.
     pub fn pool_size(&self) -> u64 {
         self.pool.load(Ordering::Relaxed)

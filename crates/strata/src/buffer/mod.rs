@@ -34,7 +34,7 @@ pub use cleaner::{Cleaner, CleanerOptions, CleanerStats};
 pub use config::{default_backend, Config, DEFAULT_MIN_PAGE, DEFAULT_POOL, DEFAULT_RECYCLE_MIN_PAGE};
 pub use guard::{ExclusiveGuard, OptimisticGuard, Restart, SharedGuard};
 pub use manager::{BufferManager, ClassAllocation, PageInspection, RecoveryReport};
-pub use readahead::{FilePages, PageSource, ReadAhead, ReadAheadStats};
+pub use readahead::{FilePages, Morsel, PageSource, ReadAhead, ReadAheadStats};
 pub use ring::Ring;
 pub use stats::{Bucket, ClassStats, Contention, IoStats, Stats};
 pub use tier::{Fetched, RemoteStats, RemoteTier};

@@ -17,6 +17,17 @@
 //! skips it), and a page the I/O thread is reading is latched until its read completed, so
 //! the consumer's fix simply waits for that latch.
 //!
+//! # Ring mode
+//! A stream made by [`BufferManager::read_ahead_ring`] or [`ReadAhead::spawn_ring`] reads
+//! its pages into a scan ring ([`super::ring`]) instead of their frames, where the ring is
+//! on (`Config::scan_rings`) and one can be had (else it is a stream as above): the ring's
+//! I/O threads read the evicted pages ahead of the consumers into the ring's buffers,
+//! verified, and a consumer takes a page's image from there ([`Morsel::ring_page`]) — no
+//! frame is allocated, zeroed, filled and released for it; the pages the ring did not
+//! read (resident, changed since the read, failed) it fixes as usual. Consumers hold their
+//! positions through a [`Morsel`], which gives them back as the consumer moves on (and
+//! the rest when it is dropped, however the consumer ends).
+//!
 //! Lifetime: the I/O thread owns nothing but page latches it holds during one
 //! `prefetch` call (released before the call returns, whatever happens). Dropping the
 //! stream (or returning from [`BufferManager::read_ahead`]) stops it: the ranges still
@@ -31,6 +42,7 @@ use std::sync::Arc;
 use parking_lot::{Condvar, Mutex};
 
 use super::manager::BufferManager;
+use super::ring::{Bm, Pages, Ring};
 use crate::storage::PageId;
 
 /// The pages of a stream, by position.
@@ -147,7 +159,62 @@ pub struct ReadAhead<'s> {
     shared: Arc<Shared>,
     /// The I/O threads of a stream made by [`ReadAhead::spawn`] (joined on drop).
     owned: Vec<std::thread::JoinHandle<()>>,
+    /// Ring mode: the ring the pages are read into (its I/O threads instead of the
+    /// stream's).
+    ring: Option<Arc<Ring<'s>>>,
     _source: std::marker::PhantomData<&'s ()>,
+}
+
+/// A consumer's positions of a stream (see [`ReadAhead::morsel`]): in ring mode, it hands
+/// out the images the ring read and gives the positions back as the consumer moves on, and
+/// the rest when it is dropped.
+pub struct Morsel<'r> {
+    ring: Option<&'r Ring<'r>>,
+    range: Range<usize>,
+    /// Positions of the morsel before it are given back.
+    next: usize,
+    /// The position whose image was handed out last, held in the ring until the next call.
+    held: Option<usize>,
+}
+
+impl Morsel<'_> {
+    /// The positions.
+    pub fn range(&self) -> Range<usize> {
+        self.range.clone()
+    }
+
+    /// The payload of the page at position `pos` (as a guard's `data()` shows it) from the
+    /// stream's ring, if the ring read it and it is still the page; `None`: fix the page.
+    /// Positions are taken in increasing order: the morsel's positions before `pos` (and
+    /// the bytes handed out for them) are given back.
+    pub fn ring_page(&mut self, pos: usize) -> Option<&[u8]> {
+        let ring = self.ring?;
+        if pos < self.next || pos >= self.range.end {
+            return None;
+        }
+        // The last image's bytes are no longer borrowed (this takes `&mut self`).
+        if let Some(h) = self.held.take() {
+            ring.unhold(h);
+        }
+        ring.release_range(self.next..pos);
+        self.next = pos;
+        let image = ring.take(pos);
+        if image.is_some() {
+            self.held = Some(pos);
+        }
+        image
+    }
+}
+
+impl Drop for Morsel<'_> {
+    fn drop(&mut self) {
+        if let Some(ring) = self.ring {
+            if let Some(h) = self.held.take() {
+                ring.unhold(h);
+            }
+            ring.release_range(self.next..self.range.end);
+        }
+    }
 }
 
 impl ReadAhead<'_> {
@@ -215,6 +282,26 @@ impl ReadAhead<'_> {
         }
     }
 
+    /// Whether the stream reads into a ring (see the module documentation).
+    pub fn ring_mode(&self) -> bool {
+        self.ring.is_some()
+    }
+
+    /// Positions `range` (a morsel a consumer got from elsewhere than
+    /// [`claim`](Self::claim)), held for the consumer (see [`Morsel`]). In ring mode each
+    /// position of the stream should be in some consumer's morsel once: positions nobody
+    /// takes hold the ring back until a consumer a whole ring ahead of them has waited
+    /// briefly (50 ms) and the ring skips them.
+    pub fn morsel(&self, range: Range<usize>) -> Morsel<'_> {
+        let range = range.start.min(self.shared.len)..range.end.min(self.shared.len);
+        Morsel { ring: self.ring.as_deref(), next: range.start, range, held: None }
+    }
+
+    /// [`claim`](Self::claim) as a [`Morsel`].
+    pub fn claim_morsel(&self, max: usize) -> Option<Morsel<'_>> {
+        self.claim(max).map(|r| self.morsel(r))
+    }
+
     /// What the stream did so far.
     pub fn stats(&self) -> ReadAheadStats {
         let s = &self.shared;
@@ -232,6 +319,9 @@ impl ReadAhead<'_> {
     fn stop(&self) {
         self.shared.stop.store(true, Ordering::Relaxed);
         self.shared.wake_all();
+        if let Some(ring) = &self.ring {
+            ring.halt();
+        }
     }
 }
 
@@ -254,7 +344,18 @@ impl ReadAhead<'static> {
                 spawned.ok()
             })
             .collect();
-        ReadAhead { shared, owned, _source: std::marker::PhantomData }
+        ReadAhead { shared, owned, ring: None, _source: std::marker::PhantomData }
+    }
+
+    /// [`spawn`](Self::spawn) in ring mode (see the module documentation), where a ring
+    /// can be had.
+    pub fn spawn_ring(bm: Arc<BufferManager>, source: Arc<dyn PageSource>) -> ReadAhead<'static> {
+        let Some(ring) = Ring::new(Bm::Arc(bm.clone()), Pages::Source(source.clone()), true) else {
+            return ReadAhead::spawn(bm, source);
+        };
+        let ring = Arc::new(ring);
+        let owned = ring.spawn();
+        ReadAhead { shared: new_stream(&bm, &*source), owned, ring: Some(ring), _source: std::marker::PhantomData }
     }
 }
 
@@ -416,9 +517,27 @@ impl BufferManager {
                     sh.threads.fetch_sub(1, Ordering::AcqRel);
                 }
             }
-            let ra = ReadAhead { shared: shared.clone(), owned: Vec::new(), _source: std::marker::PhantomData };
+            let ra = ReadAhead { shared: shared.clone(), owned: Vec::new(), ring: None, _source: std::marker::PhantomData };
             f(&ra)
             // `ra` is dropped here (stopping the thread), then the scope joins it.
+        })
+    }
+
+    /// [`read_ahead`](Self::read_ahead) in ring mode (see [`super::readahead`]), where a
+    /// ring can be had: the consumers take their pages through [`ReadAhead::claim_morsel`]
+    /// or [`ReadAhead::morsel`] and [`Morsel::ring_page`].
+    pub fn read_ahead_ring<R>(&self, source: &(impl PageSource + ?Sized), f: impl FnOnce(&ReadAhead<'_>) -> R) -> R {
+        let pids: Vec<PageId> = (0..source.len()).map(|i| source.page(i)).collect();
+        let Some(ring) = Ring::new(Bm::Ref(self), Pages::Source(Arc::new(pids)), true) else {
+            return self.read_ahead(source, f);
+        };
+        let ring = Arc::new(ring);
+        std::thread::scope(|scope| {
+            ring.spawn_scoped(scope);
+            let ra = ReadAhead { shared: new_stream(self, source), owned: Vec::new(), ring: Some(ring.clone()), _source: std::marker::PhantomData };
+            f(&ra)
+            // `ra` is dropped here (halting the ring, a panic too), then the scope joins
+            // the ring's threads.
         })
     }
 

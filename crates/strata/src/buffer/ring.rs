@@ -12,6 +12,10 @@
 //! it moves on, and the thread reads the next page into it. Pages never enter the pool, so
 //! a scan does not push out what others use either.
 //!
+//! Users: B+-tree scans (the children ahead of a leaf, one consumer) and read-ahead
+//! streams in ring mode ([`super::readahead`]: column scans, the bench's scan; several
+//! consumers, each giving back exactly the positions of its morsels).
+//!
 //! # Why an image from the disk is the page
 //! A page is read so only if it is EVICTED (and allocated, and not held by the remote
 //! tier); its state word is noted before the read. The disk holds an evicted page's
@@ -25,11 +29,16 @@
 //! `None`: it fixes the page as usual.
 
 use std::alloc::Layout;
+use std::collections::BTreeSet;
+use std::ops::{Deref, Range};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
 use super::manager::BufferManager;
+use super::readahead::PageSource;
 use super::space::Space;
 use super::state::Word;
 use crate::storage::page;
@@ -45,6 +54,13 @@ const POOL_SHARE: u64 = 8;
 const IO_THREADS: usize = 2;
 /// A ring needs at least this many buffers.
 const MIN_SLOTS: usize = 4;
+/// The longest a consumer of a shared ring waits for its page's image before fixing the
+/// page instead (a consumer that never gives its positions back cannot stall the others).
+const SHARED_WAIT: Duration = Duration::from_secs(1);
+/// How long a consumer of a shared ring waits for positions before the ring's window (held
+/// by slower consumers, or never to be taken: a stream restarted under a consumer) before
+/// the ring skips the ones nobody holds.
+const SKIP_WAIT: Duration = Duration::from_millis(50);
 
 /// A ring's buffers: one 4 KiB-aligned allocation, charged to the pool's budget for as
 /// long as it exists (in a ring or kept in the [`RingCache`]).
@@ -128,6 +144,14 @@ struct State {
     ready: Vec<Option<Filled>>,
     /// Positions below this are given back (their buffers are free).
     released: usize,
+    /// Positions at or past `released` given back out of order (consumers of a shared
+    /// ring finish their morsels in any order).
+    freed: BTreeSet<usize>,
+    /// Positions of a shared ring whose images a consumer is using ([`Ring::take`]).
+    held: BTreeSet<usize>,
+    /// First positions of the batches being read (their buffers are the I/O threads' until
+    /// published, whatever `released` says).
+    reading: Vec<usize>,
     /// Positions below this are (being) read by an I/O thread.
     claimed: usize,
     /// I/O threads running.
@@ -136,12 +160,83 @@ struct State {
     finished: bool,
 }
 
+/// The buffer manager of a ring: borrowed (a scan's ring) or shared (a stream that
+/// outlives the call that made it, [`super::ReadAhead::spawn_ring`]).
+pub(super) enum Bm<'a> {
+    Ref(&'a BufferManager),
+    Arc(Arc<BufferManager>),
+}
+
+impl Deref for Bm<'_> {
+    type Target = BufferManager;
+    fn deref(&self) -> &BufferManager {
+        match self {
+            Bm::Ref(bm) => bm,
+            Bm::Arc(bm) => bm,
+        }
+    }
+}
+
+/// The pages of a ring, by position.
+pub(super) enum Pages<'a> {
+    Slice(&'a [PageId]),
+    Source(Arc<dyn PageSource>),
+}
+
+impl Pages<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Pages::Slice(s) => s.len(),
+            Pages::Source(s) => s.len(),
+        }
+    }
+    fn get(&self, pos: usize) -> PageId {
+        match self {
+            Pages::Slice(s) => s[pos],
+            Pages::Source(s) => s.page(pos),
+        }
+    }
+}
+
+impl State {
+    /// Skips positions below `to` that no consumer holds (they are not handed out any more;
+    /// a consumer that asks for one fixes the page).
+    fn skip_to(&mut self, to: usize) {
+        let to = self.held.first().map_or(to, |&h| h.min(to));
+        if to > self.released {
+            self.released = to;
+            self.settle();
+        }
+    }
+
+    /// Moves `released` over the positions given back out of order right after it.
+    fn settle(&mut self) {
+        while let Some(&p) = self.freed.first() {
+            if p > self.released {
+                break;
+            }
+            self.freed.pop_first();
+            if p == self.released {
+                self.released += 1;
+            }
+        }
+    }
+}
+
 /// A scan ring over a list of pages (see the module documentation).
+///
+/// A ring has one consumer that takes positions in increasing order and gives back
+/// everything up to a position ([`Ring::release`], the B+-tree scan), or — *shared*, the
+/// ring of a read-ahead stream ([`super::ReadAhead::spawn_ring`],
+/// [`BufferManager::read_ahead_ring`]) — several, each taking the positions of its
+/// morsels in increasing order and giving back exactly those ([`Ring::release_range`]).
 pub struct Ring<'a> {
-    bm: &'a BufferManager,
-    pids: &'a [PageId],
-    /// The pages' space (pages of any other are not read into the ring).
-    sp: &'a Space,
+    bm: Bm<'a>,
+    pids: Pages<'a>,
+    /// The first page: its space is the ring's (pages of any other are not read into it).
+    first: PageId,
+    /// Several consumers (see above).
+    shared: bool,
     slot: usize,
     slots: usize,
     /// Taken out (`None`) only when the ring is dropped.
@@ -167,40 +262,102 @@ impl<'a> Ring<'a> {
         unsafe { self.buf.add((pos % self.slots) * self.slot) }
     }
 
+    /// The space of the ring's pages, if it is (still) addressable.
+    fn space(&self) -> Option<&Space> {
+        self.bm.addressable_space(self.first)
+    }
+
     /// The payload of the page at `pos` (its bytes after the page header, as a guard's
     /// `data()` shows them), read ahead, if its image is the page now (`None`: fix it as
     /// usual).
-    /// The bytes stay valid until [`release`](Self::release) of `pos`; positions are taken
-    /// in increasing order.
+    /// The bytes stay valid until `pos` is given back ([`release`](Self::release) of `pos`
+    /// or a later position; [`release_range`](Self::release_range) of `pos` for a shared
+    /// ring); a consumer takes its positions in increasing order.
     pub fn get(&self, pos: usize) -> Option<&[u8]> {
+        self.image(pos, false)
+    }
+
+    /// [`get`](Self::get) for a consumer of a shared ring ([`super::readahead::Morsel`]):
+    /// the position is *held* while its bytes are in use — a [`release_range`] of it by
+    /// anyone else (two morsels over the same positions) does not give its buffer back, and
+    /// a position someone gave back is not handed out — until [`unhold`](Self::unhold).
+    ///
+    /// [`release_range`]: Self::release_range
+    pub(super) fn take(&self, pos: usize) -> Option<&[u8]> {
+        self.image(pos, true)
+    }
+
+    /// Ends the hold of `take(pos)` (the consumer then gives the position back).
+    pub(super) fn unhold(&self, pos: usize) {
+        self.state.lock().held.remove(&pos);
+    }
+
+    fn image(&self, pos: usize, hold: bool) -> Option<&[u8]> {
+        if pos >= self.pids.len() {
+            return None;
+        }
         let filled = {
             let mut st = self.state.lock();
             if pos >= st.released + self.slots {
-                // The scan skipped positions: their buffers are free.
-                st.released = pos + 1 - self.slots;
-                self.cv.notify_all();
+                // A single consumer skipped positions: their buffers are free. Consumers of
+                // a shared ring may still be at them: this one waits (briefly) for them to
+                // be given back, then skips those nobody holds.
+                if self.shared {
+                    let until = Instant::now() + SKIP_WAIT;
+                    while pos >= st.released + self.slots && !st.finished {
+                        if self.cv.wait_until(&mut st, until).timed_out() {
+                            break;
+                        }
+                    }
+                }
+                if pos >= st.released + self.slots {
+                    // (A shared ring skips to `pos`, so that the window ahead of this
+                    // consumer fills at once; held positions are never skipped.)
+                    st.skip_to(if self.shared { pos } else { pos + 1 - self.slots });
+                    self.cv.notify_all();
+                }
             }
-            loop {
+            let deadline = self.shared.then(|| Instant::now() + SHARED_WAIT);
+            let filled = loop {
                 if pos < st.released {
                     return None;
                 }
                 match st.ready[pos % self.slots] {
                     Some(f) if f.pos == pos => break f,
                     _ if st.finished => return None,
-                    _ => self.cv.wait(&mut st),
+                    _ => match deadline {
+                        Some(d) => {
+                            if self.cv.wait_until(&mut st, d).timed_out() {
+                                return None;
+                            }
+                        }
+                        None => self.cv.wait(&mut st),
+                    },
                 }
+            };
+            // A held position is not given back (`release_range` skips it), so `released`
+            // stays at or below it and its buffer is not reused until `unhold`.
+            if hold && (filled.seen.is_none() || st.freed.contains(&pos) || !st.held.insert(pos)) {
+                return None;
             }
+            filled
         };
-        let seen = filled.seen?;
-        let pid = self.pids[pos];
+        let pid = self.pids.get(pos);
         // Still the page: its state word has not changed since the read.
-        if self.sp.state(pid.index()).load() != seen {
+        let same = filled.seen.is_some() && self.space().is_some_and(|sp| Some(sp.state(pid.index()).load()) == filled.seen);
+        if !same {
+            if hold {
+                self.unhold(pos);
+            }
             return None;
         }
         // SAFETY: the buffer of `pos` was filled and published under the mutex (which
         // orders the I/O thread's writes and the kernel's before this read); the I/O thread
-        // does not touch it again before `release(pos)`, which needs `&self` no longer
-        // borrowed by the returned slice's users (the caller's contract).
+        // does not touch it again before `pos` is given back: by `release(pos)` (or a later
+        // position), which needs `&self` no longer borrowed by the returned slice's users
+        // (the single consumer's contract), or, in a shared ring, only after `unhold(pos)`
+        // (a held position is never given back), which the holder (a `Morsel`) calls only
+        // once the slice's `&mut` borrow of it has ended.
         let image = unsafe { std::slice::from_raw_parts(self.slot_ptr(pos), self.slot) };
         self.bm.count_ring_hit();
         // The payload, as a guard's `data()` shows a frame.
@@ -209,7 +366,7 @@ impl<'a> Ring<'a> {
 
     /// The page at `pos` of the ring's list.
     pub fn page_of(&self, pos: usize) -> PageId {
-        self.pids[pos]
+        self.pids.get(pos)
     }
 
     /// Gives back the buffers of positions up to `pos` (the scan has moved past them).
@@ -217,11 +374,44 @@ impl<'a> Ring<'a> {
         let mut st = self.state.lock();
         if pos + 1 > st.released {
             st.released = pos + 1;
-            // Wake the I/O threads when a batch's buffers are free.
-            if st.released + self.slots >= st.claimed + self.batch() {
-                self.cv.notify_all();
+            st.settle();
+            self.wake_io(&st);
+        }
+    }
+
+    /// Gives back the buffers of positions `range` (a consumer of a shared ring is done
+    /// with them, or will not take them); the positions before them may still be held.
+    pub fn release_range(&self, range: Range<usize>) {
+        let mut st = self.state.lock();
+        let from = range.start.max(st.released);
+        if from >= range.end {
+            return;
+        }
+        for p in from..range.end {
+            // (A position another consumer holds is given back by its holder.)
+            if !st.held.contains(&p) {
+                st.freed.insert(p);
             }
         }
+        let before = st.released;
+        st.settle();
+        if st.released > before {
+            self.wake_io(&st);
+        }
+    }
+
+    /// Wakes the I/O threads when a batch's buffers are free.
+    fn wake_io(&self, st: &State) {
+        if st.released + self.slots >= st.claimed + self.batch() {
+            self.cv.notify_all();
+        }
+    }
+
+    /// Stops the I/O threads (a read under way finishes first): nothing more is read.
+    pub(super) fn halt(&self) {
+        self.stop.store(true, Ordering::Release);
+        let _st = self.state.lock();
+        self.cv.notify_all();
     }
 
     /// Pages per read batch: a quarter of the ring, so that several are in flight.
@@ -247,8 +437,12 @@ impl<'a> Ring<'a> {
                     // A whole batch (or the rest of the list) once its buffers are free:
                     // page-sized batches would cost a request and a wake-up per page.
                     let end = start + self.batch().min(self.pids.len() - start);
-                    if end <= st.released + self.slots {
+                    // Free: given back, and not still being read into by another thread (a
+                    // skip may have given back positions whose batch is in flight).
+                    let free = st.reading.iter().fold(st.released, |r, &s| r.min(s)) + self.slots;
+                    if end <= free {
                         st.claimed = end;
+                        st.reading.push(start);
                         break Some(start..end);
                     }
                     self.cv.wait(&mut st);
@@ -257,6 +451,7 @@ impl<'a> Ring<'a> {
             let Some(range) = range else { break };
             let results = self.read(range.clone());
             let mut st = self.state.lock();
+            st.reading.retain(|&s| s != range.start);
             for (pos, seen) in range.zip(results) {
                 if pos >= st.released {
                     st.ready[pos % self.slots] = Some(Filled { pos, seen });
@@ -275,13 +470,13 @@ impl<'a> Ring<'a> {
     /// Reads the pages at `positions` into their buffers (which this thread owns): per
     /// position, the state word the page kept across its read, if the image is the page.
     fn read(&self, positions: std::ops::Range<usize>) -> Vec<Option<Word>> {
-        let bm = self.bm;
-        let sp = self.sp;
+        let bm = &*self.bm;
+        let Some(sp) = self.space() else { return vec![None; positions.len()] };
         // Which positions can be read, with their state words.
         let mut seen: Vec<Option<Word>> = positions
             .clone()
             .map(|pos| {
-                let pid = self.pids[pos];
+                let pid = self.pids.get(pos);
                 let index = pid.index();
                 if bm.addressable_space(pid).is_none_or(|s| !std::ptr::eq(s, sp)) || sp.pid(index) != pid {
                     return None;
@@ -300,7 +495,7 @@ impl<'a> Ring<'a> {
                 Some((first, n))
                     if *first + *n == pos
                         && pos % self.slots != 0
-                        && self.pids[pos].index() == self.pids[pos - 1].index() + 1
+                        && self.pids.get(pos).index() == self.pids.get(pos - 1).index() + 1
                         && (*n + 1) * self.slot <= MAX_RUN_BYTES =>
                 {
                     *n += 1
@@ -314,9 +509,11 @@ impl<'a> Ring<'a> {
                 // SAFETY: the buffers of positions first..first+n are adjacent (the run does
                 // not wrap around the ring), inside the allocation, 4 KiB aligned, and owned
                 // by this thread until it publishes them (the scan reads a buffer only once
-                // it is published for its position, and released buffers are not read).
+                // it is published for its position, and released buffers are not read; no
+                // other I/O thread claims a position whose buffer is one of a batch still in
+                // flight, see `reading`).
                 let buf = IoBufMut::from_slice(unsafe { std::slice::from_raw_parts_mut(self.slot_ptr(first), n * self.slot) });
-                ReadReq::new(buf, sp.offset(self.pids[first].index()))
+                ReadReq::new(buf, sp.offset(self.pids.get(first).index()))
             })
             .collect();
         bm.read_batch(sp, &mut reqs);
@@ -326,7 +523,7 @@ impl<'a> Ring<'a> {
             for k in 0..n {
                 let pos = first + k;
                 let i = pos - positions.start;
-                let pid = self.pids[pos];
+                let pid = self.pids.get(pos);
                 // SAFETY: this thread's buffer of `pos`, written by the completed read.
                 let image = unsafe { std::slice::from_raw_parts(self.slot_ptr(pos), self.slot) };
                 let whole = (k + 1) * self.slot <= got;
@@ -361,71 +558,119 @@ impl BufferManager {
     /// ring can be had (rings off, too small a pool, no room, no thread, an empty list or
     /// one whose first page is not addressable): the caller then reads its pages as usual.
     pub fn scan_ring<R>(&self, pids: &[PageId], f: impl FnOnce(Option<&Ring<'_>>) -> R) -> R {
-        let Some(ring) = self.new_ring(pids) else { return f(None) };
+        let Some(ring) = Ring::new(Bm::Ref(self), Pages::Slice(pids), false) else { return f(None) };
         std::thread::scope(|scope| {
-            let r = &ring;
-            for _ in 0..IO_THREADS {
-                r.state.lock().running += 1;
-                if std::thread::Builder::new().name("strata-ring".into()).spawn_scoped(scope, move || r.io()).is_err() {
-                    let mut st = r.state.lock();
-                    st.running -= 1;
-                    st.finished = st.running == 0;
-                }
-            }
+            ring.spawn_scoped(scope);
             // Stops the I/O threads however `f` ends (a panic too: the scope joins them).
             struct Stop<'r, 'a>(&'r Ring<'a>);
             impl Drop for Stop<'_, '_> {
                 fn drop(&mut self) {
-                    self.0.stop.store(true, Ordering::Release);
-                    let _st = self.0.state.lock();
-                    self.0.cv.notify_all();
+                    self.0.halt();
                 }
             }
             let _stop = Stop(&ring);
             f(Some(&ring))
         })
     }
+}
 
-    fn new_ring<'a>(&'a self, pids: &'a [PageId]) -> Option<Ring<'a>> {
-        if !self.scan_rings || pids.is_empty() {
+impl<'a> Ring<'a> {
+    /// A ring over `pids` (`shared`: for several consumers, see [`Ring`]), or `None` where
+    /// none can be had (rings off, too small a pool, no room, an empty list or one whose
+    /// first page is not addressable). Its I/O threads are started by the caller.
+    pub(super) fn new(bm: Bm<'a>, pids: Pages<'a>, shared: bool) -> Option<Ring<'a>> {
+        if !bm.scan_rings || pids.len() == 0 {
             return None;
         }
-        let sp = self.addressable_space(pids[0])?;
-        let slot = sp.page_size() as usize;
-        let bytes = (self.pool_size() / POOL_SHARE).min(MAX_RING_BYTES);
+        let first = pids.get(0);
+        let slot = bm.addressable_space(first)?.page_size() as usize;
+        let bytes = (bm.pool_size() / POOL_SHARE).min(MAX_RING_BYTES);
         let slots = (bytes as usize / slot).min(pids.len().max(MIN_SLOTS));
         if slots < MIN_SLOTS || slot < 4096 {
             return None;
         }
         let total = slots * slot;
-        let mem = match self.rings.take(total) {
+        let mem = match bm.rings.take(total) {
             Some(mem) => mem,
             None => {
                 // Charged first (evicting as needed), without waiting for pinned pages.
-                self.try_reserve(total as u64).ok()?;
-                let layout = Layout::from_size_align(total, 4096).ok()?;
+                bm.try_reserve(total as u64).ok()?;
+                let Ok(layout) = Layout::from_size_align(total, 4096) else {
+                    bm.release(total as u64);
+                    return None;
+                };
                 // SAFETY: a non-zero size (slots >= MIN_SLOTS, slot >= 4096).
                 let ptr = unsafe { std::alloc::alloc(layout) };
                 if ptr.is_null() {
-                    self.release(total as u64);
+                    bm.release(total as u64);
                     return None;
                 }
-                self.rings.bytes.fetch_add(total as u64, Ordering::AcqRel);
+                bm.rings.bytes.fetch_add(total as u64, Ordering::AcqRel);
                 RingBuf { ptr, layout }
             }
         };
         Some(Ring {
-            bm: self,
+            bm,
             pids,
-            sp,
+            first,
+            shared,
             slot,
             slots,
             buf: mem.ptr,
             mem: Some(mem),
-            state: Mutex::new(State { ready: vec![None; slots], released: 0, claimed: 0, running: 0, finished: false }),
+            state: Mutex::new(State {
+                ready: vec![None; slots],
+                released: 0,
+                freed: BTreeSet::new(),
+                held: BTreeSet::new(),
+                reading: Vec::new(),
+                claimed: 0,
+                running: 0,
+                finished: false,
+            }),
             cv: Condvar::new(),
             stop: AtomicBool::new(false),
         })
+    }
+
+    /// Counts an I/O thread in before it is started (`started`: whether it was); a ring
+    /// none of whose threads started is finished (its consumers fix every page).
+    fn count_thread(&self, started: impl FnOnce() -> bool) {
+        self.state.lock().running += 1;
+        if !started() {
+            let mut st = self.state.lock();
+            st.running -= 1;
+            st.finished = st.running == 0;
+        }
+    }
+
+    /// Starts the I/O threads in `scope` (which joins them; [`halt`](Self::halt) stops them).
+    pub(super) fn spawn_scoped<'scope>(&'scope self, scope: &'scope std::thread::Scope<'scope, '_>)
+    where
+        'a: 'scope,
+    {
+        for _ in 0..IO_THREADS {
+            self.count_thread(|| std::thread::Builder::new().name("strata-ring".into()).spawn_scoped(scope, move || self.io()).is_ok());
+        }
+    }
+}
+
+impl Ring<'static> {
+    /// Starts the I/O threads of a ring that owns what it reads; the caller
+    /// [`halt`](Ring::halt)s it and joins the handles.
+    pub(super) fn spawn(self: &Arc<Self>) -> Vec<std::thread::JoinHandle<()>> {
+        let mut handles = Vec::new();
+        for _ in 0..IO_THREADS {
+            let r = self.clone();
+            self.count_thread(|| match std::thread::Builder::new().name("strata-ring".into()).spawn(move || r.io()) {
+                Ok(h) => {
+                    handles.push(h);
+                    true
+                }
+                Err(_) => false,
+            });
+        }
+        handles
     }
 }
 
@@ -484,5 +729,32 @@ mod tests {
         }
         assert_eq!(bm.stats().ring_bytes, 0);
         bm.check_invariants().unwrap();
+    }
+
+    /// A shared ring's positions given back out of order free their buffers only once
+    /// every position before them is given back (another consumer may still hold those):
+    /// the I/O threads never reuse a buffer a consumer holds.
+    #[test]
+    fn a_shared_ring_frees_buffers_only_below_every_position_still_held() {
+        let (_dir, bm) = crate::testutil::bm(1 << 20, 4096);
+        let pids: Vec<PageId> = (0..40).map(|_| bm.alloc(100).unwrap().pid()).collect();
+        let ring = Ring::new(Bm::Ref(&bm), Pages::Slice(&pids), true).expect("a ring in a 1 MiB pool");
+        // (No I/O threads: only the bookkeeping is looked at.)
+        ring.release_range(4..8);
+        ring.release_range(10..12);
+        assert_eq!(ring.state.lock().released, 0, "positions 0..4 are still held");
+        ring.release_range(0..3);
+        assert_eq!(ring.state.lock().released, 3, "position 3 is still held");
+        ring.release_range(3..4);
+        assert_eq!(ring.state.lock().released, 8, "8..10 are still held");
+        ring.release_range(8..10);
+        let st = ring.state.lock();
+        assert_eq!((st.released, st.freed.len()), (12, 0));
+        drop(st);
+        // A shared ring does not free the positions a consumer skips ahead of (a single
+        // consumer's ring does): with no I/O thread, the far position is simply not served.
+        ring.state.lock().finished = true;
+        assert!(ring.get(12 + ring.slots + 3).is_none());
+        assert_eq!(ring.state.lock().released, 12);
     }
 }
