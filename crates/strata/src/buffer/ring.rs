@@ -270,10 +270,15 @@ impl<'a> Ring<'a> {
     /// The payload of the page at `pos` (its bytes after the page header, as a guard's
     /// `data()` shows them), read ahead, if its image is the page now (`None`: fix it as
     /// usual).
-    /// The bytes stay valid until `pos` is given back ([`release`](Self::release) of `pos`
-    /// or a later position; [`release_range`](Self::release_range) of `pos` for a shared
-    /// ring); a consumer takes its positions in increasing order.
-    pub fn get(&self, pos: usize) -> Option<&[u8]> {
+    /// A consumer takes its positions in increasing order.
+    ///
+    /// # Safety
+    /// The bytes are valid only until `pos` is given back ([`release`](Self::release) of
+    /// `pos` or a later position, [`release_range`](Self::release_range) of a range with
+    /// `pos`), by this thread or any other: then an I/O thread may read the next page into
+    /// the buffer. The caller must not use them after that (the borrow checker cannot see
+    /// it: giving back takes `&self` too).
+    pub unsafe fn get(&self, pos: usize) -> Option<&[u8]> {
         self.image(pos, false)
     }
 
@@ -701,7 +706,8 @@ mod tests {
             let ring = ring.expect("a ring in a 1 MiB pool");
             assert_eq!(bm.stats().ring_bytes, (ring.slots * ring.slot) as u64);
             assert!(bm.used_bytes() <= bm.pool_size());
-            let first = ring.get(0).expect("an evicted page read into the ring");
+            // SAFETY: the image is read before position 0 is given back.
+            let first = unsafe { ring.get(0) }.expect("an evicted page read into the ring");
             assert_eq!(mark(first), marks[&cold[0]]);
             ring.release(0);
             // Position 1 was read with position 0 (one batch); change the page now.
@@ -709,10 +715,12 @@ mod tests {
                 let mut g = bm.fix_exclusive(cold[1]).unwrap();
                 g.write(0, &u64::MAX.to_le_bytes());
             }
-            assert!(ring.get(1).is_none(), "an image older than the page's change was handed out");
+            // SAFETY: no image is handed out (checked), so none is used.
+            assert!(unsafe { ring.get(1) }.is_none(), "an image older than the page's change was handed out");
             ring.release(1);
             for (pos, pid) in cold.iter().enumerate().skip(2) {
-                if let Some(p) = ring.get(pos) {
+                // SAFETY: the image is read before `pos` is given back.
+                if let Some(p) = unsafe { ring.get(pos) } {
                     assert_eq!(mark(p), marks[pid], "position {pos}");
                 }
                 ring.release(pos);
@@ -754,7 +762,8 @@ mod tests {
         // A shared ring does not free the positions a consumer skips ahead of (a single
         // consumer's ring does): with no I/O thread, the far position is simply not served.
         ring.state.lock().finished = true;
-        assert!(ring.get(12 + ring.slots + 3).is_none());
+        // SAFETY: no image is handed out (checked), so none is used.
+        assert!(unsafe { ring.get(12 + ring.slots + 3) }.is_none());
         assert_eq!(ring.state.lock().released, 12);
     }
 }

@@ -244,7 +244,10 @@ fn walk<'a>(
                 // The ring's image, if it is the child now (an optimistic read of an evicted
                 // page; the parent, validated after it, still points to the child).
                 if let Some(pos) = i.checked_sub(r.first) {
-                    if let Some(image) = r.ring.get(pos) {
+                    // SAFETY: this walk is the ring's only consumer, and it gives `pos` back
+                    // only once the image is no longer used: below if it is not taken, else
+                    // after the visitor read it (the `Cur::Image` arm), before `cur` moves on.
+                    if let Some(image) = unsafe { r.ring.get(pos) } {
                         if r.ring.page_of(pos) == PageId::from_raw(child) && parent.g.validate() {
                             parent.idx = i;
                             cur = Cur::Image(PageId::from_raw(child), image, i);
