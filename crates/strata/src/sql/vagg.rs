@@ -744,6 +744,8 @@ struct Scratch {
     codes: Vec<u128>,
     /// One key column's codes.
     col: Vec<u64>,
+    /// Per row of the batch: whether its key packs.
+    ok: Vec<bool>,
 }
 
 /// Small group keys straight to their group in the cache: a key of at most two columns
@@ -822,13 +824,16 @@ fn small_type(ty: ColumnType) -> bool {
     matches!(ty, ColumnType::I64 | ColumnType::Date | ColumnType::Bool | ColumnType::Str | ColumnType::Bytes)
 }
 
-/// The batch's rows' keys packed (see [`SmallKeys`]) into `x.codes`, if every row's packs.
+/// The batch's rows' keys packed (see [`SmallKeys`]) into `x.codes`, and whether each
+/// row's key packs into `x.ok` (`false`: a key column's type never packs).
 fn small_keys(b: &Batch<'_>, cols: &[usize], x: &mut Scratch) -> bool {
     let n = b.sel.len();
     x.col.resize(n, 0);
+    x.ok.clear();
+    x.ok.resize(n, true);
     x.codes.clear();
     for (j, &c) in cols.iter().enumerate() {
-        if !b.lf.small_codes(c, b.sel, &mut x.col[..n]) {
+        if !b.lf.small_codes(c, b.sel, &mut x.col[..n], &mut x.ok) {
             return false;
         }
         if j == 0 {
@@ -861,11 +866,11 @@ fn group_batch(g: &Grouping<'_>, prog: &mut Prog, b: &Batch<'_>, cache: &mut Gro
         // hash and a probe.
         let mut prev: Option<u32> = None;
         x.small.sync(cache.generation());
-        // The rows' keys packed, if all pack, and the last packed key met with its group.
+        // The rows' keys packed (where they pack), and the last packed key met with its group.
         let codes = g.small && small_keys(b, &g.key_cols, x);
         let mut last: Option<(u128, u32)> = None;
         while k < b.sel.len() {
-            let sk = if codes && !x.small.full() { Some(x.codes[k]) } else { None };
+            let sk = if codes && x.ok[k] && !x.small.full() { Some(x.codes[k]) } else { None };
             if let Some(gid) = sk.and_then(|sk| match last {
                 Some((c, gid)) if c == sk => Some(gid),
                 _ => x.small.get(sk),

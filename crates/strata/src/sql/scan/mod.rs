@@ -842,14 +842,12 @@ impl<'a> LeafView<'a> {
             out.extend(sel.iter().map(|&i| f(u64::from_le_bytes(col[i as usize * 8..i as usize * 8 + 8].try_into().unwrap()))));
         }
     }
-    /// Writes a code of the value of `col` at each row of `sel` into `out` (one per row): a code that no other value of the column's type
-    /// shares, in 64 bits (an integer, date or boolean itself; a string's length and its at
-    /// most 7 bytes). `false` (with `out` partly written) if a row is NULL, a string is
-    /// longer, a boolean unreadable, or the column holds doubles.
-    pub(crate) fn small_codes(&self, col: usize, sel: &[u32], out: &mut [u64]) -> bool {
-        if self.any_null(col, sel) {
-            return false;
-        }
+    /// Writes a code of the value of `col` at each row of `sel` into `out` (one per row): a
+    /// code that no other value of the column's type shares, in 64 bits (an integer, date or
+    /// boolean itself; a string's length and its at most 7 bytes). A row whose value has no
+    /// code (NULL, a longer string, an unreadable boolean) gets `false` in `ok`; `false` if
+    /// the column's type has no codes at all (doubles).
+    pub(crate) fn small_codes(&self, col: usize, sel: &[u32], out: &mut [u64], ok: &mut [bool]) -> bool {
         let at = self.at[col].1;
         let p = self.page;
         match self.schema.columns[col].ty {
@@ -864,28 +862,39 @@ impl<'a> LeafView<'a> {
                 }
             }
             ColumnType::Bool => {
-                for (o, &i) in out.iter_mut().zip(sel) {
+                for ((o, k), &i) in out.iter_mut().zip(ok.iter_mut()).zip(sel) {
                     match p[at + i as usize] {
                         b @ (0 | 1) => *o = b as u64,
-                        _ => return false,
+                        _ => *k = false,
                     }
                 }
             }
             ColumnType::Str | ColumnType::Bytes => {
-                for (o, &i) in out.iter_mut().zip(sel) {
+                for ((o, k), &i) in out.iter_mut().zip(ok.iter_mut()).zip(sel) {
                     // The 16-byte header: the length, then (at most 12 bytes) the string.
                     let h = at + i as usize * 16;
-                    let Some(w) = p.get(h..h + 16) else { return false };
+                    let Some(w) = p.get(h..h + 16) else {
+                        *k = false;
+                        continue;
+                    };
                     let w = u128::from_le_bytes(w.try_into().unwrap());
                     let len = w as u32;
                     if len > 7 {
-                        return false;
+                        *k = false;
+                        continue;
                     }
                     let bytes = (w >> 32) as u64 & ((1u64 << (8 * len)) - 1);
                     *o = len as u64 | bytes << 8;
                 }
             }
             ColumnType::F64 => return false,
+        }
+        if self.any_null(col, sel) {
+            for (k, &i) in ok.iter_mut().zip(sel) {
+                if self.is_null(col, i as usize) {
+                    *k = false;
+                }
+            }
         }
         true
     }
