@@ -28,7 +28,6 @@
 //! (resident, latched, another size class, changed, failed) is handed to the scan as
 //! `None`: it fixes the page as usual.
 
-use std::alloc::Layout;
 use std::collections::BTreeSet;
 use std::ops::{Deref, Range};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -62,16 +61,67 @@ const SHARED_WAIT: Duration = Duration::from_secs(1);
 /// the ring skips the ones nobody holds.
 const SKIP_WAIT: Duration = Duration::from_millis(50);
 
-/// A ring's buffers: one 4 KiB-aligned allocation, charged to the pool's budget for as
-/// long as it exists (in a ring or kept in the [`RingCache`]).
+/// A ring's buffers: one anonymous mapping, charged to the pool's budget for as long as it
+/// exists (in a ring or kept in the [`RingCache`]). Mappings of whole 2 MiB units are
+/// aligned to 2 MiB and advised to be transparent huge pages (where the system allows
+/// them on request): the first read into a fresh 4 MiB ring then costs two faults and
+/// two zeroed huge pages instead of 1024 faults of 4 KiB, the I/O threads pin fewer pages
+/// per read, and the buffers stay whole (they are never discarded piecemeal).
 struct RingBuf {
     ptr: *mut u8,
-    layout: Layout,
+    len: usize,
 }
 
-// SAFETY: a RingBuf is the sole owner of its allocation (a pointer and a layout); moving it
+/// The unit of a huge-page ring buffer.
+const HUGE: usize = 2 << 20;
+
+// SAFETY: a RingBuf is the sole owner of its mapping (a pointer and a length); moving it
 // to another thread moves that ownership.
 unsafe impl Send for RingBuf {}
+
+impl RingBuf {
+    /// A zeroed mapping of `len` bytes (a multiple of 4096), or `None` if the system has
+    /// no memory to map.
+    fn alloc(len: usize) -> Option<RingBuf> {
+        let huge = len.is_multiple_of(HUGE);
+        // A 2 MiB-aligned range inside a mapping one unit larger, the rest unmapped.
+        let map = if huge { len + HUGE } else { len };
+        // SAFETY: a fresh private anonymous mapping; no existing memory is affected.
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), map, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
+        if p == libc::MAP_FAILED {
+            return None;
+        }
+        let p = p as *mut u8;
+        if !huge {
+            return Some(RingBuf { ptr: p, len });
+        }
+        let lead = (HUGE - p as usize % HUGE) % HUGE;
+        // SAFETY: `lead` and the tail lie inside the mapping just made, outside the range
+        // kept (p + lead .. p + lead + len); unmapping them touches nothing else.
+        unsafe {
+            if lead > 0 {
+                libc::munmap(p.cast(), lead);
+            }
+            if map - lead - len > 0 {
+                libc::munmap(p.add(lead + len).cast(), map - lead - len);
+            }
+        }
+        // SAFETY: `p + lead` starts the kept range of the mapping.
+        let ptr = unsafe { p.add(lead) };
+        // SAFETY: advice on this buffer's own range; a refusal (no THP) leaves 4 KiB pages,
+        // which work the same.
+        unsafe { libc::madvise(ptr.cast(), len, libc::MADV_HUGEPAGE) };
+        Some(RingBuf { ptr, len })
+    }
+}
+
+impl Drop for RingBuf {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made by `alloc` with this start and length, owned by this
+        // buffer, whose ring (and its I/O threads) or cache no longer uses it.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
 
 /// The buffers of finished rings, kept (still charged) for the next ring: a fresh
 /// allocation costs a page fault and a zeroed page per 4 KiB at its first read. A
@@ -88,9 +138,10 @@ pub(super) struct RingCache {
 const CACHED: usize = 2;
 
 impl RingCache {
+    /// A kept buffer of at least `bytes` (the smallest).
     fn take(&self, bytes: usize) -> Option<RingBuf> {
         let mut bufs = self.bufs.lock();
-        let i = bufs.iter().position(|b| b.layout.size() == bytes)?;
+        let i = (0..bufs.len()).filter(|&i| bufs[i].len >= bytes).min_by_key(|&i| bufs[i].len)?;
         Some(bufs.swap_remove(i))
     }
 
@@ -113,13 +164,10 @@ impl RingCache {
     /// budget.
     pub(super) fn drain(&self) -> u64 {
         let bufs = std::mem::take(&mut *self.bufs.lock());
-        let bytes = bufs.iter().map(|b| b.layout.size() as u64).sum();
+        let bytes = bufs.iter().map(|b| b.len as u64).sum();
         self.bytes.fetch_sub(bytes, Ordering::AcqRel);
-        for b in bufs {
-            // SAFETY: allocated by `RingBuf::alloc` with this layout; owned by the cache,
-            // so no ring uses it.
-            unsafe { std::alloc::dealloc(b.ptr, b.layout) };
-        }
+        // (Owned by the cache, so no ring uses them: unmapped as they drop.)
+        drop(bufs);
         bytes
     }
 }
@@ -549,11 +597,11 @@ impl Drop for Ring<'_> {
         // nobody uses the buffers any more: kept for the next ring (still charged), or freed.
         let Some(mem) = self.mem.take() else { return };
         if let Err(mem) = self.bm.rings.put(mem) {
-            // SAFETY: allocated in `new_ring` with this layout; owned by the ring, whose
-            // users are gone.
-            unsafe { std::alloc::dealloc(mem.ptr, mem.layout) };
-            self.bm.rings.bytes.fetch_sub(mem.layout.size() as u64, Ordering::AcqRel);
-            self.bm.release(mem.layout.size() as u64);
+            let len = mem.len as u64;
+            // (Unmapped here: its ring's users are gone.)
+            drop(mem);
+            self.bm.rings.bytes.fetch_sub(len, Ordering::AcqRel);
+            self.bm.release(len);
         }
     }
 }
@@ -598,20 +646,20 @@ impl<'a> Ring<'a> {
         let mem = match bm.rings.take(total) {
             Some(mem) => mem,
             None => {
+                // A buffer of over 2 MiB is made of whole huge-page units where the ring's
+                // share allows (later rings of that size take it from the cache).
+                let size = match total.next_multiple_of(HUGE) {
+                    up if total > HUGE && up as u64 <= bytes => up,
+                    _ => total,
+                };
                 // Charged first (evicting as needed), without waiting for pinned pages.
-                bm.try_reserve(total as u64).ok()?;
-                let Ok(layout) = Layout::from_size_align(total, 4096) else {
-                    bm.release(total as u64);
+                bm.try_reserve(size as u64).ok()?;
+                let Some(mem) = RingBuf::alloc(size) else {
+                    bm.release(size as u64);
                     return None;
                 };
-                // SAFETY: a non-zero size (slots >= MIN_SLOTS, slot >= 4096).
-                let ptr = unsafe { std::alloc::alloc(layout) };
-                if ptr.is_null() {
-                    bm.release(total as u64);
-                    return None;
-                }
-                bm.rings.bytes.fetch_add(total as u64, Ordering::AcqRel);
-                RingBuf { ptr, layout }
+                bm.rings.bytes.fetch_add(size as u64, Ordering::AcqRel);
+                mem
             }
         };
         Some(Ring {
@@ -687,6 +735,27 @@ mod tests {
     /// changed after its image was read (loaded, written, so its state word moved) is not
     /// handed out from the ring; the ring's bytes are charged to the pool while it exists
     /// and while its buffer is kept, and given back when a reservation needs them.
+    /// Ring buffers of whole 2 MiB units start on a 2 MiB boundary (where huge pages can
+    /// back them); others are page-aligned; both are zeroed, writable to their last byte,
+    /// and unmapped when dropped (no leak across many).
+    #[test]
+    fn ring_buffers_are_aligned_zeroed_mappings() {
+        for _ in 0..64 {
+            for len in [HUGE, 2 * HUGE, 10 * 65536] {
+                let b = RingBuf::alloc(len).expect("a mapping");
+                assert_eq!(b.len, len);
+                let align = if len % HUGE == 0 { HUGE } else { 4096 };
+                assert_eq!(b.ptr as usize % align, 0, "{len} bytes at {:p}", b.ptr);
+                // SAFETY: the buffer's own `len` bytes, mapped writable by `alloc`, used
+                // by nothing else.
+                let bytes = unsafe { std::slice::from_raw_parts_mut(b.ptr, b.len) };
+                assert!(bytes.iter().step_by(4096).all(|&x| x == 0));
+                bytes[len - 1] = 7;
+                bytes[0] = 7;
+            }
+        }
+    }
+
     #[test]
     fn a_ring_hands_out_the_pages_and_never_an_image_older_than_a_change() {
         let (_dir, bm) = crate::testutil::bm(1 << 20, 4096);
