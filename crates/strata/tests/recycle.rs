@@ -46,6 +46,16 @@ fn large_pages_recycle_frames_by_default_and_small_ones_do_not() {
     } else {
         eprintln!("frame recycling unavailable here: {}", large.frame_recycling);
     }
+    // Pages of whole huge pages (2 and 4 MiB: their frames may be transparent huge pages)
+    // are recycled too, and read back intact.
+    for bytes in [2usize << 20, 4 << 20] {
+        let huge = churn(bytes - PAGE_HEADER_SIZE, 12, 12 << 20);
+        assert!(huge.evictions > 12, "{huge:?}");
+        if huge.frame_recycling.starts_with("uffd-move") {
+            assert!(huge.frames_recycled > 0, "no {bytes}-byte load took an evicted frame: {huge:?}");
+            assert_eq!(huge.frame_moves_failed, 0, "{huge:?}");
+        }
+    }
     let small = churn(4000, 600, 512 << 10);
     assert!(small.evictions > 600, "{small:?}");
     assert_eq!(small.frames_recycled, 0, "4 KiB pages are not recycled by default: {small:?}");
