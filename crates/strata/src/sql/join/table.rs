@@ -73,6 +73,10 @@ impl<'a> JoinTable<'a> {
                 return Err(corrupt("join table page too large for its offsets"));
             }
             let omask = Self::omask(obits);
+            // The directory is zero already (a fresh page); written once before it is read,
+            // so that its first touch is a write fault, not a read fault (which maps the
+            // zero page) and then a second fault to copy it.
+            d[..nslots * 4].fill(0);
             let (mut cur, mut rec, mut at) = (start, Vec::new(), nslots * 4);
             for _ in 0..count {
                 if !run.next(&mut cur, &mut rec)? {
