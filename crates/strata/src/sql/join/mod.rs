@@ -251,12 +251,14 @@ impl Ctx<'_> {
     }
 
     /// Probes `table` with one row. `seen`: it matched an earlier chunk; `last`: this is
-    /// the last chunk (rows without any match are settled now). Returns (go on, matched
-    /// here).
+    /// the last chunk (rows without any match are settled now). `held`: the table's bytes
+    /// under a shared latch the caller holds (else each walk of the chain latches it).
+    /// Returns (go on, matched here).
     #[allow(clippy::too_many_arguments)]
     fn probe(
         &self,
         table: &JoinTable<'_>,
+        held: Option<&[u8]>,
         jr: &mut Joined,
         p: Probe<'_>,
         key: &[u8],
@@ -274,8 +276,14 @@ impl Ctx<'_> {
             // Walks the chain under one latch to the next entry whose hash and key match,
             // and decodes that one only.
             let hit = {
-                let g = table.page.shared()?;
-                let d = g.data();
+                let g;
+                let d = match held {
+                    Some(d) => d,
+                    None => {
+                        g = table.page.shared()?;
+                        g.data()
+                    }
+                };
                 let mut next = match cur {
                     Some(c) => c,
                     None => table.head(d, h),
@@ -415,7 +423,7 @@ pub fn run(bm: &BufferManager, j: &JoinArgs<'_>, sink: &mut Sink<'_>) -> Result<
             if !encode_keys(pkeys, prow, &mut kb)? {
                 return ctx.null_probe(&mut jr, Probe::Row(prow), sink);
             }
-            Ok(ctx.probe(&table, &mut jr, Probe::Row(prow), &kb, hash_bytes(&kb), false, true, sink)?.0)
+            Ok(ctx.probe(&table, None, &mut jr, Probe::Row(prow), &kb, hash_bytes(&kb), false, true, sink)?.0)
         });
     }
     // Grace hash join: both sides partitioned by the top bits of the hash.
@@ -559,7 +567,7 @@ fn join_partition(bm: &BufferManager, ctx: &Ctx<'_>, jr: &mut Joined, b: &RowRun
                 Some(bs) => bs.get(idx)?,
                 None => false,
             };
-            let (go, m) = ctx.probe(&table, jr, Probe::Bytes(row), key, h, seen, ci == last_chunk, sink)?;
+            let (go, m) = ctx.probe(&table, None, jr, Probe::Bytes(row), key, h, seen, ci == last_chunk, sink)?;
             if m {
                 if let Some(bs) = &bits {
                     bs.set(idx)?;
