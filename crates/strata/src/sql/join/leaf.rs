@@ -11,11 +11,12 @@
 use super::slots::Joined;
 use super::table::JoinTable;
 use super::{Ctx, Probe, Sink};
+use crate::access::table::ColumnType;
 use crate::buffer::BufferManager;
 use crate::error::Result;
 use crate::sql::exec::Plan;
 use crate::sql::expr::BExpr;
-use crate::sql::rows::{hash_bytes, rd64};
+use crate::sql::rows::{hash_bytes, i64_code, rd64};
 use crate::sql::scan::ColScan;
 
 /// The probe plan's scan and its key columns, if the probe can go a leaf at a time: a
@@ -45,6 +46,10 @@ pub(super) fn probe(
     // where its key lies in `keys`.
     let mut rows: Vec<(usize, Option<u64>, std::ops::Range<usize>)> = Vec::new();
     let mut keys = Vec::new();
+    let one_i64 = match kcols {
+        [c] if scan.table.schema.columns[*c].ty == ColumnType::I64 => Some(*c),
+        _ => None,
+    };
     scan.run_batches(bm, &mut |b| {
         rows.clear();
         keys.clear();
@@ -55,7 +60,11 @@ pub(super) fn probe(
                 continue;
             }
             let at = keys.len();
-            b.encode(i, kcols, &mut keys)?;
+            match one_i64 {
+                // (The encoding of an integer key, as `encode` writes it, from the value.)
+                Some(c) => keys.extend_from_slice(&i64_code(b.lf.i64_at(c, i))),
+                None => b.encode(i, kcols, &mut keys)?,
+            }
             rows.push((i, Some(hash_bytes(&keys[at..])), at..keys.len()));
         }
         // One shared latch on the table for the batch (not two atomic operations per
