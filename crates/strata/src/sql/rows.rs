@@ -335,6 +335,36 @@ pub struct RowRun<'a> {
     bytes: u64,
 }
 
+/// Records on their way to a [`RowRun`], framed in a heap buffer and handed over when it
+/// holds `batch` bytes ([`RowRun::extend`]: one latch per page instead of one per record).
+/// [`flush`](Self::flush) before the run is read or measured.
+pub struct Pending {
+    buf: Vec<u8>,
+    batch: usize,
+}
+
+impl Pending {
+    pub fn new(batch: usize) -> Pending {
+        Pending { buf: Vec::new(), batch }
+    }
+
+    /// Adds one record (`parts` one after another).
+    pub fn push(&mut self, run: &mut RowRun<'_>, parts: &[&[u8]]) -> Result<()> {
+        frame_record(&mut self.buf, parts);
+        if self.buf.len() >= self.batch {
+            self.flush(run)?;
+        }
+        Ok(())
+    }
+
+    /// Hands the records held to `run`.
+    pub fn flush(&mut self, run: &mut RowRun<'_>) -> Result<()> {
+        run.extend(&self.buf)?;
+        self.buf.clear();
+        Ok(())
+    }
+}
+
 /// A position in a [`RowRun`] (see [`RowRun::next`]).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Cursor {

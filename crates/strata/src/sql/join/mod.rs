@@ -26,7 +26,7 @@ mod table;
 use super::exec::Plan;
 use super::expr::BExpr;
 use super::keyfilter::{self, KeyFilter};
-use super::rows::{corrupt, encode_value, hash_bytes, part_payload, pow2_floor, rd32, rd64, run_payload, work_payload, wr32, Cursor, RowRun};
+use super::rows::{corrupt, encode_value, hash_bytes, part_payload, pow2_floor, rd32, rd64, run_payload, work_payload, wr32, Cursor, Pending, RowRun};
 use crate::access::table::Value;
 use crate::buffer::BufferManager;
 use crate::error::Result;
@@ -372,6 +372,7 @@ pub fn run(bm: &BufferManager, j: &JoinArgs<'_>, sink: &mut Sink<'_>) -> Result<
     let (lw, rw) = (super::scan::width(j.left), super::scan::width(j.right));
     let mut jr = Joined::new(lw, rw, j.keep, build_left);
     let mut brun = RowRun::new(bm, run_payload(bm));
+    let mut bpend = Pending::new(RUN_BATCH);
     let (mut kb, mut rb) = (Vec::new(), Vec::new());
     let marks = ctx.marks();
     let go = bplan.run(bm, &mut |row| {
@@ -383,12 +384,13 @@ pub fn run(bm: &BufferManager, j: &JoinArgs<'_>, sink: &mut Sink<'_>) -> Result<
         }
         rb.clear();
         jr.encode_build(row, &mut rb)?;
-        brun.append(&[&hash_bytes(&kb).to_le_bytes(), &(kb.len() as u32).to_le_bytes(), &kb, &rb])?;
+        bpend.push(&mut brun, &[&hash_bytes(&kb).to_le_bytes(), &(kb.len() as u32).to_le_bytes(), &kb, &rb])?;
         Ok(true)
     })?;
     if !go {
         return Ok(false);
     }
+    bpend.flush(&mut brun)?;
     let budget = work_payload(bm) as u64;
     let table_bytes = |count: u64, bytes: u64| count.max(1).next_power_of_two() * 4 + bytes + count * 8;
     if table_bytes(brun.len(), brun.bytes()) <= budget {
@@ -433,11 +435,9 @@ pub fn run(bm: &BufferManager, j: &JoinArgs<'_>, sink: &mut Sink<'_>) -> Result<
     let part = |h: u64| (h >> (64 - bits)) as usize;
     let payload = part_payload(bm, 1 << bits);
     let mut bparts: Vec<RowRun<'_>> = (0..1usize << bits).map(|_| RowRun::new(bm, payload)).collect();
-    brun.drain(&mut |rec| {
-        let (h, _, _) = split(rec)?;
-        bparts[part(h)].append(&[rec])
-    })?;
+    partition(brun, &mut bparts, &|h| part(h))?;
     let mut pparts: Vec<RowRun<'_>> = (0..1usize << bits).map(|_| RowRun::new(bm, payload)).collect();
+    let mut ppend: Vec<Pending> = (0..1usize << bits).map(|_| Pending::new(PART_BATCH)).collect();
     let go = pplan.run(bm, &mut |prow| {
         if !encode_keys(pkeys, prow, &mut kb)? {
             return if marks { Ok(true) } else { ctx.null_probe(&mut jr, Probe::Row(prow), sink) };
@@ -445,11 +445,14 @@ pub fn run(bm: &BufferManager, j: &JoinArgs<'_>, sink: &mut Sink<'_>) -> Result<
         rb.clear();
         jr.encode_probe(prow, &mut rb)?;
         let h = hash_bytes(&kb);
-        pparts[part(h)].append(&[&h.to_le_bytes(), &(kb.len() as u32).to_le_bytes(), &kb, &rb])?;
+        ppend[part(h)].push(&mut pparts[part(h)], &[&h.to_le_bytes(), &(kb.len() as u32).to_le_bytes(), &kb, &rb])?;
         Ok(true)
     })?;
     if !go {
         return Ok(false);
+    }
+    for (p, r) in ppend.iter_mut().zip(pparts.iter_mut()) {
+        p.flush(r)?;
     }
     for (b, p) in bparts.into_iter().zip(pparts) {
         if !join_pair(bm, &ctx, &mut jr, b, p, budget, bits, sink)? {
@@ -457,6 +460,27 @@ pub fn run(bm: &BufferManager, j: &JoinArgs<'_>, sink: &mut Sink<'_>) -> Result<
         }
     }
     Ok(true)
+}
+
+/// Bytes of build records held on the heap before they go to the build run.
+const RUN_BATCH: usize = 32 << 10;
+/// Bytes of records held per partition before they go to its run (64 partitions at most:
+/// 512 KiB on the heap at most).
+const PART_BATCH: usize = 8 << 10;
+
+/// Moves the `(hash, key, row)` records of `run` into `parts` by `part(hash)`, a batch of
+/// records per partition at a time.
+fn partition<'b>(run: RowRun<'b>, parts: &mut [RowRun<'b>], part: &dyn Fn(u64) -> usize) -> Result<()> {
+    let mut pend: Vec<Pending> = parts.iter().map(|_| Pending::new(PART_BATCH)).collect();
+    run.drain(&mut |rec| {
+        let (h, _, _) = split(rec)?;
+        let i = part(h);
+        pend[i].push(&mut parts[i], &[rec])
+    })?;
+    for (p, r) in pend.iter_mut().zip(parts.iter_mut()) {
+        p.flush(r)?;
+    }
+    Ok(())
 }
 
 /// Joins one pair of partitions whose hashes share their top `consumed` bits: as a table
@@ -483,20 +507,14 @@ fn join_pair(
     let payload = part_payload(bm, 1 << bits);
     let total = b.len();
     let mut bparts: Vec<RowRun<'_>> = (0..1usize << bits).map(|_| RowRun::new(bm, payload)).collect();
-    b.drain(&mut |rec| {
-        let (h, _, _) = split(rec)?;
-        bparts[part(h)].append(&[rec])
-    })?;
+    partition(b, &mut bparts, &part)?;
     if let Some(i) = bparts.iter().position(|r| r.len() == total) {
         // No progress: every build row has the same hash bits here (one frequent key).
         let b = bparts.swap_remove(i);
         return join_partition(bm, ctx, jr, &b, &p, budget, sink);
     }
     let mut pparts: Vec<RowRun<'_>> = (0..1usize << bits).map(|_| RowRun::new(bm, payload)).collect();
-    p.drain(&mut |rec| {
-        let (h, _, _) = split(rec)?;
-        pparts[part(h)].append(&[rec])
-    })?;
+    partition(p, &mut pparts, &part)?;
     super::counters::REPARTITIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     for (b, p) in bparts.into_iter().zip(pparts) {
         if !join_pair(bm, ctx, jr, b, p, budget, consumed + bits, sink)? {
