@@ -491,6 +491,32 @@ impl<'a> RowRun<'a> {
         Ok(())
     }
 
+    /// Calls `f(position, record)` for the records from `cur` on, a page at a time under
+    /// one shared latch (`f` must not latch this run's pages exclusively), until `f` returns `false` or
+    /// the run ends; `cur` is then past the last record handed to `f`.
+    pub fn scan(&self, cur: &mut Cursor, f: &mut dyn FnMut(Cursor, &[u8]) -> Result<bool>) -> Result<()> {
+        while let Some(&(pid, used)) = self.pages.get(cur.page) {
+            if cur.off >= used as usize {
+                cur.page += 1;
+                cur.off = 0;
+                continue;
+            }
+            let g = self.bm.fix_shared(pid)?;
+            let d = g.data().get(..used as usize).ok_or_else(|| corrupt("run page shorter than its records"))?;
+            while cur.off < d.len() {
+                let len = d.get(cur.off..cur.off + 4).ok_or_else(|| corrupt("record runs past its page"))?;
+                let n = u32::from_le_bytes(len.try_into().expect("4 bytes")) as usize;
+                let rec = d.get(cur.off + 4..cur.off + 4 + n).ok_or_else(|| corrupt("record runs past its page"))?;
+                let at = *cur;
+                cur.off += 4 + n;
+                if !f(at, rec)? {
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Copies the record at `cur` into `out` and advances; `false` at the end.
     pub fn next(&self, cur: &mut Cursor, out: &mut Vec<u8>) -> Result<bool> {
         loop {
@@ -651,6 +677,31 @@ mod tests {
             i += 1;
         }
         assert_eq!(i, 300);
+        // A page-at-a-time scan hands out the same records with their positions, from a
+        // position in the middle, and stops where told (its cursor past the last one).
+        let mut mid = Cursor::default();
+        for _ in 0..120 {
+            assert!(run.next(&mut mid, &mut out).unwrap());
+        }
+        let (mut cur, mut seen) = (mid, Vec::new());
+        run.scan(&mut cur, &mut |at, r| {
+            let mut again = at;
+            assert!(run.next(&mut again, &mut out).unwrap());
+            assert_eq!(out, r, "the record at its position");
+            seen.push(rd64(r, 0));
+            Ok(seen.len() < 100)
+        })
+        .unwrap();
+        assert_eq!(seen, (120..220).collect::<Vec<u64>>());
+        assert!(run.next(&mut cur, &mut out).unwrap());
+        assert_eq!(rd64(&out, 0), 220);
+        let mut rest = 0;
+        run.scan(&mut mid, &mut |_, _| {
+            rest += 1;
+            Ok(true)
+        })
+        .unwrap();
+        assert_eq!(rest, 180);
         let mut n = 0;
         run.drain(&mut |r| {
             assert_eq!(rd64(r, 0), n);

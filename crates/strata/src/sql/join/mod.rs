@@ -533,13 +533,8 @@ fn join_partition(bm: &BufferManager, ctx: &Ctx<'_>, jr: &mut Joined, b: &RowRun
     // Chunk boundaries: (start, records, bytes), at least one record each.
     let mut chunks = Vec::new();
     {
-        let (mut cur, mut rec) = (Cursor::default(), Vec::new());
-        let (mut start, mut n, mut bytes) = (cur, 0u64, 0u64);
-        loop {
-            let before = cur;
-            if !b.next(&mut cur, &mut rec)? {
-                break;
-            }
+        let (mut start, mut n, mut bytes) = (Cursor::default(), 0u64, 0u64);
+        b.scan(&mut Cursor::default(), &mut |before, rec| {
             let add = rec.len() as u64 + 4;
             let grown = (n + 1).next_power_of_two() * 4 + bytes + add + (n + 1) * 8;
             if n > 0 && grown > budget {
@@ -550,7 +545,8 @@ fn join_partition(bm: &BufferManager, ctx: &Ctx<'_>, jr: &mut Joined, b: &RowRun
             }
             n += 1;
             bytes += add;
-        }
+            Ok(true)
+        })?;
         chunks.push((start, n, bytes));
     }
     if chunks.len() > 1 {

@@ -77,29 +77,33 @@ impl<'a> JoinTable<'a> {
             // so that its first touch is a write fault, not a read fault (which maps the
             // zero page) and then a second fault to copy it.
             d[..nslots * 4].fill(0);
-            let (mut cur, mut rec, mut at) = (start, Vec::new(), nslots * 4);
-            for _ in 0..count {
-                if !run.next(&mut cur, &mut rec)? {
-                    return Err(corrupt("join build run ended early"));
-                }
-                let (h, key, row) = split(&rec)?;
-                if let Some(f) = filter.as_deref_mut() {
-                    f.add(key);
-                }
-                let slot = (h as usize) & (nslots - 1);
-                let need = HDR + key.len() + row.len();
-                if at + need > d.len() {
-                    return Err(corrupt("join table overflow"));
-                }
-                let w = rd32(d, slot * 4);
-                wr32(d, at, w & omask);
-                wr64(d, at + 4, h);
-                wr32(d, at + 12, key.len() as u32);
-                wr32(d, at + 16, row.len() as u32);
-                d[at + HDR..at + HDR + key.len()].copy_from_slice(key);
-                d[at + HDR + key.len()..at + need].copy_from_slice(row);
-                wr32(d, slot * 4, (w & !omask) | tag(h, obits) | (at + 1) as u32);
-                at += need;
+            let (mut at, mut taken) = (nslots * 4, 0u64);
+            if count > 0 {
+                run.scan(&mut { start }, &mut |_, rec| {
+                    let (h, key, row) = split(rec)?;
+                    if let Some(f) = filter.as_deref_mut() {
+                        f.add(key);
+                    }
+                    let slot = (h as usize) & (nslots - 1);
+                    let need = HDR + key.len() + row.len();
+                    if at + need > d.len() {
+                        return Err(corrupt("join table overflow"));
+                    }
+                    let w = rd32(d, slot * 4);
+                    wr32(d, at, w & omask);
+                    wr64(d, at + 4, h);
+                    wr32(d, at + 12, key.len() as u32);
+                    wr32(d, at + 16, row.len() as u32);
+                    d[at + HDR..at + HDR + key.len()].copy_from_slice(key);
+                    d[at + HDR + key.len()..at + need].copy_from_slice(row);
+                    wr32(d, slot * 4, (w & !omask) | tag(h, obits) | (at + 1) as u32);
+                    at += need;
+                    taken += 1;
+                    Ok(taken < count)
+                })?;
+            }
+            if taken < count {
+                return Err(corrupt("join build run ended early"));
             }
         }
         drop(g);
