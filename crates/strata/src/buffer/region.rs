@@ -21,7 +21,43 @@ use crate::error::{Error, Result};
 const MAX_BUCKETS: usize = 64;
 
 /// log2 of a transparent huge page (2 MiB on x86-64 and arm64 with 4 KiB pages).
-const HUGE_SHIFT: u32 = 21;
+pub(crate) const HUGE_SHIFT: u32 = 21;
+
+/// A fresh private anonymous mapping of `len` bytes (`MAP_NORESERVE`: only touched pages
+/// cost memory). `huge`: it starts on a 2 MiB boundary (cut out of a mapping one huge page
+/// larger, the rest unmapped) and is advised to be backed by transparent huge pages;
+/// otherwise advised not to be. A refused advice is counted (but EINVAL: a kernel without
+/// THP, where there is nothing to advise) and the mapping works the same.
+pub(crate) fn map_anonymous(len: usize, huge: bool) -> std::io::Result<*mut u8> {
+    let unit = 1usize << HUGE_SHIFT;
+    let map = if huge { len + unit } else { len };
+    // SAFETY: an anonymous private mapping at an address of the kernel's choosing; it
+    // aliases nothing.
+    let m =
+        unsafe { libc::mmap(ptr::null_mut(), map, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE, -1, 0) };
+    if m == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    let m = m.cast::<u8>();
+    let lead = if huge { (unit - m as usize % unit) % unit } else { 0 };
+    // SAFETY: `lead` bytes and the tail past `lead + len` lie inside the mapping just made,
+    // outside the range kept; unmapping them touches nothing else. `m + lead` is inside it.
+    let p = unsafe {
+        if lead > 0 {
+            libc::munmap(m.cast(), lead);
+        }
+        if map - lead - len > 0 {
+            libc::munmap(m.add(lead + len).cast(), map - lead - len);
+        }
+        m.add(lead)
+    };
+    let advice = if huge { libc::MADV_HUGEPAGE } else { libc::MADV_NOHUGEPAGE };
+    // SAFETY: advising a range we just mapped.
+    if unsafe { libc::madvise(p.cast(), len, advice) } != 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL) {
+        MADVISE_FAILURES.fetch_add(1, Ordering::Relaxed);
+    }
+    Ok(p)
+}
 
 /// A growable reservation of equally sized entries.
 pub(crate) struct Region {
@@ -107,48 +143,15 @@ impl Region {
             let (b, _) = self.locate(self.limit.load(Ordering::Relaxed));
             let entries = 1u64 << (self.c0 + b as u32);
             let bytes = entries << self.entry_shift;
-            // Entries of whole huge pages (2 MiB and more) start on a 2 MiB boundary: the
-            // bucket is cut out of a mapping one huge page larger.
-            let huge = self.entry_shift >= HUGE_SHIFT;
-            let map = bytes as usize + if huge { 1 << HUGE_SHIFT } else { 0 };
-            // SAFETY: an anonymous private mapping of `map` bytes at an address of the
-            // kernel's choosing; it aliases nothing. MAP_NORESERVE: no swap is reserved, so
-            // only touched pages cost memory.
-            let m = unsafe {
-                libc::mmap(ptr::null_mut(), map, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE, -1, 0)
-            };
-            if m == libc::MAP_FAILED {
-                return Err(Error::io(
-                    "mmap (reserve virtual memory)",
-                    format!("<{} reservation>", crate::util::Bytes(bytes)),
-                    std::io::Error::last_os_error(),
-                ));
-            }
-            let lead = if huge { ((1usize << HUGE_SHIFT) - m as usize % (1 << HUGE_SHIFT)) % (1 << HUGE_SHIFT) } else { 0 };
-            // SAFETY: `lead` bytes and the tail past `lead + bytes` lie inside the mapping just
-            // made, outside the bucket kept; unmapping them touches nothing else.
-            let p: *mut libc::c_void = unsafe {
-                if lead > 0 {
-                    libc::munmap(m, lead);
-                }
-                if map - lead - bytes as usize > 0 {
-                    libc::munmap(m.cast::<u8>().add(lead + bytes as usize).cast(), map - lead - bytes as usize);
-                }
-                m.cast::<u8>().add(lead).cast()
-            };
             // Transparent huge pages would back 2 MiB when one 4 KiB page is touched and
             // break the resident-byte accounting of smaller entries: opted out. Entries of
             // whole huge pages are resident whole units at most, inside what their pages
             // are charged: opted in (a first touch of a 2 MiB unit is then one fault, not
-            // 512). A failure does not stop the growth, but is counted, except EINVAL: a
-            // kernel without THP refuses the advice, and there is nothing to opt out of.
-            let advice = if huge { libc::MADV_HUGEPAGE } else { libc::MADV_NOHUGEPAGE };
-            // SAFETY: advising a range we just mapped.
-            if unsafe { libc::madvise(p, bytes as usize, advice) } != 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL) {
-                MADVISE_FAILURES.fetch_add(1, Ordering::Relaxed);
-            }
+            // 512).
+            let p = map_anonymous(bytes as usize, self.entry_shift >= HUGE_SHIFT)
+                .map_err(|e| Error::io("mmap (reserve virtual memory)", format!("<{} reservation>", crate::util::Bytes(bytes)), e))?;
             if let Some(uffd) = &self.uffd {
-                let _ = uffd.register(p.cast(), bytes as usize);
+                let _ = uffd.register(p, bytes as usize);
             }
             self.buckets[b].store(p.cast(), Ordering::Release);
             self.mapped_bytes.fetch_add(bytes, Ordering::Relaxed);

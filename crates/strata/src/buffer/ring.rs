@@ -73,44 +73,17 @@ struct RingBuf {
 }
 
 /// The unit of a huge-page ring buffer.
-const HUGE: usize = 2 << 20;
+const HUGE: usize = 1 << super::region::HUGE_SHIFT;
 
 // SAFETY: a RingBuf is the sole owner of its mapping (a pointer and a length); moving it
 // to another thread moves that ownership.
 unsafe impl Send for RingBuf {}
 
 impl RingBuf {
-    /// A zeroed mapping of `len` bytes (a multiple of 4096), or `None` if the system has
-    /// no memory to map.
+    /// A zeroed mapping of `len` bytes (a multiple of 4096), of huge pages where `len` is
+    /// whole units of them, or `None` if the system has no memory to map.
     fn alloc(len: usize) -> Option<RingBuf> {
-        let huge = len.is_multiple_of(HUGE);
-        // A 2 MiB-aligned range inside a mapping one unit larger, the rest unmapped.
-        let map = if huge { len + HUGE } else { len };
-        // SAFETY: a fresh private anonymous mapping; no existing memory is affected.
-        let p = unsafe { libc::mmap(std::ptr::null_mut(), map, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
-        if p == libc::MAP_FAILED {
-            return None;
-        }
-        let p = p as *mut u8;
-        if !huge {
-            return Some(RingBuf { ptr: p, len });
-        }
-        let lead = (HUGE - p as usize % HUGE) % HUGE;
-        // SAFETY: `lead` and the tail lie inside the mapping just made, outside the range
-        // kept (p + lead .. p + lead + len); unmapping them touches nothing else.
-        unsafe {
-            if lead > 0 {
-                libc::munmap(p.cast(), lead);
-            }
-            if map - lead - len > 0 {
-                libc::munmap(p.add(lead + len).cast(), map - lead - len);
-            }
-        }
-        // SAFETY: `p + lead` starts the kept range of the mapping.
-        let ptr = unsafe { p.add(lead) };
-        // SAFETY: advice on this buffer's own range; a refusal (no THP) leaves 4 KiB pages,
-        // which work the same.
-        unsafe { libc::madvise(ptr.cast(), len, libc::MADV_HUGEPAGE) };
+        let ptr = super::region::map_anonymous(len, len.is_multiple_of(HUGE)).ok()?;
         Some(RingBuf { ptr, len })
     }
 }

@@ -27,20 +27,18 @@ pub type Gids<'a> = Option<&'a [u32]>;
 
 impl Lanes {
     /// Counts the rows of each of the `groups` groups (every id is below `groups`) among
-    /// the first `len`; then [`rows`](Self::rows) gives them.
+    /// the first `len`; then [`rows`](Self::rows) gives them. First for every batch.
     pub fn count_groups(&mut self, gids: Gids<'_>, len: usize, groups: usize) {
-        self.rows.clear();
-        self.rows.resize(groups.max(1), 0);
+        zeroed(&mut self.rows, groups.max(1), 0);
         match gids {
             None => self.rows[0] = len as i64,
             Some(ids) => {
-                self.n.clear();
-                self.n.resize(groups * LANES, 0);
+                zeroed(&mut self.n, groups * LANES, 0);
                 for (k, &g) in ids[..len].iter().enumerate() {
                     self.n[g as usize * LANES + k % LANES] += 1;
                 }
-                for (r, lanes) in self.rows.iter_mut().zip(self.n.chunks_exact(LANES)) {
-                    *r = lanes.iter().sum();
+                for (g, r) in self.rows.iter_mut().enumerate() {
+                    *r = total(&self.n, g);
                 }
             }
         }
@@ -51,18 +49,33 @@ impl Lanes {
         self.rows[g]
     }
 
-    /// Calls `each(group, count)` for each group with rows whose value is not NULL
-    /// (`null[k]`), `count` of them.
-    pub fn count<E>(&mut self, gids: Gids<'_>, null: &[bool], groups: usize, mut each: impl FnMut(usize, i64) -> Result<(), E>) -> Result<(), E> {
-        self.n.clear();
-        self.n.resize(groups.max(1) * LANES, 0);
-        for (k, &u) in null.iter().enumerate() {
-            self.n[gid(gids, k) * LANES + k % LANES] += i64::from(!u);
+    /// Per group, the rows whose value is not NULL (`null[k]`; none given: all rows), in
+    /// `n`'s lanes when a NULL vector is given.
+    fn count_values(&mut self, gids: Gids<'_>, null: Option<&[bool]>, groups: usize) {
+        if let Some(nu) = null {
+            zeroed(&mut self.n, groups.max(1) * LANES, 0);
+            for (k, &u) in nu.iter().enumerate() {
+                self.n[gid(gids, k) * LANES + k % LANES] += i64::from(!u);
+            }
         }
-        for (g, lanes) in self.n.chunks_exact(LANES).enumerate() {
-            let c = lanes.iter().sum();
-            if c > 0 {
-                each(g, c)?;
+    }
+
+    /// The count of group `g` by [`count_values`](Self::count_values).
+    fn values(&self, null: Option<&[bool]>, g: usize) -> i64 {
+        match null {
+            None => self.rows[g],
+            Some(_) => total(&self.n, g),
+        }
+    }
+
+    /// Calls `each(group, count)` for each group with rows whose value is not NULL
+    /// (`null[k]`, if given), `count` of them.
+    pub fn count<E>(&mut self, gids: Gids<'_>, null: Option<&[bool]>, groups: usize, mut each: impl FnMut(usize, i64) -> Result<(), E>) -> Result<(), E> {
+        self.count_values(gids, null, groups);
+        for g in 0..groups.max(1) {
+            match self.values(null, g) {
+                0 => {}
+                c => each(g, c)?,
             }
         }
         Ok(())
@@ -78,9 +91,9 @@ impl Lanes {
         groups: usize,
         mut each: impl FnMut(usize, f64, i64) -> Result<(), E>,
     ) -> Result<(), E> {
-        self.f.clear();
+        self.count_values(gids, null, groups);
         // -0.0 is the sum of nothing: it changes no sum it is added to, not even -0.0.
-        self.f.resize(groups.max(1) * LANES, -0.0);
+        zeroed(&mut self.f, groups.max(1) * LANES, -0.0);
         match (gids, null) {
             (None, None) => {
                 // One group: the lanes are the chunks' positions (a loop that vectorizes).
@@ -98,24 +111,17 @@ impl Lanes {
                 }
             }
             (_, Some(nu)) => {
-                self.n.clear();
-                self.n.resize(groups.max(1) * LANES, 0);
                 for (k, (&x, &u)) in v.iter().zip(nu).enumerate() {
                     if !u {
-                        let j = gid(gids, k) * LANES + k % LANES;
-                        self.f[j] += x;
-                        self.n[j] += 1;
+                        self.f[gid(gids, k) * LANES + k % LANES] += x;
                     }
                 }
             }
         }
         for g in 0..groups.max(1) {
-            let c = match null {
-                None => self.rows[g],
-                Some(_) => self.n[g * LANES..(g + 1) * LANES].iter().sum(),
-            };
-            if c > 0 {
-                each(g, self.f[g * LANES..(g + 1) * LANES].iter().fold(-0.0, |s, &a| s + a), c)?;
+            match self.values(null, g) {
+                0 => {}
+                c => each(g, self.f[g * LANES..(g + 1) * LANES].iter().fold(-0.0, |s, &a| s + a), c)?,
             }
         }
         Ok(())
@@ -130,25 +136,32 @@ impl Lanes {
         groups: usize,
         mut each: impl FnMut(usize, i128, i64) -> Result<(), E>,
     ) -> Result<(), E> {
-        self.i.clear();
-        self.i.resize(groups.max(1) * LANES, 0);
-        self.n.clear();
-        self.n.resize(groups.max(1) * LANES, 0);
+        self.count_values(gids, null, groups);
+        zeroed(&mut self.i, groups.max(1) * LANES, 0);
         for (k, &x) in v.iter().enumerate() {
             if null.is_none_or(|nu| !nu[k]) {
-                let j = gid(gids, k) * LANES + k % LANES;
-                self.i[j] += x as i128;
-                self.n[j] += 1;
+                self.i[gid(gids, k) * LANES + k % LANES] += x as i128;
             }
         }
         for g in 0..groups.max(1) {
-            let c = self.n[g * LANES..(g + 1) * LANES].iter().sum();
-            if c > 0 {
-                each(g, self.i[g * LANES..(g + 1) * LANES].iter().sum(), c)?;
+            match self.values(null, g) {
+                0 => {}
+                c => each(g, total(&self.i, g), c)?,
             }
         }
         Ok(())
     }
+}
+
+/// `v` as `len` copies of `zero`, reusing its memory.
+fn zeroed<T: Copy>(v: &mut Vec<T>, len: usize, zero: T) {
+    v.clear();
+    v.resize(len, zero);
+}
+
+/// The sum of group `g`'s lanes in `v`.
+fn total<T: Copy + std::iter::Sum>(v: &[T], g: usize) -> T {
+    v[g * LANES..(g + 1) * LANES].iter().copied().sum()
 }
 
 #[inline(always)]
@@ -209,16 +222,14 @@ mod tests {
                     })
                     .unwrap();
                 assert_eq!(seen, (0..groups).filter(|&g| !taken(g).is_empty()).collect::<Vec<_>>());
-                if let Some(nu) = null {
-                    let mut counted = vec![0; groups];
-                    lanes
-                        .count(gids, nu, groups, |g, c| {
-                            counted[g] = c;
-                            Ok::<_, ()>(())
-                        })
-                        .unwrap();
-                    assert_eq!(counted, (0..groups).map(|g| taken(g).len() as i64).collect::<Vec<_>>());
-                }
+                let mut counted = vec![0; groups];
+                lanes
+                    .count(gids, null, groups, |g, c| {
+                        counted[g] = c;
+                        Ok::<_, ()>(())
+                    })
+                    .unwrap();
+                assert_eq!(counted, (0..groups).map(|g| taken(g).len() as i64).collect::<Vec<_>>());
             }
         }
     }

@@ -23,9 +23,7 @@
 //! later.
 
 use super::expr::{arith, compare, err, ArOp, Pos};
-use super::rows::{
-    corrupt, decode_value, encode_value, frame_record, not_temp, part_payload, pow2_floor, rd32, rd64, records, work_payload, wr32, wr64, RowRun,
-};
+use super::rows::{corrupt, decode_value, encode_value, not_temp, part_payload, pow2_floor, rd32, rd64, records, work_payload, wr32, wr64, Pending, RowRun};
 use crate::access::table::{ColumnType, Value};
 use crate::access::TempPage;
 use crate::buffer::BufferManager;
@@ -592,9 +590,9 @@ pub struct HashAgg<'a> {
     consumed: u32,
     table: Option<AggTable<'a>>,
     parts: Vec<RowRun<'a>>,
-    /// Per partition, records not yet copied into its run (under twice [`PART_BUF`] bytes
-    /// each, and empty between calls of `push`, `push_batch` and `flush`).
-    part_bufs: Vec<Vec<u8>>,
+    /// Per partition, records not yet copied into its run (empty between calls of `push`,
+    /// `push_batch` and `flush`).
+    part_bufs: Vec<Pending>,
     scratch: Vec<u8>,
     /// Groups merged into the table since it was last empty.
     pushes: u64,
@@ -718,31 +716,13 @@ impl<'a> HashAgg<'a> {
     /// the partition's run when full.
     fn part_record(&mut self, hash: u64, key: &[u8], st: &[u8]) -> Result<()> {
         let p = (shifted(hash, self.consumed) >> (64 - BITS)) as usize;
-        let b = &mut self.part_bufs[p];
-        if 16 + key.len() + st.len() > PART_BUF {
-            // A large record goes to the run directly (after those before it), keeping the
-            // buffers small.
-            if !b.is_empty() {
-                self.parts[p].extend(b)?;
-                b.clear();
-            }
-            return self.parts[p].append(&[&hash.to_le_bytes(), &(key.len() as u32).to_le_bytes(), key, st]);
-        }
-        frame_record(b, &[&hash.to_le_bytes(), &(key.len() as u32).to_le_bytes(), key, st]);
-        if b.len() >= PART_BUF {
-            self.parts[p].extend(b)?;
-            b.clear();
-        }
-        Ok(())
+        self.part_bufs[p].push(&mut self.parts[p], &[&hash.to_le_bytes(), &(key.len() as u32).to_le_bytes(), key, st])
     }
 
     /// Copies the partitions' buffered records into their runs.
     fn spill_part_bufs(&mut self) -> Result<()> {
         for (b, run) in self.part_bufs.iter_mut().zip(&mut self.parts) {
-            if !b.is_empty() {
-                run.extend(b)?;
-                b.clear();
-            }
+            b.flush(run)?;
         }
         Ok(())
     }
@@ -755,7 +735,7 @@ impl<'a> HashAgg<'a> {
         if self.parts.is_empty() {
             let payload = part_payload(self.bm, 1 << BITS);
             self.parts = (0..1 << BITS).map(|_| RowRun::new(self.bm, payload)).collect();
-            self.part_bufs = (0..1 << BITS).map(|_| Vec::new()).collect();
+            self.part_bufs = (0..1 << BITS).map(|_| Pending::new(PART_BUF)).collect();
         }
         self.stats.flushes += 1;
         super::counters::AGG_FLUSHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -336,8 +336,9 @@ pub struct RowRun<'a> {
 }
 
 /// Records on their way to a [`RowRun`], framed in a heap buffer and handed over when it
-/// holds `batch` bytes ([`RowRun::extend`]: one latch per page instead of one per record).
-/// [`flush`](Self::flush) before the run is read or measured.
+/// holds `batch` bytes ([`RowRun::extend`]: one latch per page instead of one per record);
+/// a record larger than `batch` goes to the run directly (after those held), so the buffer
+/// stays under twice `batch`. [`flush`](Self::flush) before the run is read or measured.
 pub struct Pending {
     buf: Vec<u8>,
     batch: usize,
@@ -350,6 +351,10 @@ impl Pending {
 
     /// Adds one record (`parts` one after another).
     pub fn push(&mut self, run: &mut RowRun<'_>, parts: &[&[u8]]) -> Result<()> {
+        if 4 + parts.iter().map(|p| p.len()).sum::<usize>() > self.batch {
+            self.flush(run)?;
+            return run.append(parts);
+        }
         frame_record(&mut self.buf, parts);
         if self.buf.len() >= self.batch {
             self.flush(run)?;
@@ -359,8 +364,10 @@ impl Pending {
 
     /// Hands the records held to `run`.
     pub fn flush(&mut self, run: &mut RowRun<'_>) -> Result<()> {
-        run.extend(&self.buf)?;
-        self.buf.clear();
+        if !self.buf.is_empty() {
+            run.extend(&self.buf)?;
+            self.buf.clear();
+        }
         Ok(())
     }
 }

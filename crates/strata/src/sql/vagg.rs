@@ -569,22 +569,14 @@ impl Prog {
         for (a, (out, kind)) in outs.iter().zip(kinds).enumerate() {
             let st = |g: usize| g * n + a;
             let Some((r, t)) = *out else {
-                for g in (0..groups).filter(|&g| lanes.rows(g) > 0) {
-                    states[st(g)].merge(St::Count(lanes.rows(g)), kind)?;
-                }
+                // count(*): every row.
+                lanes.count(gids, None, groups, |g, c| states[st(g)].merge(St::Count(c), kind))?;
                 continue;
             };
             let reg = &regs[r];
             let null = reg.nulls.then(|| &reg.null[rows.clone()]);
             match (kind.kind, t) {
-                (Kind::Count, _) => match null {
-                    None => {
-                        for g in (0..groups).filter(|&g| lanes.rows(g) > 0) {
-                            states[st(g)].merge(St::Count(lanes.rows(g)), kind)?;
-                        }
-                    }
-                    Some(nu) => lanes.count(gids, nu, groups, |g, c| states[st(g)].merge(St::Count(c), kind))?,
-                },
+                (Kind::Count, _) => lanes.count(gids, null, groups, |g, c| states[st(g)].merge(St::Count(c), kind))?,
                 (Kind::SumF, Rt::F) => lanes.sum_f(&reg.f[rows.clone()], gids, null, groups, |g, s, _| states[st(g)].merge(St::SumF(Some(s)), kind))?,
                 (Kind::AvgF, Rt::F) => lanes.sum_f(&reg.f[rows.clone()], gids, null, groups, |g, s, c| states[st(g)].merge(St::AvgF(s, c), kind))?,
                 (Kind::AvgI, Rt::I) => lanes.sum_i(&reg.i[rows.clone()], gids, null, groups, |g, s, c| states[st(g)].merge(St::AvgI(s, c), kind))?,

@@ -433,11 +433,8 @@ pub fn run(bm: &BufferManager, j: &JoinArgs<'_>, sink: &mut Sink<'_>) -> Result<
     let want = brun.bytes().div_ceil(budget / 2).max(2);
     let bits = pow2_floor(want.next_power_of_two()).trailing_zeros().clamp(1, 6);
     let part = |h: u64| (h >> (64 - bits)) as usize;
-    let payload = part_payload(bm, 1 << bits);
-    let mut bparts: Vec<RowRun<'_>> = (0..1usize << bits).map(|_| RowRun::new(bm, payload)).collect();
-    partition(brun, &mut bparts, &|h| part(h))?;
-    let mut pparts: Vec<RowRun<'_>> = (0..1usize << bits).map(|_| RowRun::new(bm, payload)).collect();
-    let mut ppend: Vec<Pending> = (0..1usize << bits).map(|_| Pending::new(PART_BATCH)).collect();
+    let bparts = partition(bm, brun, bits, &part)?;
+    let mut pparts = Parts::new(bm, bits);
     let go = pplan.run(bm, &mut |prow| {
         if !encode_keys(pkeys, prow, &mut kb)? {
             return if marks { Ok(true) } else { ctx.null_probe(&mut jr, Probe::Row(prow), sink) };
@@ -445,16 +442,13 @@ pub fn run(bm: &BufferManager, j: &JoinArgs<'_>, sink: &mut Sink<'_>) -> Result<
         rb.clear();
         jr.encode_probe(prow, &mut rb)?;
         let h = hash_bytes(&kb);
-        ppend[part(h)].push(&mut pparts[part(h)], &[&h.to_le_bytes(), &(kb.len() as u32).to_le_bytes(), &kb, &rb])?;
+        pparts.push(part(h), &[&h.to_le_bytes(), &(kb.len() as u32).to_le_bytes(), &kb, &rb])?;
         Ok(true)
     })?;
     if !go {
         return Ok(false);
     }
-    for (p, r) in ppend.iter_mut().zip(pparts.iter_mut()) {
-        p.flush(r)?;
-    }
-    for (b, p) in bparts.into_iter().zip(pparts) {
+    for (b, p) in bparts.into_iter().zip(pparts.finish()?) {
         if !join_pair(bm, &ctx, &mut jr, b, p, budget, bits, sink)? {
             return Ok(false);
         }
@@ -468,19 +462,41 @@ const RUN_BATCH: usize = 32 << 10;
 /// 512 KiB on the heap at most).
 const PART_BATCH: usize = 8 << 10;
 
-/// Moves the `(hash, key, row)` records of `run` into `parts` by `part(hash)`, a batch of
-/// records per partition at a time.
-fn partition<'b>(run: RowRun<'b>, parts: &mut [RowRun<'b>], part: &dyn Fn(u64) -> usize) -> Result<()> {
-    let mut pend: Vec<Pending> = parts.iter().map(|_| Pending::new(PART_BATCH)).collect();
+/// `2^bits` partitions of records in runs of temporary pages, each filled a batch of
+/// records at a time ([`Pending`]).
+struct Parts<'b> {
+    runs: Vec<RowRun<'b>>,
+    pend: Vec<Pending>,
+}
+
+impl<'b> Parts<'b> {
+    fn new(bm: &'b BufferManager, bits: u32) -> Parts<'b> {
+        let payload = part_payload(bm, 1 << bits);
+        Parts { runs: (0..1usize << bits).map(|_| RowRun::new(bm, payload)).collect(), pend: (0..1usize << bits).map(|_| Pending::new(PART_BATCH)).collect() }
+    }
+
+    /// Adds a record (`parts` one after another) to partition `i`.
+    fn push(&mut self, i: usize, parts: &[&[u8]]) -> Result<()> {
+        self.pend[i].push(&mut self.runs[i], parts)
+    }
+
+    /// The partitions' runs, every record in them.
+    fn finish(mut self) -> Result<Vec<RowRun<'b>>> {
+        for (p, r) in self.pend.iter_mut().zip(self.runs.iter_mut()) {
+            p.flush(r)?;
+        }
+        Ok(self.runs)
+    }
+}
+
+/// The `(hash, key, row)` records of `run` in `2^bits` partitions by `part(hash)`.
+fn partition<'b>(bm: &'b BufferManager, run: RowRun<'b>, bits: u32, part: &dyn Fn(u64) -> usize) -> Result<Vec<RowRun<'b>>> {
+    let mut parts = Parts::new(bm, bits);
     run.drain(&mut |rec| {
         let (h, _, _) = split(rec)?;
-        let i = part(h);
-        pend[i].push(&mut parts[i], &[rec])
+        parts.push(part(h), &[rec])
     })?;
-    for (p, r) in pend.iter_mut().zip(parts.iter_mut()) {
-        p.flush(r)?;
-    }
-    Ok(())
+    parts.finish()
 }
 
 /// Joins one pair of partitions whose hashes share their top `consumed` bits: as a table
@@ -504,17 +520,14 @@ fn join_pair(
     let want = b.bytes().div_ceil(budget / 2).max(2);
     let bits = want.next_power_of_two().trailing_zeros().clamp(1, 6).min(64 - consumed);
     let part = |h: u64| (shifted(h, consumed) >> (64 - bits)) as usize;
-    let payload = part_payload(bm, 1 << bits);
     let total = b.len();
-    let mut bparts: Vec<RowRun<'_>> = (0..1usize << bits).map(|_| RowRun::new(bm, payload)).collect();
-    partition(b, &mut bparts, &part)?;
+    let mut bparts = partition(bm, b, bits, &part)?;
     if let Some(i) = bparts.iter().position(|r| r.len() == total) {
         // No progress: every build row has the same hash bits here (one frequent key).
         let b = bparts.swap_remove(i);
         return join_partition(bm, ctx, jr, &b, &p, budget, sink);
     }
-    let mut pparts: Vec<RowRun<'_>> = (0..1usize << bits).map(|_| RowRun::new(bm, payload)).collect();
-    partition(p, &mut pparts, &part)?;
+    let pparts = partition(bm, p, bits, &part)?;
     super::counters::REPARTITIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     for (b, p) in bparts.into_iter().zip(pparts) {
         if !join_pair(bm, ctx, jr, b, p, budget, consumed + bits, sink)? {

@@ -863,9 +863,9 @@ impl<'a> LeafView<'a> {
             }
             ColumnType::Bool => {
                 for ((o, k), &i) in out.iter_mut().zip(ok.iter_mut()).zip(sel) {
-                    match p[at + i as usize] {
-                        b @ (0 | 1) => *o = b as u64,
-                        _ => *k = false,
+                    match self.bool_at(col, i as usize) {
+                        Ok(b) => *o = b as u64,
+                        Err(Bad) => *k = false,
                     }
                 }
             }
