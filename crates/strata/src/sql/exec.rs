@@ -103,6 +103,22 @@ fn holds(pred: &BExpr, row: &[Value]) -> Result<bool> {
 }
 
 impl Plan {
+    /// The plans whose rows this one reads (subqueries' plans included).
+    pub fn inputs_mut(&mut self) -> Vec<&mut Plan> {
+        match self {
+            Plan::Scan { .. } | Plan::ColScan(_) | Plan::OneRow { .. } => Vec::new(),
+            Plan::Project { input, .. }
+            | Plan::Filter { input, .. }
+            | Plan::Aggregate { input, .. }
+            | Plan::HashAggregate { input, .. }
+            | Plan::Sort { input, .. }
+            | Plan::Limit { input, .. } => vec![&mut **input],
+            Plan::Exists { input, sub, .. } => vec![&mut **input, &mut **sub],
+            Plan::Scalars { subs, input } => subs.iter_mut().map(|s| &mut s.plan).chain(std::iter::once(&mut **input)).collect(),
+            Plan::HashJoin { left, right, .. } => vec![&mut **left, &mut **right],
+        }
+    }
+
     /// Runs the plan, handing every result row to `sink`; returns `false` if the sink asked
     /// to stop.
     pub fn run(&self, bm: &BufferManager, sink: &mut Sink<'_>) -> Result<bool> {

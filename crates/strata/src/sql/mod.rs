@@ -78,6 +78,7 @@
 pub mod accum;
 pub mod agg;
 pub mod bind;
+pub mod eager;
 pub mod exec;
 pub mod expr;
 pub mod fold;
@@ -280,6 +281,7 @@ fn prepare_here(catalog: &Catalog, bm: Option<&crate::buffer::BufferManager>, sq
     };
     let (mut bound, explain) = bind::statement(catalog, bm, stmt)?;
     fold::fold_projects(&mut bound.plan);
+    eager::push_down(&mut bound.plan, bm)?;
     scan::optimize(&mut bound.plan);
     if explain {
         let text = bound.plan.explain();

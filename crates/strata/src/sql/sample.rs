@@ -49,7 +49,12 @@ fn remember(key: String, figures: Vec<f64>) {
 /// a table of `rows` rows (one window of all of them if it has at most three windows'
 /// worth); returns the rows seen.
 fn sample_windows(bm: &BufferManager, table: &Table, rows: u64, f: &mut dyn FnMut(usize, &[Value])) -> Result<u64> {
-    let (starts, per) = if rows <= 3 * SAMPLE_WINDOW { (vec![0], rows) } else { (vec![0, rows / 2, rows - SAMPLE_WINDOW], SAMPLE_WINDOW) };
+    sample_windows_of(bm, table, rows, SAMPLE_WINDOW, f)
+}
+
+/// [`sample_windows`] with windows of `window` rows.
+fn sample_windows_of(bm: &BufferManager, table: &Table, rows: u64, window: u64, f: &mut dyn FnMut(usize, &[Value])) -> Result<u64> {
+    let (starts, per) = if rows <= 3 * window { (vec![0], rows) } else { (vec![0, rows / 2, rows - window], window) };
     let mut seen = 0;
     for (w, s) in starts.into_iter().enumerate() {
         let mut k = 0u64;
@@ -167,6 +172,66 @@ pub fn sampled_groups(bm: &BufferManager, table: &Table, keys: &[BExpr]) -> Resu
     };
     remember(key, vec![groups]);
     Ok(groups)
+}
+
+/// Rows per window for [`sampled_rows_per_group`]: keys drawn at random from a domain of
+/// 100 K values meet again about a hundred times across three such windows, and not at
+/// all when they are unique.
+const REPEAT_WINDOW: u64 = 4096;
+
+/// An estimate of the rows per group of a GROUP BY on `keys` over the rows of `table` that
+/// pass `filter` (1: the keys are unique), from three windows of [`REPEAT_WINDOW`] rows
+/// (the whole table if it is smaller: then exact). The distinct values of the whole are
+/// extrapolated from the sample by how many of them it met only once (Haas and Stokes'
+/// `Duj1`: `d / (1 - (1 - q) f1 / r)` for `d` distinct values, `f1` of them met once, in
+/// `r` sampled values, a share `q` of the rows), counting a value once per window: keys
+/// clustered in the table (the line items of one order side by side) repeat within a
+/// window however many values there are, so only a value met again in another window says
+/// that values repeat across the table.
+pub fn sampled_rows_per_group(bm: &BufferManager, table: &Table, filter: Option<&BExpr>, keys: &[BExpr]) -> Result<f64> {
+    let n = table.rows(bm)?;
+    let what = format!("{}|{}", keys.iter().map(|k| k.to_string()).collect::<Vec<_>>().join(","), filter.map(|f| f.to_string()).unwrap_or_default());
+    let key = key("repeats", bm, table, n, &what);
+    if let Some(g) = recall(&key) {
+        return Ok(g[0]);
+    }
+    // Per distinct key tuple, the windows it was met in (bit w).
+    let (mut windows_of, mut buf, mut passed) = (HashMap::<Vec<u8>, u8>::new(), Vec::new(), 0u64);
+    let seen = sample_windows_of(bm, table, n, REPEAT_WINDOW, &mut |w, row| {
+        if let Some(f) = filter {
+            if !matches!(f.eval(row), Ok(Value::Bool(true))) {
+                return;
+            }
+        }
+        passed += 1;
+        buf.clear();
+        for k in keys {
+            match k.eval(row) {
+                Ok(v) => encode_value(&v, &mut buf),
+                Err(_) => buf.push(0xff),
+            }
+        }
+        match windows_of.get_mut(buf.as_slice()) {
+            Some(b) => *b |= 1 << w,
+            None => {
+                windows_of.insert(buf.clone(), 1 << w);
+            }
+        }
+    })?;
+    let d = windows_of.len() as f64;
+    let per_group = if passed == 0 {
+        1.0
+    } else if seen >= n {
+        passed as f64 / d
+    } else {
+        let r = windows_of.values().map(|b| b.count_ones() as f64).sum::<f64>();
+        let f1 = windows_of.values().filter(|b| b.count_ones() == 1).count() as f64;
+        let q = seen as f64 / n as f64;
+        let distinct = d / (1.0 - (1.0 - q) * f1 / r);
+        (passed as f64 / q / distinct).max(1.0)
+    };
+    remember(key, vec![per_group]);
+    Ok(per_group)
 }
 
 /// The mean encoded size of each column of `table` over its first [`SAMPLE_WINDOW`] rows

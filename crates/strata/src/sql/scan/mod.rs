@@ -1430,29 +1430,11 @@ pub fn optimize(plan: &mut Plan) {
 
 /// Lets every aggregation straight over a vectorized scan in `plan` use `threads` workers.
 pub fn set_threads(plan: &mut Plan, threads: usize) {
-    match plan {
-        Plan::ColScan(s) => s.threads = threads.max(1),
-        Plan::Scan { .. } | Plan::OneRow { .. } => {}
-        Plan::Project { input, .. }
-        | Plan::Filter { input, .. }
-        | Plan::Aggregate { input, .. }
-        | Plan::HashAggregate { input, .. }
-        | Plan::Sort { input, .. }
-        | Plan::Limit { input, .. } => set_threads(input, threads),
-        Plan::Exists { input, sub, .. } => {
-            set_threads(input, threads);
-            set_threads(sub, threads);
-        }
-        Plan::Scalars { subs, input } => {
-            for sub in subs.iter_mut() {
-                set_threads(&mut sub.plan, threads);
-            }
-            set_threads(input, threads);
-        }
-        Plan::HashJoin { left, right, .. } => {
-            set_threads(left, threads);
-            set_threads(right, threads);
-        }
+    if let Plan::ColScan(s) = plan {
+        s.threads = threads.max(1);
+    }
+    for input in plan.inputs_mut() {
+        set_threads(input, threads);
     }
 }
 
