@@ -21,12 +21,40 @@
 //! that runs after waits for the allocating transaction, like for any other lock.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
-
-use parking_lot::{Condvar, Mutex};
+use std::time::Duration;
+#[cfg(not(loom))]
+use std::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::storage::PageId;
+use crate::sync::{Condvar, Mutex};
+
+/// The clock of [`LockTable::acquire`]'s waits under loom, where a wait's time is counted in
+/// wakeups: one millisecond per wakeup that found the lock still taken, so a wait of `n`
+/// ms gives up after `n` such wakeups, and `Duration::ZERO` at once, as it does outside
+/// loom. Loom's timed wait never times out (it returns at a notification only) and a real
+/// clock would make a model's executions differ from one run to the next, which loom
+/// cannot replay; counting wakeups keeps the executions deterministic and still lets a
+/// model reach the timeout (a wakeup that finds the lock taken again, by a third
+/// transaction or by a fresh allocation). A holder that never releases is not modelled:
+/// its waiter would never wake, which loom reports as a deadlock.
+#[cfg(loom)]
+struct Instant(std::cell::Cell<u32>);
+
+#[cfg(loom)]
+impl Instant {
+    fn now() -> Instant {
+        Instant(std::cell::Cell::new(0))
+    }
+
+    fn elapsed(&self) -> Duration {
+        Duration::from_millis(self.0.get().into())
+    }
+
+    fn woke(&self) {
+        self.0.set(self.0.get() + 1);
+    }
+}
 
 /// The lock table shared by all transactions of a database.
 #[derive(Default)]
@@ -70,6 +98,8 @@ impl LockTable {
                     // Timed out or not, the loop looks again (and gives up when the wait is
                     // spent and the lock still taken).
                     let _ = self.released.wait_for(&mut owners, left);
+                    #[cfg(loom)]
+                    start.woke();
                 }
             }
         }
