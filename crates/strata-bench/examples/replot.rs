@@ -1,5 +1,6 @@
 //! Redraws a saved benchmark report: `cargo run --release -p strata-bench --example replot --
-//! REPORT.json OUT.png` (the chart `strata bench --plot` draws).
+//! REPORT.json OUT.png` (the chart `strata bench --plot` draws; partitions and bfs reports
+//! get their own charts).
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -15,7 +16,13 @@ fn main() {
         eprintln!("replot: {report} is not JSON: {e}");
         std::process::exit(1);
     });
-    if let Err(e) = strata_bench::plot::plot(&v, std::path::Path::new(out)) {
+    let out = std::path::Path::new(out);
+    let drawn = match v["bench"].as_str() {
+        Some("partitions") => strata_bench::plot::plot_partitions(&v, out),
+        Some("bfs") => strata_bench::plot::plot_bfs(&v, out),
+        _ => strata_bench::plot::plot(&v, out),
+    };
+    if let Err(e) = drawn {
         eprintln!("replot: {e}");
         std::process::exit(1);
     }

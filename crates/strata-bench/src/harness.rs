@@ -142,7 +142,7 @@ where
 
 /// This process's resource usage so far: (minor page faults, user CPU seconds, system CPU
 /// seconds), all threads together (an engine's background I/O threads included).
-fn usage() -> (u64, f64, f64) {
+pub(crate) fn usage() -> (u64, f64, f64) {
     // SAFETY: getrusage fills the zeroed struct we pass; RUSAGE_SELF is always valid.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: as above.

@@ -393,3 +393,106 @@ pub fn plot_partitions(report: &Value, path: &Path) -> Result<(), String> {
     root.present().map_err(e)?;
     Ok(())
 }
+
+/// Draws a `bfs` report as a PNG at `path`: per run (phase and thread count) one bar per
+/// engine of the seconds per BFS (linear scale, labelled), with the BFS's CPU seconds (the
+/// whole process) as a narrower dark bar inside it, and the pool and graph in the title.
+pub fn plot_bfs(report: &Value, path: &Path) -> Result<(), String> {
+    register_font();
+    let runs = report.get("runs").and_then(Value::as_array).cloned().unwrap_or_default();
+    if runs.is_empty() {
+        return Err("nothing to plot: the report has no runs".into());
+    }
+    let mut engines: Vec<String> = Vec::new();
+    for r in &runs {
+        for k in r["engines"].as_object().into_iter().flatten().map(|(k, _)| k) {
+            if !engines.contains(k) {
+                engines.push(k.clone());
+            }
+        }
+    }
+    let varying = varying_params(report);
+    let labels: Vec<String> = runs.iter().map(|r| run_label(&r["params"], &varying)).collect();
+    let get = |r: &Value, name: &str, key: &str| r["engines"].get(name).and_then(|x| x.get(key)).and_then(Value::as_f64);
+    let ymax = runs.iter().flat_map(|r| engines.iter().filter_map(|n| get(r, n, "seconds"))).fold(0.1, f64::max) * 1.25;
+    let n = runs.len();
+    let width = (160 + 70 * engines.len() as u32 * n as u32).max(900);
+    let e = |e: DrawingAreaErrorKind<_>| format!("plot {}: {e}", path.display());
+    let root = BitMapBackend::new(path, (width, 600)).into_drawing_area();
+    root.fill(&WHITE).map_err(e)?;
+    let p0 = &runs[0]["params"];
+    let m = &report["machine"];
+    let title = "strata bench bfs: seconds per BFS, lower is better (dark inner bar: CPU seconds of the process)";
+    let subtitle = format!(
+        "graph: {} vertices, {} edges, CSR {} in {} pages; pool {}; {} cores, kernel {}",
+        p0["vertices"],
+        p0["edges"],
+        p0["data_bytes"].as_u64().map(short_size).unwrap_or_else(|| "?".into()),
+        p0["page_size"].as_u64().map(short_size).unwrap_or_else(|| "?".into()),
+        p0["pool_bytes"].as_u64().map(short_size).unwrap_or_else(|| "?".into()),
+        m["cores"],
+        m["kernel"].as_str().unwrap_or("?")
+    );
+    let (top, body) = root.split_vertically(56);
+    top.draw(&Text::new(title, (14, 8), (FONT, 18).into_font().color(&BLACK))).map_err(e)?;
+    top.draw(&Text::new(subtitle, (14, 32), (FONT, 14).into_font().color(&BLACK))).map_err(e)?;
+    let mut chart = ChartBuilder::on(&body).margin(12).x_label_area_size(40).y_label_area_size(60).build_cartesian_2d(0f64..n as f64, 0f64..ymax).map_err(e)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(0)
+        .y_max_light_lines(0)
+        .y_desc("seconds per BFS (lower is better)")
+        .label_style((FONT, 14))
+        .axis_desc_style((FONT, 15))
+        .draw()
+        .map_err(e)?;
+    let k = engines.len() as f64;
+    for (j, name) in engines.iter().enumerate() {
+        let color = COLORS[j % COLORS.len()];
+        let x0 = |i: usize| i as f64 + 0.1 + 0.8 * j as f64 / k;
+        let bars: Vec<_> = runs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| Some(Rectangle::new([(x0(i), 0.0), (x0(i) + 0.8 / k, get(r, name, "seconds")?)], color.mix(0.55).filled())))
+            .collect();
+        chart.draw_series(bars).map_err(e)?.label(name.clone()).legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], color.mix(0.55).filled()));
+        let cpu: Vec<_> = runs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| Some(Rectangle::new([(x0(i) + 0.2 / k, 0.0), (x0(i) + 0.6 / k, get(r, name, "cpu_seconds")?)], color.filled())))
+            .collect();
+        chart.draw_series(cpu).map_err(e)?;
+        let text: Vec<_> = runs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| {
+                let s = get(r, name, "seconds")?;
+                let c = get(r, name, "cpu_seconds").unwrap_or(0.0);
+                Some(Text::new(format!("{s:.2} s ({c:.2})"), (x0(i) + 0.02 / k, s + ymax * 0.015), (FONT, 12).into_font().color(&BLACK)))
+            })
+            .collect();
+        chart.draw_series(text).map_err(e)?;
+        let fails: Vec<_> = runs
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r["engines"].get(name).is_some_and(|x| x.get("failed").is_some()))
+            .map(|(i, _)| Cross::new((x0(i) + 0.4 / k, ymax * 0.05), 6, RED.stroke_width(3)))
+            .collect();
+        chart.draw_series(fails).map_err(e)?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font((FONT, 15))
+        .draw()
+        .map_err(e)?;
+    for (i, label) in labels.iter().enumerate() {
+        let (px, py) = chart.backend_coord(&(i as f64 + 0.5, 0.0));
+        root.draw(&Text::new(label.clone(), (px - 4 * label.len() as i32, py + 10), (FONT, 14).into_font().color(&BLACK))).map_err(e)?;
+    }
+    root.present().map_err(e)?;
+    Ok(())
+}

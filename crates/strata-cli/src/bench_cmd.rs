@@ -9,8 +9,8 @@ use strata::Error;
 /// Arguments of `strata bench`.
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// Benchmark: fix, random-read, scan, mixed-size, commit, recovery, remote, btree or
-    /// partitions.
+    /// Benchmark: fix, random-read, scan, mixed-size, commit, recovery, remote, btree,
+    /// partitions or bfs.
     pub name: String,
     /// Print one JSON object instead of a table.
     #[arg(long)]
@@ -24,7 +24,8 @@ pub struct BenchArgs {
     /// Memory budget of the cached engines (default per benchmark, 32MiB for most).
     #[arg(long, value_parser = crate::parse_size)]
     pub pool: Option<u64>,
-    /// Data set size (random-read: the out-of-memory data set; default 4x the pool).
+    /// Data set size (random-read: the out-of-memory data set; bfs: the graph's CSR, about;
+    /// default 4x the pool).
     #[arg(long, value_parser = crate::parse_size)]
     pub data: Option<u64>,
     /// Seconds per measurement.
@@ -44,15 +45,15 @@ pub struct BenchArgs {
     /// io_uring; strata: one batch load; the other engines read a batch page by page).
     #[arg(long = "queue-depth")]
     pub queue_depth: Option<usize>,
-    /// random-read, scan, btree: only these engines, comma-separated (default: all of them;
+    /// random-read, scan, btree, bfs: only these engines, comma-separated (default: all of them;
     /// ratios need strata and the baseline).
     #[arg(long = "engines", value_delimiter = ',')]
     pub engines: Option<Vec<String>>,
     /// random-read, btree: only the in-memory (in) or only the out-of-memory (out) data set.
     #[arg(long = "memory")]
     pub memory: Option<String>,
-    /// scan, random-read, btree: rounds per engine (fresh engine each, engines alternating);
-    /// the median round is reported (default: scan 3, others 1).
+    /// scan, random-read, btree, bfs: rounds per engine (fresh engine each, engines
+    /// alternating); the median round is reported (default: scan and bfs 3, others 1).
     #[arg(long = "rounds")]
     pub rounds: Option<usize>,
     /// remote: the Valkey/Redis server of the remote tier (redis://[USER:PASSWORD@]HOST:PORT,
@@ -96,6 +97,8 @@ pub fn bench(a: BenchArgs) -> Result<(), Error> {
     if let Some(path) = &a.plot {
         if a.name == "partitions" {
             strata_bench::plot::plot_partitions(&report, path).map_err(Error::InvalidInput)?;
+        } else if a.name == "bfs" {
+            strata_bench::plot::plot_bfs(&report, path).map_err(Error::InvalidInput)?;
         } else {
             strata_bench::plot::plot(&report, path).map_err(Error::InvalidInput)?;
         }

@@ -158,6 +158,36 @@ fn bench_scan() {
     }
 }
 
+/// `bench bfs`: strata and strata-noprefetch find the same BFS result, cold and warm, out of
+/// memory; the text table and the plot (tests/bfs.rs in strata-bench checks the result
+/// against an in-memory BFS).
+#[test]
+fn bench_bfs_and_plot() {
+    let t = tempfile::tempdir().unwrap();
+    let png = t.path().join("bfs.png");
+    let v = bench(&["bfs", "--pool", "2MiB", "--data", "4MiB", "--threads", "2", "--rounds", "1", "--plot", png.to_str().unwrap()]);
+    let runs = check_shape(&v, "bfs", &["strata", "strata-noprefetch"]);
+    assert_eq!(runs.len(), 2, "cold and warm");
+    for r in &runs {
+        assert_eq!(r["results_agree"], true, "{r}");
+        let (a, b) = (&r["engines"]["strata"], &r["engines"]["strata-noprefetch"]);
+        assert!(ok(r, "strata") && ok(r, "strata-noprefetch"), "{r}");
+        for k in ["reached", "max_depth", "depth_sum"] {
+            assert_eq!(a[k], b[k], "{k}: {r}");
+        }
+        assert!(num(a, "reached") > 1.0 && num(a, "cpu_seconds") >= 0.0 && num(a, "bytes_read") > 0.0, "{r}");
+    }
+    assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG"));
+    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(["bench", "bfs", "--pool", "2MiB", "--data", "4MiB", "--threads", "1", "--rounds", "1", "--engines", "strata-noprefetch", "--dir"])
+        .arg(t.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with("bench bfs on ") && text.contains("strata-noprefetch") && text.contains("max_depth"), "{text}");
+}
+
 #[test]
 fn bench_mixed_size() {
     let png_dir = tempfile::tempdir().unwrap();
@@ -266,12 +296,13 @@ fn bench_engine_selection_rounds_and_memory() {
     for (args, want) in [
         (&["scan", "--engines", "strata,hashpool"][..], "no engine \"hashpool\""),
         (&["scan", "--rounds", "0"][..], "--rounds must be at least 1"),
-        (&["fix", "--rounds", "2"][..], "--rounds applies to scan, random-read, btree and partitions only"),
+        (&["fix", "--rounds", "2"][..], "--rounds applies to scan, random-read, btree, partitions and bfs only"),
         (&["partitions", "--partitions", "1,3"][..], "3 is not a power of two"),
         (&["random-read", "--partitions", "2"][..], "--partitions applies to partitions only"),
         (&["random-read", "--memory", "sideways"][..], "--memory must be in or out"),
-        (&["fix", "--engines", "strata"][..], "--engines applies to random-read, scan and btree only"),
+        (&["fix", "--engines", "strata"][..], "--engines applies to random-read, scan, btree and bfs only"),
         (&["btree", "--engines", "strata,hashpool"][..], "no engine \"hashpool\""),
+        (&["bfs", "--engines", "strata,raw"][..], "bfs has no engine \"raw\""),
         (&["btree", "--page-size", "4KiB,8KiB"][..], "takes one --page-size"),
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_strata")).arg("bench").args(args).arg("--json").output().unwrap();

@@ -3,6 +3,7 @@
 //! alike), and returns one JSON object:
 //! `{"bench", "machine", "runs": [{"params", "engines", "ratios"}], "notes"}`.
 
+mod bfs;
 mod btree;
 mod durability;
 mod fix;
@@ -22,11 +23,13 @@ use crate::harness::engine_value;
 use crate::{EResult, EngineError, PageStore};
 
 /// The benchmark names.
-pub const BENCHMARKS: &[&str] = &["fix", "random-read", "scan", "mixed-size", "commit", "recovery", "remote", "btree", "partitions"];
+pub const BENCHMARKS: &[&str] = &["fix", "random-read", "scan", "mixed-size", "commit", "recovery", "remote", "btree", "partitions", "bfs"];
 
 pub use partitions::DEFAULT_PARTITIONS;
 
 pub use btree::child_main as btree_child;
+
+pub use bfs::edges as bfs_edges;
 
 /// Options shared by the benchmarks; `None` means the benchmark's default (sized to finish in
 /// under a minute on a 2-core machine).
@@ -58,14 +61,14 @@ pub struct Options {
     /// `remote`: URL of the Valkey/Redis server for the remote tier (default: a private
     /// server started and stopped by the benchmark).
     pub remote: Option<String>,
-    /// `random-read`, `scan`, `btree`: run only these engines (default: all of the
+    /// `random-read`, `scan`, `btree`, `bfs`: run only these engines (default: all of the
     /// benchmark's). Ratios need `strata` and the baseline in the same run.
     pub engines: Option<Vec<String>>,
     /// `random-read`, `btree`: run only the `in`-memory or only the `out`-of-memory data set.
     pub memory: Option<String>,
-    /// `scan`, `random-read`, `btree`: rounds per engine (each on a freshly opened engine,
+    /// `scan`, `random-read`, `btree`, `bfs`: rounds per engine (each on a freshly opened engine,
     /// engines in rotating order); the median round is reported (default: scan 3,
-    /// random-read and btree 1).
+    /// bfs 3, random-read and btree 1).
     pub rounds: Option<usize>,
     /// `btree`: an executable that runs one engine's share of the benchmark in a process of
     /// its own when called as `EXE bench-child btree SPEC` (the `strata` binary), so that
@@ -149,7 +152,8 @@ pub fn run(name: &str, opts: &Options) -> Result<Value, String> {
             "random-read" => random_read::ENGINES.as_slice(),
             "scan" => scan::KNOWN.as_slice(),
             "btree" => btree::ENGINES.as_slice(),
-            _ => return Err(format!("--engines applies to random-read, scan and btree only, not to {name}")),
+            "bfs" => bfs::ENGINES.as_slice(),
+            _ => return Err(format!("--engines applies to random-read, scan, btree and bfs only, not to {name}")),
         };
         if want.is_empty() {
             return Err("--engines needs at least one engine".into());
@@ -170,8 +174,8 @@ pub fn run(name: &str, opts: &Options) -> Result<Value, String> {
         }
     }
     if let Some(r) = opts.rounds {
-        if !["scan", "random-read", "btree", "partitions"].contains(&name) {
-            return Err(format!("--rounds applies to scan, random-read, btree and partitions only, not to {name}"));
+        if !["scan", "random-read", "btree", "partitions", "bfs"].contains(&name) {
+            return Err(format!("--rounds applies to scan, random-read, btree, partitions and bfs only, not to {name}"));
         }
         if r == 0 {
             return Err("--rounds must be at least 1".into());
@@ -198,6 +202,7 @@ pub fn run(name: &str, opts: &Options) -> Result<Value, String> {
         "remote" => remote::run(&mut ctx),
         "btree" => btree::run(&mut ctx),
         "partitions" => partitions::run(&mut ctx),
+        "bfs" => bfs::run(&mut ctx),
         _ => unreachable!(),
     }
     .map_err(|e| format!("{name}: {e}"))?;
@@ -376,6 +381,19 @@ pub fn text_summary(report: &Value) -> String {
             for (name, e) in engines {
                 if let Some(f) = e.get("failed") {
                     out.push_str(&format!("  {name:<13} FAILED: {}\n", f.as_str().unwrap_or("?")));
+                    continue;
+                }
+                if bench == "bfs" {
+                    let ratio = r["ratios"].get(name).and_then(Value::as_f64).map(|x| format!("  {name}/strata seconds = {x:.3}")).unwrap_or_default();
+                    out.push_str(&format!(
+                        "  {name:<18} {:>8.3} s  CPU {:>7.3} s  read {:>9} in {:>6} requests  reached {} max_depth {}{ratio}\n",
+                        e["seconds"].as_f64().unwrap_or(0.0),
+                        e["cpu_seconds"].as_f64().unwrap_or(0.0),
+                        e["bytes_read"].as_u64().map(short_size).unwrap_or_else(|| "?".into()),
+                        e["read_requests"],
+                        e["reached"],
+                        e["max_depth"],
+                    ));
                     continue;
                 }
                 let ops = e["ops_per_sec"].as_f64().unwrap_or(0.0);
