@@ -567,14 +567,13 @@ fn join_partition(bm: &BufferManager, ctx: &Ctx<'_>, jr: &mut Joined, b: &RowRun
     }
     if ctx.marks() {
         // Each chunk of left rows is probed by every right row, then settled.
-        let mut rec = Vec::new();
         for &(start, n, bytes) in &chunks {
             let table = JoinTable::build(bm, b, start, n, bytes, None)?;
-            let mut cur = Cursor::default();
-            while p.next(&mut cur, &mut rec)? {
-                let (h, key, row) = split(&rec)?;
+            p.scan(&mut Cursor::default(), &mut |_, rec| {
+                let (h, key, row) = split(rec)?;
                 ctx.mark(&table, jr, Probe::Bytes(row), key, h)?;
-            }
+                Ok(true)
+            })?;
             if !ctx.emit(&table, jr, sink)? {
                 return Ok(false);
             }
@@ -583,27 +582,33 @@ fn join_partition(bm: &BufferManager, ctx: &Ctx<'_>, jr: &mut Joined, b: &RowRun
     }
     let bits = if chunks.len() > 1 && ctx.kind != JoinKind::Inner { Some(TempBits::new(bm, p.len())?) } else { None };
     let last_chunk = chunks.len() - 1;
-    let mut rec = Vec::new();
     for (ci, &(start, n, bytes)) in chunks.iter().enumerate() {
         let table = JoinTable::build(bm, b, start, n, bytes, None)?;
-        let mut cur = Cursor::default();
-        let mut idx = 0u64;
-        while p.next(&mut cur, &mut rec)? {
-            let (h, key, row) = split(&rec)?;
+        // The probe records are read a page at a time and the table is latched once for
+        // the chunk (as the leaf-wise probe does per batch, and for the same reason it is
+        // safe: the table is not written while it is probed, and it is at most an eighth
+        // of the pool, pinned while the matches go on to the operators above).
+        let g = table.page.shared()?;
+        let d = g.data();
+        let (mut idx, mut go) = (0u64, true);
+        p.scan(&mut Cursor::default(), &mut |_, rec| {
+            let (h, key, row) = split(rec)?;
             let seen = match &bits {
                 Some(bs) => bs.get(idx)?,
                 None => false,
             };
-            let (go, m) = ctx.probe(&table, None, jr, Probe::Bytes(row), key, h, seen, ci == last_chunk, sink)?;
+            let (more, m) = ctx.probe(&table, Some(d), jr, Probe::Bytes(row), key, h, seen, ci == last_chunk, sink)?;
             if m {
                 if let Some(bs) = &bits {
                     bs.set(idx)?;
                 }
             }
-            if !go {
-                return Ok(false);
-            }
             idx += 1;
+            go = more;
+            Ok(more)
+        })?;
+        if !go {
+            return Ok(false);
         }
     }
     Ok(true)
