@@ -102,6 +102,86 @@ pub fn key_hash(key: &[u8]) -> u64 {
     finish(h)
 }
 
+/// [`key_hash`] of a key encoding given a column at a time as little-endian byte strings
+/// of at most 9 bytes held in integers (a fixed-width key's codes: [`fixed_i64`],
+/// [`fixed_date`], ...), without writing the encoding out: the words are assembled in a
+/// register. (Written to a buffer on the stack, each 8-byte load of the hash straddled two
+/// narrower stores, and waited for them: a quarter of TPC-H Q9's filter time.)
+#[derive(Clone, Copy)]
+pub struct FixedKeyHash {
+    h: u64,
+    acc: u128,
+    bits: u32,
+    word: usize,
+    len: u64,
+}
+
+impl Default for FixedKeyHash {
+    fn default() -> FixedKeyHash {
+        FixedKeyHash { h: 0, acc: 0, bits: 0, word: 0, len: 0 }
+    }
+}
+
+impl FixedKeyHash {
+    /// Appends `n` (at most 9) bytes: the low `8 n` bits of `code` (nothing above them).
+    #[inline(always)]
+    pub fn push(&mut self, code: u128, n: u32) {
+        if n > 8 {
+            self.push_word(code as u64, 8);
+            self.push_word((code >> 64) as u64, n - 8);
+        } else {
+            self.push_word(code as u64, n);
+        }
+    }
+
+    /// Appends `n` (at most 8) bytes: the accumulator holds fewer than 64 bits before, so
+    /// at most 127 after.
+    #[inline(always)]
+    fn push_word(&mut self, code: u64, n: u32) {
+        self.acc |= (code as u128) << self.bits;
+        self.bits += 8 * n;
+        self.len += n as u64;
+        if self.bits >= 64 {
+            self.h = self.h.wrapping_add((self.acc as u64).wrapping_mul(K[self.word & 3]));
+            self.word += 1;
+            self.acc >>= 64;
+            self.bits -= 64;
+        }
+    }
+
+    /// The key's [`key_hash`].
+    #[inline(always)]
+    pub fn finish(self) -> u64 {
+        let mut h = self.h.wrapping_add(self.len.wrapping_mul(K_LEN));
+        if self.bits > 0 {
+            h = h.wrapping_add((self.acc as u64).wrapping_mul(K[self.word & 3]));
+        }
+        finish(h)
+    }
+}
+
+/// The 9 bytes of [`super::rows::i64_code`] of `v`, for [`FixedKeyHash::push`].
+#[inline(always)]
+pub fn fixed_i64(v: i64) -> u128 {
+    super::rows::T_I64 as u128 | (v as u64 as u128) << 8
+}
+
+/// The 9 bytes of [`super::rows::f64_code`] of `f`, for [`FixedKeyHash::push`].
+#[inline(always)]
+pub fn fixed_f64(f: f64) -> u128 {
+    u128::from_le_bytes({
+        let mut b = [0u8; 16];
+        b[..9].copy_from_slice(&super::rows::f64_code(f));
+        b
+    })
+}
+
+/// The 5 bytes of [`super::rows::date_code`] of `d`, for [`FixedKeyHash::push`].
+#[inline(always)]
+pub fn fixed_date(d: i32) -> u128 {
+    super::rows::T_DATE as u128 | (d as u32 as u128) << 8
+}
+
 /// [`key_hash`] of the encoding of `i64` value `v` ([`super::rows::i64_code`]: a tag byte
 /// and the value's 8 little-endian bytes), from the value.
 #[inline]
@@ -217,6 +297,35 @@ mod tests {
             assert_eq!(i64_key_hash(v), key_hash(&i64_code(v)), "{v}");
             let d = v as i32;
             assert_eq!(date_key_hash(d), key_hash(&date_code(d)), "{d}");
+        }
+    }
+
+    #[test]
+    fn fixed_key_hashes_equal_the_hashes_of_the_encodings() {
+        use crate::sql::rows::f64_code;
+        let mut r = SplitMix64(9);
+        for _ in 0..3000 {
+            // One to six columns of integers, doubles and dates in a random order.
+            let (mut enc, mut h) = (Vec::new(), FixedKeyHash::default());
+            for _ in 0..1 + r.below(6) {
+                let v = r.next_u64();
+                match r.below(3) {
+                    0 => {
+                        enc.extend_from_slice(&i64_code(v as i64));
+                        h.push(fixed_i64(v as i64), 9);
+                    }
+                    1 => {
+                        let f = if v % 5 == 0 { -0.0 } else { f64::from_bits(v >> 2) };
+                        enc.extend_from_slice(&f64_code(f));
+                        h.push(fixed_f64(f), 9);
+                    }
+                    _ => {
+                        enc.extend_from_slice(&date_code(v as i32));
+                        h.push(fixed_date(v as i32), 5);
+                    }
+                }
+            }
+            assert_eq!(h.finish(), key_hash(&enc), "{enc:?}");
         }
     }
 

@@ -25,7 +25,7 @@ use std::cmp::Ordering;
 use super::exec::{Plan, Sink};
 use super::expr::{compare, like, BExpr, CmpOp};
 use super::join::JoinKind;
-use super::keyfilter::{date_key_hash, i64_key_hash, key_hash, KeyFilter};
+use super::keyfilter::{date_key_hash, fixed_date, fixed_f64, fixed_i64, i64_key_hash, key_hash, FixedKeyHash, KeyFilter};
 use super::rows::{date_code, encode_ref, encode_str_bytes, f64_code, i64_code, ValueRef};
 use crate::access::table::packed::Fill;
 use crate::access::table::pax::{self, Leaf};
@@ -484,24 +484,15 @@ fn key_filter(kf: &KeyFilter, lf: &LeafView<'_>, all: &mut [u64], kb: &mut Vec<u
     // Integer, double and date columns: the key's encoding on the stack.
     if kf.cols.len() <= 8 && kf.cols.iter().all(|&c| matches!(lf.schema.columns[c].ty, ColumnType::I64 | ColumnType::F64 | ColumnType::Date)) {
         let key = |i: usize| {
-            let (mut buf, mut p) = ([0u8; 72], 0);
+            let mut h = FixedKeyHash::default();
             for &c in &kf.cols {
                 match lf.schema.columns[c].ty {
-                    ColumnType::I64 => {
-                        buf[p..p + 9].copy_from_slice(&i64_code(lf.i64_at(c, i)));
-                        p += 9;
-                    }
-                    ColumnType::F64 => {
-                        buf[p..p + 9].copy_from_slice(&f64_code(lf.f64_at(c, i)));
-                        p += 9;
-                    }
-                    _ => {
-                        buf[p..p + 5].copy_from_slice(&date_code(lf.date_at(c, i)));
-                        p += 5;
-                    }
+                    ColumnType::I64 => h.push(fixed_i64(lf.i64_at(c, i)), 9),
+                    ColumnType::F64 => h.push(fixed_f64(lf.f64_at(c, i)), 9),
+                    _ => h.push(fixed_date(lf.date_at(c, i)), 5),
                 }
             }
-            key_hash(&buf[..p])
+            h.finish()
         };
         let nulls = |w: usize| kf.cols.iter().fold(0, |n, &c| n | lf.null_word(c, w));
         return Ok(clear_unmatched(all, nulls, |i| kf.may_contain(key(i))));
