@@ -736,6 +736,42 @@ fn check_eager_aggregation(db: &Database, t: &[R], u: &[R]) {
 }
 
 #[test]
+fn computed_projections_fold_into_groupings_over_joins() {
+    let (_dir, db, t, u, _) = join_setup(POOL);
+    // The operator under the grouping: its line in the plan follows the grouping's.
+    let under = |sql: &str| {
+        let plan = explain(&db, sql);
+        let lines: Vec<&str> = plan.lines().collect();
+        let g = lines.iter().position(|l| l.contains("HashAggregate")).unwrap_or_else(|| panic!("{sql}: {plan}"));
+        lines[g + 1].to_owned()
+    };
+    let mut want: BTreeMap<Option<i64>, (i64, Option<f64>, Option<i64>)> = BTreeMap::new();
+    for a in &t {
+        for b in u.iter().filter(|b| eq(&a.k, &b.k)) {
+            let m = a.x.zip(b.x).map(|(x, y)| (x + y) % 7);
+            let e = want.entry(m).or_default();
+            e.0 += 1;
+            if let Some(y) = a.y {
+                e.1 = Some(e.1.unwrap_or(0.0) + y * 2.0);
+            }
+            if let Some(m) = m {
+                e.2 = Some(e.2.unwrap_or(0) + m);
+            }
+        }
+    }
+    // Each computed expression read once: the projection goes, the grouping computes them.
+    let sql = "SELECT m, count(*), sum(y) FROM (SELECT (t.x + u.x) % 7 AS m, t.y * 2 AS y FROM t JOIN u ON t.k = u.k) AS d GROUP BY m";
+    assert!(under(sql).contains("HashJoin"), "{sql}: {}", explain(&db, sql));
+    let rows = want.iter().map(|(m, (n, y, _))| vec![i(*m), Value::I64(*n), y.map_or(Value::Null, Value::F64)]).collect();
+    assert_set(sql, q(&db, sql), rows, 1);
+    // One read twice (key and argument): the projection stays, computed once per row.
+    let sql = "SELECT m, sum(m) FROM (SELECT (t.x + u.x) % 7 AS m FROM t JOIN u ON t.k = u.k) AS d GROUP BY m";
+    assert!(under(sql).contains("Project"), "{sql}: {}", explain(&db, sql));
+    let rows = want.iter().map(|(m, (_, _, s))| vec![i(*m), i(*s)]).collect();
+    assert_set(sql, q(&db, sql), rows, 1);
+}
+
+#[test]
 fn eager_aggregation_matches_the_reference_through_a_tiny_pool() {
     let (_dir, db, t, u, _) = join_setup(POOL);
     check_eager_aggregation(&db, &t, &u);

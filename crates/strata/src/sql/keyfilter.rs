@@ -107,19 +107,13 @@ pub fn key_hash(key: &[u8]) -> u64 {
 /// [`fixed_date`], ...), without writing the encoding out: the words are assembled in a
 /// register. (Written to a buffer on the stack, each 8-byte load of the hash straddled two
 /// narrower stores, and waited for them: a quarter of TPC-H Q9's filter time.)
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Default)]
 pub struct FixedKeyHash {
     h: u64,
     acc: u128,
     bits: u32,
     word: usize,
     len: u64,
-}
-
-impl Default for FixedKeyHash {
-    fn default() -> FixedKeyHash {
-        FixedKeyHash { h: 0, acc: 0, bits: 0, word: 0, len: 0 }
-    }
 }
 
 impl FixedKeyHash {

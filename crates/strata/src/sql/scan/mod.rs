@@ -26,7 +26,7 @@ use super::exec::{Plan, Sink};
 use super::expr::{compare, like, BExpr, CmpOp};
 use super::join::JoinKind;
 use super::keyfilter::{date_key_hash, fixed_date, fixed_f64, fixed_i64, i64_key_hash, key_hash, FixedKeyHash, KeyFilter};
-use super::rows::{date_code, encode_ref, encode_str_bytes, f64_code, i64_code, ValueRef};
+use super::rows::{encode_ref, encode_str_bytes, ValueRef};
 use crate::access::table::packed::Fill;
 use crate::access::table::pax::{self, Leaf};
 use crate::access::table::LeafPage;
