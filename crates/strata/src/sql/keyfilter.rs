@@ -309,7 +309,7 @@ mod tests {
                         h.push(fixed_i64(v as i64), 9);
                     }
                     1 => {
-                        let f = if v % 5 == 0 { -0.0 } else { f64::from_bits(v >> 2) };
+                        let f = if v.is_multiple_of(5) { -0.0 } else { f64::from_bits(v >> 2) };
                         enc.extend_from_slice(&f64_code(f));
                         h.push(fixed_f64(f), 9);
                     }
