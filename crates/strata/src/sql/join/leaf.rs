@@ -1,5 +1,6 @@
-//! The probe side of an inner or left hash join read a leaf at a time, when it is a scan
-//! whose filter is evaluated leaf-wise and whose join keys are plain columns.
+//! The probe side of a hash join read a leaf at a time (inner and left joins, and semi
+//! and anti joins that build on the right), when it is a scan whose filter is evaluated
+//! leaf-wise and whose join keys are plain columns.
 //!
 //! For each batch of rows that pass (see [`ColScan::run_batches`]) the keys are encoded
 //! straight from the leaf and hashed, then the rows' directory words and first chain

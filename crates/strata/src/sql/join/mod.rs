@@ -418,14 +418,18 @@ pub fn run(bm: &BufferManager, j: &JoinArgs<'_>, sink: &mut Sink<'_>) -> Result<
             })?;
             return ctx.emit(&table, &mut jr, sink);
         }
-        if let Some((scan, kcols)) = leaf::target(pplan, pkeys, jr.probe_cols()).filter(|_| matches!(ctx.kind, JoinKind::Inner | JoinKind::Left)) {
+        if let Some((scan, kcols)) = leaf::target(pplan, pkeys, jr.probe_cols()) {
             return leaf::probe(bm, scan, &kcols, &ctx, &table, &mut jr, sink);
         }
+        // The table latched once for the whole probe, as the leaf-wise probe latches it
+        // per batch (see there why pinning it while rows go on is safe).
+        let g = table.page.shared()?;
+        let d = g.data();
         return pplan.run(bm, &mut |prow| {
             if !encode_keys(pkeys, prow, &mut kb)? {
                 return ctx.null_probe(&mut jr, Probe::Row(prow), sink);
             }
-            Ok(ctx.probe(&table, None, &mut jr, Probe::Row(prow), &kb, hash_bytes(&kb), false, true, sink)?.0)
+            Ok(ctx.probe(&table, Some(d), &mut jr, Probe::Row(prow), &kb, hash_bytes(&kb), false, true, sink)?.0)
         });
     }
     // Grace hash join: both sides partitioned by the top bits of the hash.
