@@ -99,7 +99,7 @@ pub enum Plan {
 }
 
 fn holds(pred: &BExpr, row: &[Value]) -> Result<bool> {
-    Ok(matches!(pred.eval(row)?, Value::Bool(true)))
+    pred.holds(row)
 }
 
 impl Plan {

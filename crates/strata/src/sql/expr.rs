@@ -419,6 +419,44 @@ impl BExpr {
         }
     }
 
+    /// Whether the expression is true on `row` (false for false and for NULL), as
+    /// [`eval`](Self::eval) says; a comparison of columns and constants (or an AND of two)
+    /// is decided on the row's values in place, without cloning them into new values
+    /// (HAVING over 1.5 M groups: TPC-H Q18).
+    pub fn holds(&self, row: &[Value]) -> Result<bool> {
+        match self {
+            BExpr::Cmp(..) => {
+                if let Some(t) = self.compared(row) {
+                    return Ok(t == Some(true));
+                }
+            }
+            BExpr::And(a, b) => {
+                if let (Some(x), Some(y)) = (a.compared(row), b.compared(row)) {
+                    return Ok(x == Some(true) && y == Some(true));
+                }
+            }
+            _ => {}
+        }
+        Ok(matches!(self.eval(row)?, Value::Bool(true)))
+    }
+
+    /// A column or a constant, in place.
+    fn operand<'r>(&'r self, row: &'r [Value]) -> Option<&'r Value> {
+        match self {
+            BExpr::Col(i, _) => row.get(*i),
+            BExpr::Lit(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The truth of a comparison of two operands (`None` inside: NULL), without evaluating
+    /// anything that could fail; `None` if this is not such a comparison.
+    fn compared(&self, row: &[Value]) -> Option<Option<bool>> {
+        let BExpr::Cmp(op, a, b) = self else { return None };
+        let (a, b) = (a.operand(row)?, b.operand(row)?);
+        Some(if matches!(a, Value::Null) || matches!(b, Value::Null) { None } else { Some(compare(a, b).is_some_and(|o| op.holds(o))) })
+    }
+
     /// Evaluates the expression on `row`.
     pub fn eval(&self, row: &[Value]) -> Result<Value> {
         Ok(match self {
@@ -692,6 +730,30 @@ impl fmt::Display for BExpr {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn holds_agrees_with_eval_on_comparisons_and_conjunctions() {
+        let mut r = crate::util::SplitMix64(3);
+        let value = |r: &mut crate::util::SplitMix64| match r.below(5) {
+            0 => Value::Null,
+            1 => Value::I64(r.below(5) as i64 - 2),
+            2 => Value::F64((r.below(9) as f64 - 4.0) / 2.0),
+            3 => Value::Str(["", "a", "b"][r.below(3) as usize].to_owned()),
+            _ => Value::Date(r.below(3) as i32),
+        };
+        let ops = [CmpOp::Eq, CmpOp::Ne, CmpOp::Lt, CmpOp::Le, CmpOp::Gt, CmpOp::Ge];
+        for _ in 0..20_000 {
+            let row: Vec<Value> = (0..3).map(|_| value(&mut r)).collect();
+            let mut operand =
+                |r: &mut crate::util::SplitMix64| if r.below(2) == 0 { BExpr::Col(r.below(3) as usize, "c".into()) } else { BExpr::Lit(value(r)) };
+            let mut cmp = |r: &mut crate::util::SplitMix64| BExpr::Cmp(ops[r.below(6) as usize], Box::new(operand(r)), Box::new(operand(r)));
+            let e = if r.below(2) == 0 { cmp(&mut r) } else { BExpr::And(Box::new(cmp(&mut r)), Box::new(cmp(&mut r))) };
+            // Mixed types are refused by the binder; eval and holds must agree where eval answers.
+            if let Ok(v) = e.eval(&row) {
+                assert_eq!(e.holds(&row).unwrap(), matches!(v, Value::Bool(true)), "{e} on {row:?}");
+            }
+        }
+    }
+
     use super::*;
 
     #[test]

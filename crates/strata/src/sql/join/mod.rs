@@ -137,7 +137,7 @@ impl Ctx<'_> {
     /// Whether the residual holds for the row in `jr` (no residual: true).
     fn passes(&self, jr: &Joined) -> Result<bool> {
         Ok(match self.residual {
-            Some(r) => matches!(r.eval(jr.all())?, Value::Bool(true)),
+            Some(r) => r.holds(jr.all())?,
             None => true,
         })
     }
