@@ -160,6 +160,9 @@ fn bfs_pass(db: &Database, threads: usize, csr_bytes: u64) -> EResult<Map<String
     m.insert("read_requests".into(), d(s0.read_requests, s1.read_requests).into());
     m.insert("sequential_windows".into(), d(s0.sequential_windows, s1.sequential_windows).into());
     m.insert("pages_prefetched".into(), d(s0.pages_prefetched, s1.pages_prefetched).into());
+    m.insert("prefetch_hits".into(), d(s0.prefetch_hits, s1.prefetch_hits).into());
+    m.insert("prefetch_wasted".into(), d(s0.prefetch_wasted, s1.prefetch_wasted).into());
+    m.insert("frames_recycled".into(), d(s0.frames_recycled, s1.frames_recycled).into());
     m.insert("pages_written".into(), d(s0.pages_written, s1.pages_written).into());
     m.insert("bytes_written".into(), d(s0.bytes_written, s1.bytes_written).into());
     m.insert("evictions".into(), d(s0.evictions, s1.evictions).into());

@@ -103,6 +103,32 @@ impl BufferManager {
         self.reserve_within(sp.page_size(), self.pin_wait, frame)
     }
 
+    /// Reserves the memory of pages `first..first + n` of `sp`, latched by a prefetch
+    /// (`EVICTED -> LOCKED`), like [`reserve_frame`](Self::reserve_frame) does for a load:
+    /// each frame takes a stashed frame of its class where there is one, and an eviction it
+    /// runs stashes the victims of that class for it. Without waiting, as
+    /// [`try_reserve`](Self::try_reserve): on failure nothing stays reserved and the frames
+    /// are empty again. (Reserving the bytes alone would both skip the stash and drain it,
+    /// so every prefetched page would be faulted into fresh zeroed memory and the next
+    /// load's recycled frame given back to the kernel.)
+    pub(super) fn try_reserve_frames(&self, sp: &Space, first: u64, n: u64) -> Result<()> {
+        let size = sp.page_size();
+        if self.recycler.uffd_for(sp.page_shift).is_none() {
+            return self.try_reserve(n * size);
+        }
+        for k in 0..n {
+            if let Err(e) = self.reserve_within(size, Duration::ZERO, Some((sp, first + k))) {
+                // Frames that took a stashed frame hold its memory: give it back with them.
+                if k > 0 {
+                    sp.frames.discard(first, k);
+                    self.release(k * size);
+                }
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
     fn reserve_within(&self, bytes: u64, wait: Duration, frame: Option<(&Space, u64)>) -> Result<()> {
         let start = Instant::now();
         let mut backoff = Backoff(0);

@@ -156,8 +156,9 @@ impl BufferManager {
     }
 
     /// One round of [`prefetch`](Self::prefetch): latches runs of adjacent, evicted,
-    /// allocated pages from `pids[i..]` and reserves their bytes, up to a quarter of the pool
-    /// (prefetching cannot push out more than that of what other threads are using at once).
+    /// allocated pages from `pids[i..]` and reserves their frames, up to a quarter of the pool
+    /// (prefetching cannot push out more than that of what other threads are using at once),
+    /// recycling evicted frames as a load does ([`super::recycle`]).
     /// Pages the remote tier holds are loaded from there at once (counted in `loaded`).
     /// Returns the runs, where the next round starts, and whether the pool had room.
     fn latch_runs(&self, pids: &[PageId], mut i: usize, loaded: &mut usize) -> (Vec<Run<'_>>, usize, bool) {
@@ -224,7 +225,7 @@ impl BufferManager {
                 }
                 continue;
             }
-            if self.try_reserve(n * size).is_err() {
+            if self.try_reserve_frames(sp, first, n).is_err() {
                 for k in 0..n {
                     sp.state(first + k).unlock_still_evicted();
                 }
