@@ -744,7 +744,7 @@ mod tests {
         for _ in 0..20_000 {
             let row: Vec<Value> = (0..3).map(|_| value(&mut r)).collect();
             let operand = |r: &mut crate::util::SplitMix64| if r.below(2) == 0 { BExpr::Col(r.below(3) as usize, "c".into()) } else { BExpr::Lit(value(r)) };
-            let mut cmp = |r: &mut crate::util::SplitMix64| BExpr::Cmp(ops[r.below(6) as usize], Box::new(operand(r)), Box::new(operand(r)));
+            let cmp = |r: &mut crate::util::SplitMix64| BExpr::Cmp(ops[r.below(6) as usize], Box::new(operand(r)), Box::new(operand(r)));
             let e = if r.below(2) == 0 { cmp(&mut r) } else { BExpr::And(Box::new(cmp(&mut r)), Box::new(cmp(&mut r))) };
             // Mixed types are refused by the binder; eval and holds must agree where eval answers.
             if let Ok(v) = e.eval(&row) {
