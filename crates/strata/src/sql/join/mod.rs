@@ -102,8 +102,6 @@ struct Ctx<'p> {
     residual: Option<&'p BExpr>,
     build_has_null: bool,
     build_rows: u64,
-    /// The entries a probe row marks (reused across probes).
-    hits: std::cell::RefCell<Vec<usize>>,
 }
 
 type Sink<'s> = dyn FnMut(&[Value]) -> Result<bool> + 's;
@@ -142,44 +140,32 @@ impl Ctx<'_> {
         })
     }
 
-    /// Marks every entry of `table` (left rows) that the probe row (a right row) matches.
-    fn mark(&self, table: &JoinTable<'_>, jr: &mut Joined, p: Probe<'_>, key: &[u8], h: u64) -> Result<()> {
+    /// Marks every entry of the table (left rows) that the probe row (a right row)
+    /// matches; `d`: the table's bytes, latched exclusively by the caller for the whole
+    /// probe (nothing else reads the table meanwhile).
+    fn mark(&self, table: &JoinTable<'_>, d: &mut [u8], jr: &mut Joined, p: Probe<'_>, key: &[u8], h: u64) -> Result<()> {
         let mut loaded = false;
-        let mut hits = self.hits.borrow_mut();
-        hits.clear();
-        {
-            let g = table.page.shared()?;
-            let d = g.data();
-            let mut cur = table.head(d, h);
-            while cur != 0 {
-                let o = cur - 1;
-                if o + HDR > d.len() {
-                    return Err(corrupt("join entry past its page"));
-                }
-                cur = rd32(d, o) as usize;
-                let (klen, rraw) = (rd32(d, o + 12) as usize, rd32(d, o + 16));
-                let hit = rraw & MARK == 0 && rd64(d, o + 4) == h && klen == key.len() && d.get(o + HDR..o + HDR + klen) == Some(key);
-                if !hit {
+        let mut cur = table.head(d, h);
+        while cur != 0 {
+            let o = cur - 1;
+            if o + HDR > d.len() {
+                return Err(corrupt("join entry past its page"));
+            }
+            cur = rd32(d, o) as usize;
+            let (klen, rraw) = (rd32(d, o + 12) as usize, rd32(d, o + 16));
+            let hit = rraw & MARK == 0 && rd64(d, o + 4) == h && klen == key.len() && d.get(o + HDR..o + HDR + klen) == Some(key);
+            if !hit {
+                continue;
+            }
+            if self.residual.is_some() {
+                let rlen = (rraw & !MARK) as usize;
+                load(jr, p, &mut loaded)?;
+                jr.decode_build(d.get(o + HDR + klen..o + HDR + klen + rlen).ok_or_else(|| corrupt("join entry past its page"))?)?;
+                if !self.passes(jr)? {
                     continue;
                 }
-                if self.residual.is_some() {
-                    let rlen = (rraw & !MARK) as usize;
-                    load(jr, p, &mut loaded)?;
-                    jr.decode_build(d.get(o + HDR + klen..o + HDR + klen + rlen).ok_or_else(|| corrupt("join entry past its page"))?)?;
-                    if !self.passes(jr)? {
-                        continue;
-                    }
-                }
-                hits.push(o);
             }
-        }
-        if !hits.is_empty() {
-            let mut g = table.page.exclusive()?;
-            let d = g.data_mut().ok_or_else(super::rows::not_temp)?;
-            for &o in hits.iter() {
-                let v = rd32(d, o + 16);
-                wr32(d, o + 16, v | MARK);
-            }
+            wr32(d, o + 16, rraw | MARK);
         }
         Ok(())
     }
@@ -368,7 +354,7 @@ pub fn build_side(bm: &BufferManager, left: &Plan, right: &Plan, kind: JoinKind,
 pub fn run(bm: &BufferManager, j: &JoinArgs<'_>, sink: &mut Sink<'_>) -> Result<bool> {
     let (build_left, _, _) = build_side(bm, j.left, j.right, j.kind, j.keep)?;
     let (bplan, bkeys, pplan, pkeys) = if build_left { (j.left, j.left_keys, j.right, j.right_keys) } else { (j.right, j.right_keys, j.left, j.left_keys) };
-    let mut ctx = Ctx { kind: j.kind, build_left, residual: j.residual, build_has_null: false, build_rows: 0, hits: Default::default() };
+    let mut ctx = Ctx { kind: j.kind, build_left, residual: j.residual, build_has_null: false, build_rows: 0 };
     let (lw, rw) = (super::scan::width(j.left), super::scan::width(j.right));
     let mut jr = Joined::new(lw, rw, j.keep, build_left);
     let mut brun = RowRun::new(bm, run_payload(bm));
@@ -410,12 +396,18 @@ pub fn run(bm: &BufferManager, j: &JoinArgs<'_>, sink: &mut Sink<'_>) -> Result<
             keyfilter::Installed::new(&scan.keys, f)
         });
         if marks {
-            pplan.run(bm, &mut |prow| {
-                if encode_keys(pkeys, prow, &mut kb)? {
-                    ctx.mark(&table, &mut jr, Probe::Row(prow), &kb, hash_bytes(&kb))?;
-                }
-                Ok(true)
-            })?;
+            {
+                // Latched once for the whole probe (see the leaf-wise probe for why pinning
+                // a table while rows are produced is safe).
+                let mut g = table.page.exclusive()?;
+                let d = g.data_mut().ok_or_else(super::rows::not_temp)?;
+                pplan.run(bm, &mut |prow| {
+                    if encode_keys(pkeys, prow, &mut kb)? {
+                        ctx.mark(&table, d, &mut jr, Probe::Row(prow), &kb, hash_bytes(&kb))?;
+                    }
+                    Ok(true)
+                })?;
+            }
             return ctx.emit(&table, &mut jr, sink);
         }
         if let Some((scan, kcols)) = leaf::target(pplan, pkeys, jr.probe_cols()) {
@@ -573,11 +565,15 @@ fn join_partition(bm: &BufferManager, ctx: &Ctx<'_>, jr: &mut Joined, b: &RowRun
         // Each chunk of left rows is probed by every right row, then settled.
         for &(start, n, bytes) in &chunks {
             let table = JoinTable::build(bm, b, start, n, bytes, None)?;
-            p.scan(&mut Cursor::default(), &mut |_, rec| {
-                let (h, key, row) = split(rec)?;
-                ctx.mark(&table, jr, Probe::Bytes(row), key, h)?;
-                Ok(true)
-            })?;
+            {
+                let mut g = table.page.exclusive()?;
+                let d = g.data_mut().ok_or_else(super::rows::not_temp)?;
+                p.scan(&mut Cursor::default(), &mut |_, rec| {
+                    let (h, key, row) = split(rec)?;
+                    ctx.mark(&table, d, jr, Probe::Bytes(row), key, h)?;
+                    Ok(true)
+                })?;
+            }
             if !ctx.emit(&table, jr, sink)? {
                 return Ok(false);
             }
