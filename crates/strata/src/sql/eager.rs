@@ -11,7 +11,11 @@
 //! value: counts add (`count(x)` becomes the `sum` of partial counts), sums add, minima
 //! and maxima compare. A LEFT join's left row without a match joins NULLs: a sum of
 //! partial counts that saw only NULLs is NULL where `count` is 0, so those are wrapped in
-//! `coalesce(.., 0)`. Not taken: `DISTINCT` and `avg` aggregates (a partial average does
+//! `coalesce(.., 0)`. Aggregates must read a plain column of the side (an expression
+//! could be non-NULL on the padded row, as `count(1)` or `coalesce(x, 0)`, or fail on a
+//! row that joins nothing, as `10 / x`, which the join never evaluated); a partial sum of
+//! a key that joins nothing can still overflow where the join would have skipped it.
+//! Not taken: `DISTINCT` and `avg` aggregates (a partial average does
 //! not merge as one value), `count(*)` over a LEFT join (it counts the padded row), joins
 //! with a residual condition, sides that are not a table scan, sides whose rows are not
 //! at least [`MIN_REDUCTION`] times their groups by a sample (see
@@ -68,7 +72,10 @@ fn rewrite(plan: &Plan, bm: &BufferManager) -> Result<Option<Plan>> {
     let lw = super::scan::width(left);
     let (lcols, rcols) = (0..lw, lw..lw + right_width);
     let takes = |a: &AggSpec, side: &std::ops::Range<usize>| {
-        let arg_in_side = a.arg.as_ref().is_some_and(|e| reads_only(e, side.clone()));
+        // A plain column: NULL on a LEFT join's padded row (a constant or `coalesce(x, 0)`
+        // is not, and the padded row would count), and it cannot fail on rows that join
+        // nothing (`10 / x` would, where the join never evaluated it).
+        let arg_in_side = matches!(&a.arg, Some(BExpr::Col(c, _)) if side.contains(c));
         !a.distinct
             && match a.func {
                 AggFunc::Count | AggFunc::Sum | AggFunc::Min | AggFunc::Max => arg_in_side,

@@ -69,24 +69,32 @@ pub(super) fn probe(
             rows.push((i, Some(hash_bytes(&keys[at..])), at..keys.len()));
         }
         // One shared latch on the table for the batch (not two atomic operations per
-        // row): the table is not written while it is probed. It stays pinned while the
-        // batch's rows go on to the operators above, which allocate pages of their own; a
-        // table is at most an eighth of the pool, so a pipeline of n such joins pins at
-        // most n/8 of it (TPC-H's longest, Q8's seven joins, runs through a 1 MiB pool in
-        // the tests).
-        let g = table.page.shared()?;
-        let d = g.data();
-        let mut touched = 0u64;
-        for h in rows.iter().filter_map(|r| r.1) {
-            let head = table.head(d, h);
-            if head != 0 && head + 11 <= d.len() {
-                touched ^= rd64(d, head + 3);
+        // row), where a claim allows keeping it while the batch's rows go on to the
+        // operators above (see [`super::Claim`]); else the look-ups are only touched under
+        // it, and each row's probe latches the table again.
+        let (held, _claim) = super::hold(bm, table)?;
+        {
+            let g;
+            let d = match held.as_ref() {
+                Some(h) => h.data(),
+                None => {
+                    g = table.page.shared()?;
+                    g.data()
+                }
+            };
+            let mut touched = 0u64;
+            for h in rows.iter().filter_map(|r| r.1) {
+                let head = table.head(d, h);
+                if head != 0 && head + 11 <= d.len() {
+                    touched ^= rd64(d, head + 3);
+                }
             }
+            std::hint::black_box(touched);
         }
-        std::hint::black_box(touched);
+        let d = held.as_ref().map(|g| g.data());
         for (i, h, k) in rows.iter().cloned() {
             let go = match h {
-                Some(h) => ctx.probe(table, Some(d), jr, Probe::Leaf(b, i), &keys[k], h, false, true, sink)?.0,
+                Some(h) => ctx.probe(table, d, jr, Probe::Leaf(b, i), &keys[k], h, false, true, sink)?.0,
                 None => ctx.null_probe(jr, Probe::Leaf(b, i), sink)?,
             };
             if !go {

@@ -106,6 +106,56 @@ struct Ctx<'p> {
 
 type Sink<'s> = dyn FnMut(&[Value]) -> Result<bool> + 's;
 
+thread_local! {
+    /// Bytes of join tables that this thread's joins keep latched while rows flow (see
+    /// [`Claim`]).
+    static HELD: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// The share of the pool that join tables kept latched across their probes may take
+/// together: `1 / HELD_SHARE`.
+const HELD_SHARE: u64 = 8;
+
+/// A join's right to keep its table latched while it probes (a whole probe, a chunk, or a
+/// batch of the leaf-wise probe), taken when the tables this thread's joins keep latched
+/// leave room: together at most `1 / HELD_SHARE` of the pool. The matches go up to the
+/// operators above while the table stays latched, and those allocate pages (and, in a
+/// chain of joins, build the tables above); a table is up to an eighth of the pool, so a
+/// chain of joins each holding its own would pin one per join (seven of them left a 1 MiB
+/// pool without room: found in review). Without a claim a probe latches the table for each
+/// walk of a chain only, as row-at-a-time probes always did. Given back when dropped.
+struct Claim(u64);
+
+impl Claim {
+    fn take(bm: &BufferManager, bytes: usize) -> Option<Claim> {
+        let bytes = bytes as u64;
+        let limit = bm.pool_size() / HELD_SHARE;
+        HELD.with(|h| {
+            let now = h.get();
+            (now + bytes <= limit).then(|| {
+                h.set(now + bytes);
+                Claim(bytes)
+            })
+        })
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        HELD.with(|h| h.set(h.get() - self.0));
+    }
+}
+
+/// `table` latched shared with a [`Claim`] to keep it so, or nothing (no room: the probe
+/// latches per chain walk).
+fn hold<'a>(bm: &BufferManager, table: &JoinTable<'a>) -> Result<(Option<crate::buffer::SharedGuard<'a>>, Option<Claim>)> {
+    let g = table.page.shared()?;
+    Ok(match Claim::take(bm, g.data().len()) {
+        Some(c) => (Some(g), Some(c)),
+        None => (None, None),
+    })
+}
+
 /// Puts the probe row's kept columns into their slots, once per probe row.
 fn load(jr: &mut Joined, p: Probe<'_>, loaded: &mut bool) -> Result<()> {
     if !*loaded {
@@ -397,13 +447,23 @@ pub fn run(bm: &BufferManager, j: &JoinArgs<'_>, sink: &mut Sink<'_>) -> Result<
         });
         if marks {
             {
-                // Latched once for the whole probe (see the leaf-wise probe for why pinning
-                // a table while rows are produced is safe).
-                let mut g = table.page.exclusive()?;
-                let d = g.data_mut().ok_or_else(super::rows::not_temp)?;
+                // Latched once for the whole probe where a claim allows (see [`Claim`]).
+                let mut held = Some(table.page.exclusive()?);
+                let claim = held.as_ref().and_then(|g| Claim::take(bm, g.data().len()));
+                if claim.is_none() {
+                    held = None;
+                }
                 pplan.run(bm, &mut |prow| {
                     if encode_keys(pkeys, prow, &mut kb)? {
-                        ctx.mark(&table, d, &mut jr, Probe::Row(prow), &kb, hash_bytes(&kb))?;
+                        let mut own;
+                        let g = match held.as_mut() {
+                            Some(g) => g,
+                            None => {
+                                own = table.page.exclusive()?;
+                                &mut own
+                            }
+                        };
+                        ctx.mark(&table, g.data_mut().ok_or_else(super::rows::not_temp)?, &mut jr, Probe::Row(prow), &kb, hash_bytes(&kb))?;
                     }
                     Ok(true)
                 })?;
@@ -413,15 +473,14 @@ pub fn run(bm: &BufferManager, j: &JoinArgs<'_>, sink: &mut Sink<'_>) -> Result<
         if let Some((scan, kcols)) = leaf::target(pplan, pkeys, jr.probe_cols()) {
             return leaf::probe(bm, scan, &kcols, &ctx, &table, &mut jr, sink);
         }
-        // The table latched once for the whole probe, as the leaf-wise probe latches it
-        // per batch (see there why pinning it while rows go on is safe).
-        let g = table.page.shared()?;
-        let d = g.data();
+        // The table latched once for the whole probe where a claim allows (see [`Claim`]).
+        let (held, _claim) = hold(bm, &table)?;
+        let d = held.as_ref().map(|g| g.data());
         return pplan.run(bm, &mut |prow| {
             if !encode_keys(pkeys, prow, &mut kb)? {
                 return ctx.null_probe(&mut jr, Probe::Row(prow), sink);
             }
-            Ok(ctx.probe(&table, Some(d), &mut jr, Probe::Row(prow), &kb, hash_bytes(&kb), false, true, sink)?.0)
+            Ok(ctx.probe(&table, d, &mut jr, Probe::Row(prow), &kb, hash_bytes(&kb), false, true, sink)?.0)
         });
     }
     // Grace hash join: both sides partitioned by the top bits of the hash.
@@ -566,11 +625,22 @@ fn join_partition(bm: &BufferManager, ctx: &Ctx<'_>, jr: &mut Joined, b: &RowRun
         for &(start, n, bytes) in &chunks {
             let table = JoinTable::build(bm, b, start, n, bytes, None)?;
             {
-                let mut g = table.page.exclusive()?;
-                let d = g.data_mut().ok_or_else(super::rows::not_temp)?;
+                let mut held = Some(table.page.exclusive()?);
+                let claim = held.as_ref().and_then(|g| Claim::take(bm, g.data().len()));
+                if claim.is_none() {
+                    held = None;
+                }
                 p.scan(&mut Cursor::default(), &mut |_, rec| {
                     let (h, key, row) = split(rec)?;
-                    ctx.mark(&table, d, jr, Probe::Bytes(row), key, h)?;
+                    let mut own;
+                    let g = match held.as_mut() {
+                        Some(g) => g,
+                        None => {
+                            own = table.page.exclusive()?;
+                            &mut own
+                        }
+                    };
+                    ctx.mark(&table, g.data_mut().ok_or_else(super::rows::not_temp)?, jr, Probe::Bytes(row), key, h)?;
                     Ok(true)
                 })?;
             }
@@ -584,12 +654,10 @@ fn join_partition(bm: &BufferManager, ctx: &Ctx<'_>, jr: &mut Joined, b: &RowRun
     let last_chunk = chunks.len() - 1;
     for (ci, &(start, n, bytes)) in chunks.iter().enumerate() {
         let table = JoinTable::build(bm, b, start, n, bytes, None)?;
-        // The probe records are read a page at a time and the table is latched once for
-        // the chunk (as the leaf-wise probe does per batch, and for the same reason it is
-        // safe: the table is not written while it is probed, and it is at most an eighth
-        // of the pool, pinned while the matches go on to the operators above).
-        let g = table.page.shared()?;
-        let d = g.data();
+        // The probe records are read a page at a time, and the table is latched once for
+        // the chunk where a claim allows (see [`Claim`]).
+        let (held, _claim) = hold(bm, &table)?;
+        let d = held.as_ref().map(|g| g.data());
         let (mut idx, mut go) = (0u64, true);
         p.scan(&mut Cursor::default(), &mut |_, rec| {
             let (h, key, row) = split(rec)?;
@@ -597,7 +665,7 @@ fn join_partition(bm: &BufferManager, ctx: &Ctx<'_>, jr: &mut Joined, b: &RowRun
                 Some(bs) => bs.get(idx)?,
                 None => false,
             };
-            let (more, m) = ctx.probe(&table, Some(d), jr, Probe::Bytes(row), key, h, seen, ci == last_chunk, sink)?;
+            let (more, m) = ctx.probe(&table, d, jr, Probe::Bytes(row), key, h, seen, ci == last_chunk, sink)?;
             if m {
                 if let Some(bs) = &bits {
                     bs.set(idx)?;
