@@ -281,7 +281,9 @@ pub fn train(sample: &[&[u8]]) -> Symbols {
             let (s1, l1) = t.counted((pair >> 9) as usize);
             let (s2, l2) = t.counted((pair & 511) as usize);
             let l = (l1 + l2).min(8);
-            let sym = (s1 | s2 << (8 * l1)) & mask(l);
+            // (A first symbol of 8 bytes leaves no room: the pair is the first alone;
+            // shifted by 64 bits, the second would have been merged into it unshifted.)
+            let sym = if l1 >= 8 { s1 } else { (s1 | s2 << (8 * l1)) & mask(l) };
             let g = gains.entry((sym, l as u8)).or_default();
             g.0 += k as u64 * l as u64;
             g.1 += k;
