@@ -55,6 +55,11 @@
 //! a scan filter), and `+ - *` of two decimal literals is computed exactly (`0.06 + 0.01`
 //! is the `f64` of 0.07): TPC-H Q19 and Q6 as the specification writes them.
 //!
+//! Rewrites before execution: projections over joins fold into the operators above them
+//! ([`fold`]), and a grouping over a join whose aggregates read plain columns of one side
+//! and whose keys the other aggregates that side by its join keys first when a sample
+//! says it repeats its keys ([`eager`]; TPC-H Q13).
+//!
 //! Execution is push-based: a scan hands each row to the operators above it. Scans are
 //! column-pruned and vectorized ([`scan`]): only the columns used above are decoded, and
 //! simple filters are evaluated over a leaf's column arrays before any row is decoded; an
