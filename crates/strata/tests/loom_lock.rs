@@ -140,6 +140,25 @@ impl Bitmap {
     }
 }
 
+/// Transaction 1 holds page 0's lock (page allocated, in use by 1); a thread it runs on
+/// stops using the page, frees it and releases the lock, in that order.
+fn held_then_freed() -> (Arc<LockTable>, Arc<Bitmap>, Arc<Users>, thread::JoinHandle<()>) {
+    let t = Arc::new(LockTable::default());
+    let bm = Arc::new(Bitmap::new(true));
+    let users = Arc::new(Users::new(1));
+    assert_eq!(t.acquire(page(0), 1, Duration::ZERO, &any).unwrap(), Grant::Taken);
+    users.claim(0, 1);
+    let freer = {
+        let (t, bm, users) = (t.clone(), bm.clone(), users.clone());
+        thread::spawn(move || {
+            users.give_back(0, 1);
+            bm.free();
+            t.release(1, &[page(0)]);
+        })
+    };
+    (t, bm, users, freer)
+}
+
 /// (b) Transaction 1 holds page 0's lock, frees the page and then releases the lock (the
 /// order `Transaction::finish_freeing` keeps). Transaction 2 waits for the lock, 3 tries it
 /// without waiting: neither is ever granted the freed page; 2 is refused it (its wait
@@ -147,19 +166,7 @@ impl Bitmap {
 #[test]
 fn a_page_freed_under_its_lock_is_not_granted() {
     model(|| {
-        let t = Arc::new(LockTable::default());
-        let bm = Arc::new(Bitmap::new(true));
-        let users = Arc::new(Users::new(1));
-        assert_eq!(t.acquire(page(0), 1, Duration::ZERO, &any).unwrap(), Grant::Taken);
-        users.claim(0, 1);
-        let freer = {
-            let (t, bm, users) = (t.clone(), bm.clone(), users.clone());
-            thread::spawn(move || {
-                users.give_back(0, 1);
-                bm.free();
-                t.release(1, &[page(0)]);
-            })
-        };
+        let (t, bm, _users, freer) = held_then_freed();
         let waiters: Vec<_> = [(2u64, LONG), (3, Duration::ZERO)]
             .into_iter()
             .map(|(me, wait)| {
@@ -188,19 +195,7 @@ fn a_page_freed_under_its_lock_is_not_granted() {
 #[test]
 fn a_fresh_lock_is_not_shared_with_an_acquirer() {
     model(|| {
-        let t = Arc::new(LockTable::default());
-        let bm = Arc::new(Bitmap::new(true));
-        let users = Arc::new(Users::new(1));
-        assert_eq!(t.acquire(page(0), 1, Duration::ZERO, &any).unwrap(), Grant::Taken);
-        users.claim(0, 1);
-        let freer = {
-            let (t, bm, users) = (t.clone(), bm.clone(), users.clone());
-            thread::spawn(move || {
-                users.give_back(0, 1);
-                bm.free();
-                t.release(1, &[page(0)]);
-            })
-        };
+        let (t, bm, users, freer) = held_then_freed();
         let allocator = {
             let (t, bm, users) = (t.clone(), bm.clone(), users.clone());
             thread::spawn(move || {

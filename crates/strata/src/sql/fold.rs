@@ -24,16 +24,20 @@ fn column_map(exprs: &[BExpr]) -> Option<Vec<usize>> {
         .collect()
 }
 
+/// Whether `p` is a join's rows, filtered or not.
+fn over_join(p: &Plan) -> bool {
+    match p {
+        Plan::HashJoin { .. } => true,
+        Plan::Filter { input, .. } => matches!(**input, Plan::HashJoin { .. }),
+        _ => false,
+    }
+}
+
 /// If `input` is a projection of plain columns of a join's rows (filtered or not), replaces it by its input and maps the
 /// column references of `exprs` (which read `input`'s rows) through it.
 fn fold_into(input: &mut Box<Plan>, exprs: &mut [&mut BExpr]) {
     let Plan::Project { input: inner, exprs: cols } = &mut **input else { return };
-    let over_join = match &**inner {
-        Plan::HashJoin { .. } => true,
-        Plan::Filter { input, .. } => matches!(**input, Plan::HashJoin { .. }),
-        _ => false,
-    };
-    if !over_join {
+    if !over_join(inner) {
         return;
     }
     let Some(map) = column_map(cols) else { return };
@@ -49,11 +53,6 @@ fn fold_into(input: &mut Box<Plan>, exprs: &mut [&mut BExpr]) {
 /// expressions in their places in `exprs`.
 fn inline_into(input: &mut Box<Plan>, exprs: &mut [&mut BExpr]) {
     if let Plan::Project { input: inner, exprs: cols } = &**input {
-        let over_join = match &**inner {
-            Plan::HashJoin { .. } => true,
-            Plan::Filter { input, .. } => matches!(**input, Plan::HashJoin { .. }),
-            _ => false,
-        };
         let mut reads = vec![0usize; cols.len()];
         for e in exprs.iter() {
             let mut read = Vec::new();
@@ -66,7 +65,7 @@ fn inline_into(input: &mut Box<Plan>, exprs: &mut [&mut BExpr]) {
             }
         }
         let once = cols.iter().zip(&reads).all(|(c, &n)| n <= 1 || matches!(c, BExpr::Col(..) | BExpr::Lit(_)));
-        if !over_join || !once {
+        if !over_join(inner) || !once {
             return;
         }
     } else {

@@ -123,6 +123,35 @@ pub fn sampled_domain(bm: &BufferManager, table: &Table, expr: &BExpr) -> Result
     Ok(out)
 }
 
+/// The sampled windows of `window` rows of `table` (of `rows` rows; see
+/// [`sample_windows`]): per distinct tuple of `keys` over the rows that pass `filter`, the
+/// windows it was met in (bit `w`); with the rows seen and the rows that passed.
+fn key_windows(bm: &BufferManager, table: &Table, rows: u64, window: u64, filter: Option<&BExpr>, keys: &[BExpr]) -> Result<(u64, u64, HashMap<Vec<u8>, u8>)> {
+    let (mut windows_of, mut buf, mut passed) = (HashMap::<Vec<u8>, u8>::new(), Vec::new(), 0u64);
+    let seen = sample_windows_of(bm, table, rows, window, &mut |w, row| {
+        if let Some(f) = filter {
+            if !matches!(f.eval(row), Ok(Value::Bool(true))) {
+                return;
+            }
+        }
+        passed += 1;
+        buf.clear();
+        for k in keys {
+            match k.eval(row) {
+                Ok(v) => encode_value(&v, &mut buf),
+                Err(_) => buf.push(0xff),
+            }
+        }
+        match windows_of.get_mut(buf.as_slice()) {
+            Some(b) => *b |= 1 << w,
+            None => {
+                windows_of.insert(buf.clone(), 1 << w);
+            }
+        }
+    })?;
+    Ok((seen, passed, windows_of))
+}
+
 /// An estimate of the distinct values of the tuple `keys` over all of `table`'s rows (the
 /// groups of a GROUP BY on them). The sampled windows tell two kinds of values apart:
 /// values that every window meets again form a domain that repeats across the table (a
@@ -137,27 +166,15 @@ pub fn sampled_groups(bm: &BufferManager, table: &Table, keys: &[BExpr]) -> Resu
     if let Some(g) = recall(&key) {
         return Ok(g[0]);
     }
-    // Per distinct key tuple, the windows it was met in (bit w).
-    let (mut seen_in, mut buf, mut per_window) = (HashMap::<Vec<u8>, u8>::new(), Vec::new(), [0u64; 3]);
-    let mut windows = 0;
-    let seen = sample_windows(bm, table, n, &mut |w, row| {
-        buf.clear();
-        for k in keys {
-            match k.eval(row) {
-                Ok(v) => encode_value(&v, &mut buf),
-                Err(_) => buf.push(0xff),
-            }
+    let (seen, _, seen_in) = key_windows(bm, table, n, SAMPLE_WINDOW, None, keys)?;
+    // Distinct tuples met per window, and how many windows met any.
+    let mut per_window = [0u64; 3];
+    for bits in seen_in.values() {
+        for (w, c) in per_window.iter_mut().enumerate() {
+            *c += u64::from(bits >> w & 1);
         }
-        windows = windows.max(w + 1);
-        let bits = match seen_in.get_mut(buf.as_slice()) {
-            Some(b) => b,
-            None => seen_in.entry(buf.clone()).or_insert(0),
-        };
-        if *bits & (1 << w) == 0 {
-            *bits |= 1 << w;
-            per_window[w] += 1;
-        }
-    })?;
+    }
+    let windows = 8 - seen_in.values().fold(0u8, |a, &b| a | b).leading_zeros() as usize;
     let d = seen_in.len() as f64;
     let groups = if seen == 0 {
         1.0
@@ -195,29 +212,7 @@ pub fn sampled_rows_per_group(bm: &BufferManager, table: &Table, filter: Option<
     if let Some(g) = recall(&key) {
         return Ok(g[0]);
     }
-    // Per distinct key tuple, the windows it was met in (bit w).
-    let (mut windows_of, mut buf, mut passed) = (HashMap::<Vec<u8>, u8>::new(), Vec::new(), 0u64);
-    let seen = sample_windows_of(bm, table, n, REPEAT_WINDOW, &mut |w, row| {
-        if let Some(f) = filter {
-            if !matches!(f.eval(row), Ok(Value::Bool(true))) {
-                return;
-            }
-        }
-        passed += 1;
-        buf.clear();
-        for k in keys {
-            match k.eval(row) {
-                Ok(v) => encode_value(&v, &mut buf),
-                Err(_) => buf.push(0xff),
-            }
-        }
-        match windows_of.get_mut(buf.as_slice()) {
-            Some(b) => *b |= 1 << w,
-            None => {
-                windows_of.insert(buf.clone(), 1 << w);
-            }
-        }
-    })?;
+    let (seen, passed, windows_of) = key_windows(bm, table, n, REPEAT_WINDOW, filter, keys)?;
     let d = windows_of.len() as f64;
     let per_group = if passed == 0 {
         1.0

@@ -28,7 +28,7 @@ use super::expr::BExpr;
 use super::keyfilter::{self, KeyFilter};
 use super::rows::{corrupt, encode_value, hash_bytes, part_payload, pow2_floor, rd32, rd64, run_payload, work_payload, wr32, Cursor, Pending, RowRun};
 use crate::access::table::Value;
-use crate::buffer::BufferManager;
+use crate::buffer::{BufferManager, ExclusiveGuard, SharedGuard};
 use crate::error::Result;
 use crate::ops::spill::shifted;
 use slots::Joined;
@@ -146,14 +146,27 @@ impl Drop for Claim {
     }
 }
 
-/// `table` latched shared with a [`Claim`] to keep it so, or nothing (no room: the probe
-/// latches per chain walk).
-fn hold<'a>(bm: &BufferManager, table: &JoinTable<'a>) -> Result<(Option<crate::buffer::SharedGuard<'a>>, Option<Claim>)> {
-    let g = table.page.shared()?;
-    Ok(match Claim::take(bm, g.data().len()) {
+/// `g`, a latch on a table of `bytes`, with a [`Claim`] to keep it; or nothing (no room:
+/// the latch is released and the probe latches per chain walk).
+fn claimed<G>(bm: &BufferManager, g: G, bytes: usize) -> (Option<G>, Option<Claim>) {
+    match Claim::take(bm, bytes) {
         Some(c) => (Some(g), Some(c)),
         None => (None, None),
-    })
+    }
+}
+
+/// `table` latched shared to keep for a probe, if a claim allows (see [`claimed`]).
+fn hold<'a>(bm: &BufferManager, table: &JoinTable<'a>) -> Result<(Option<SharedGuard<'a>>, Option<Claim>)> {
+    let g = table.page.shared()?;
+    let bytes = g.data().len();
+    Ok(claimed(bm, g, bytes))
+}
+
+/// `table` latched exclusively to keep for a probe that marks it, if a claim allows.
+fn hold_exclusive<'a>(bm: &BufferManager, table: &JoinTable<'a>) -> Result<(Option<ExclusiveGuard<'a>>, Option<Claim>)> {
+    let g = table.page.exclusive()?;
+    let bytes = g.data().len();
+    Ok(claimed(bm, g, bytes))
 }
 
 /// Puts the probe row's kept columns into their slots, once per probe row.
@@ -191,9 +204,18 @@ impl Ctx<'_> {
     }
 
     /// Marks every entry of the table (left rows) that the probe row (a right row)
-    /// matches; `d`: the table's bytes, latched exclusively by the caller for the whole
-    /// probe (nothing else reads the table meanwhile).
-    fn mark(&self, table: &JoinTable<'_>, d: &mut [u8], jr: &mut Joined, p: Probe<'_>, key: &[u8], h: u64) -> Result<()> {
+    /// matches; `held`: the table latched exclusively for the whole probe (see [`Claim`]),
+    /// else it is latched for this row.
+    fn mark<'a>(&self, table: &JoinTable<'a>, held: &mut Option<ExclusiveGuard<'a>>, jr: &mut Joined, p: Probe<'_>, key: &[u8], h: u64) -> Result<()> {
+        let mut own;
+        let g = match held.as_mut() {
+            Some(g) => g,
+            None => {
+                own = table.page.exclusive()?;
+                &mut own
+            }
+        };
+        let d = g.data_mut().ok_or_else(super::rows::not_temp)?;
         let mut loaded = false;
         let mut cur = table.head(d, h);
         while cur != 0 {
@@ -448,22 +470,10 @@ pub fn run(bm: &BufferManager, j: &JoinArgs<'_>, sink: &mut Sink<'_>) -> Result<
         if marks {
             {
                 // Latched once for the whole probe where a claim allows (see [`Claim`]).
-                let mut held = Some(table.page.exclusive()?);
-                let claim = held.as_ref().and_then(|g| Claim::take(bm, g.data().len()));
-                if claim.is_none() {
-                    held = None;
-                }
+                let (mut held, _claim) = hold_exclusive(bm, &table)?;
                 pplan.run(bm, &mut |prow| {
                     if encode_keys(pkeys, prow, &mut kb)? {
-                        let mut own;
-                        let g = match held.as_mut() {
-                            Some(g) => g,
-                            None => {
-                                own = table.page.exclusive()?;
-                                &mut own
-                            }
-                        };
-                        ctx.mark(&table, g.data_mut().ok_or_else(super::rows::not_temp)?, &mut jr, Probe::Row(prow), &kb, hash_bytes(&kb))?;
+                        ctx.mark(&table, &mut held, &mut jr, Probe::Row(prow), &kb, hash_bytes(&kb))?;
                     }
                     Ok(true)
                 })?;
@@ -625,22 +635,10 @@ fn join_partition(bm: &BufferManager, ctx: &Ctx<'_>, jr: &mut Joined, b: &RowRun
         for &(start, n, bytes) in &chunks {
             let table = JoinTable::build(bm, b, start, n, bytes, None)?;
             {
-                let mut held = Some(table.page.exclusive()?);
-                let claim = held.as_ref().and_then(|g| Claim::take(bm, g.data().len()));
-                if claim.is_none() {
-                    held = None;
-                }
+                let (mut held, _claim) = hold_exclusive(bm, &table)?;
                 p.scan(&mut Cursor::default(), &mut |_, rec| {
                     let (h, key, row) = split(rec)?;
-                    let mut own;
-                    let g = match held.as_mut() {
-                        Some(g) => g,
-                        None => {
-                            own = table.page.exclusive()?;
-                            &mut own
-                        }
-                    };
-                    ctx.mark(&table, g.data_mut().ok_or_else(super::rows::not_temp)?, jr, Probe::Bytes(row), key, h)?;
+                    ctx.mark(&table, &mut held, jr, Probe::Bytes(row), key, h)?;
                     Ok(true)
                 })?;
             }
