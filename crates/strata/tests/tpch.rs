@@ -772,8 +772,22 @@ fn tpch_queries_at_sf_001_match_a_naive_evaluation() {
         let t = std::time::Instant::now();
         let got = run(&db, sql);
         eprintln!("{name}: {} rows in {:?}, first {:?}", got.len(), t.elapsed(), got.first());
-        check(name, &got, &reference(&d), ordered);
+        let want = reference(&d);
+        check(name, &got, &want, ordered);
+        // Again on three workers (parallel pipelines and aggregations where the plan has them).
+        let mut p = strata::sql::prepare_in(&db.catalog(), Some(db.buffer()), sql).unwrap();
+        p.set_threads(3);
+        let mut par = Vec::new();
+        p.execute(db.buffer(), &mut |row| {
+            par.push(row.to_vec());
+            Ok(true)
+        })
+        .unwrap_or_else(|e| panic!("{name} on 3 threads: {e}"));
+        check(&format!("{name} (3 threads)"), &par, &want, ordered);
     }
+    let parallel = strata::sql::pipeline::PARALLEL.load(std::sync::atomic::Ordering::Relaxed);
+    eprintln!("parallel pipelines: {parallel}, back to one thread: {}", strata::sql::pipeline::FALLBACKS.load(std::sync::atomic::Ordering::Relaxed));
+    assert!(parallel >= 5, "{parallel} parallel pipelines");
     // Q17's validation parameters select no row at SF 0.01: again with those of part 1.
     let p1 = &d.part.rows[0];
     let (brand, container) = (p1[d.part.c("p_brand")].as_str(), p1[d.part.c("p_container")].as_str());

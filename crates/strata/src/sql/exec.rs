@@ -119,6 +119,16 @@ impl Plan {
         }
     }
 
+    /// A hash join's description, if this is one.
+    pub fn join_args(&self) -> Option<JoinArgs<'_>> {
+        match self {
+            Plan::HashJoin { left, right, kind, left_keys, right_keys, residual, right_width, keep } => {
+                Some(JoinArgs { left, right, kind: *kind, left_keys, right_keys, residual: residual.as_ref(), right_width: *right_width, keep })
+            }
+            _ => None,
+        }
+    }
+
     /// Runs the plan, handing every result row to `sink`; returns `false` if the sink asked
     /// to stop.
     pub fn run(&self, bm: &BufferManager, sink: &mut Sink<'_>) -> Result<bool> {
@@ -173,30 +183,19 @@ impl Plan {
                 // The same partial states as the grouped aggregation, with one group.
                 let kinds: Vec<AggKind> = aggs.iter().map(|a| AggKind::of(a.func, a.arg_ty, a.pos, &a.label)).collect();
                 let mut states: Vec<St> = kinds.iter().map(|k| St::empty(k.kind)).collect();
-                if super::vagg::fused_aggregate(bm, input, aggs, &kinds, &mut states)? {
-                    let row: Vec<Value> = states.into_iter().map(St::finish).collect();
-                    return sink(&row);
+                let done =
+                    super::vagg::fused_aggregate(bm, input, aggs, &kinds, &mut states)? || super::pipeline::aggregate(bm, input, aggs, &kinds, &mut states)?;
+                if !done {
+                    input.run(bm, &mut |row| {
+                        agg_row(aggs, &kinds, &mut states, row)?;
+                        Ok(true)
+                    })?;
                 }
-                input.run(bm, &mut |row| {
-                    for ((s, a), k) in states.iter_mut().zip(aggs).zip(&kinds) {
-                        // count(*) has no argument: every row counts (any non-NULL value).
-                        let v = match &a.arg {
-                            Some(e) => e.eval(row)?,
-                            None => Value::Bool(true),
-                        };
-                        s.merge(St::one(k.kind, v), k)?;
-                    }
-                    Ok(true)
-                })?;
                 let row: Vec<Value> = states.into_iter().map(St::finish).collect();
                 sink(&row)
             }
             Plan::HashAggregate { input, keys, aggs } => run_hash_aggregate(bm, input, keys, aggs, sink),
-            Plan::HashJoin { left, right, kind, left_keys, right_keys, residual, right_width, keep } => super::join::run(
-                bm,
-                &JoinArgs { left, right, kind: *kind, left_keys, right_keys, residual: residual.as_ref(), right_width: *right_width, keep },
-                sink,
-            ),
+            Plan::HashJoin { .. } => super::join::run(bm, &self.join_args().ok_or_else(|| corrupt("join plan"))?, sink),
             Plan::Exists { input, sub, negated } => {
                 let mut any = false;
                 sub.run(bm, &mut |_| {
@@ -452,62 +451,95 @@ fn scan_estimate(bm: &BufferManager, table: &Table, filter: Option<&BExpr>) -> R
     })
 }
 
+/// Merges one row into the states of an aggregation without groups.
+pub(super) fn agg_row(aggs: &[AggSpec], kinds: &[AggKind], states: &mut [St], row: &[Value]) -> Result<()> {
+    for ((s, a), k) in states.iter_mut().zip(aggs).zip(kinds) {
+        // count(*) has no argument: every row counts (any non-NULL value).
+        let v = match &a.arg {
+            Some(e) => e.eval(row)?,
+            None => Value::Bool(true),
+        };
+        s.merge(St::one(k.kind, v), k)?;
+    }
+    Ok(())
+}
+
+/// A grouping fed a row at a time: the row's key encoded, its aggregates merged into the
+/// group's states in the small pre-aggregation table where that takes it, else pushed to
+/// the hash aggregation as states of one row (the arguments of DISTINCT aggregates go to
+/// `dist` as (key, aggregate, value), deduplicated there and counted after).
+pub(super) struct RowGroups<'a> {
+    keys: &'a [BExpr],
+    aggs: &'a [AggSpec],
+    kinds: &'a [AggKind],
+    kb: Vec<u8>,
+    sb: Vec<u8>,
+    db: Vec<u8>,
+    sts: Vec<St>,
+}
+
+impl<'a> RowGroups<'a> {
+    pub(super) fn new(keys: &'a [BExpr], aggs: &'a [AggSpec], kinds: &'a [AggKind]) -> RowGroups<'a> {
+        RowGroups { keys, aggs, kinds, kb: Vec::new(), sb: Vec::new(), db: Vec::new(), sts: Vec::with_capacity(aggs.len()) }
+    }
+
+    pub(super) fn push(&mut self, cache: Option<&mut GroupCache>, main: &mut HashAgg<'_>, dist: Option<&mut HashAgg<'_>>, row: &[Value]) -> Result<()> {
+        let RowGroups { keys, aggs, kinds, kb, sb, db, sts } = self;
+        kb.clear();
+        for k in keys.iter() {
+            match k {
+                BExpr::Col(i, _) => encode_value(row.get(*i).ok_or_else(|| corrupt("group key column"))?, kb),
+                k => encode_value(&k.eval(row)?, kb),
+            }
+        }
+        if let Some(c) = cache {
+            if let Some(states) = c.states(kb, main)? {
+                return agg_row(aggs, kinds, states, row);
+            }
+        }
+        sts.clear();
+        let mut dist = dist;
+        for (i, (a, k)) in aggs.iter().zip(kinds.iter()).enumerate() {
+            let v = match &a.arg {
+                None => Value::Bool(true),
+                Some(e) => e.eval(row)?,
+            };
+            if a.distinct {
+                sts.push(St::empty(k.kind));
+                if let (false, Some(d)) = (matches!(v, Value::Null), dist.as_deref_mut()) {
+                    // (group key, which aggregate, value): deduplicated first, counted after.
+                    db.clear();
+                    db.extend_from_slice(kb);
+                    encode_value(&Value::I64(i as i64), db);
+                    encode_value(&v, db);
+                    d.push(db, hash_bytes(db), &[])?;
+                }
+            } else {
+                sts.push(St::one(k.kind, v));
+            }
+        }
+        sb.clear();
+        encode_states(sts, sb);
+        main.push(kb, hash_bytes(kb), sb)
+    }
+}
+
 fn run_hash_aggregate(bm: &BufferManager, input: &Plan, keys: &[BExpr], aggs: &[AggSpec], sink: &mut Sink<'_>) -> Result<bool> {
     let kinds: Vec<AggKind> = aggs.iter().map(|a| AggKind::of(a.func, a.arg_ty, a.pos, &a.label)).collect();
     let mut main = HashAgg::new(bm, kinds.clone());
     let mut dist = aggs.iter().any(|a| a.distinct).then(|| HashAgg::new(bm, Vec::new()));
-    let (mut kb, mut sb, mut db) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut kb, mut sb) = (Vec::new(), Vec::new());
     let mut sts: Vec<St> = Vec::with_capacity(aggs.len());
     // Without DISTINCT aggregates, rows first meet a small pre-aggregation table.
     let mut cache = (!aggs.iter().any(|a| a.distinct)).then(|| GroupCache::new(kinds.clone()));
-    let fused = match cache.as_mut() {
-        Some(c) => super::vagg::fused_grouped(bm, input, keys, aggs, c, &mut main)?,
+    let done = match cache.as_mut() {
+        Some(c) => super::vagg::fused_grouped(bm, input, keys, aggs, c, &mut main)? || super::pipeline::grouped(bm, input, keys, aggs, &kinds, &mut main)?,
         None => false,
     };
-    if !fused {
+    if !done {
+        let mut rg = RowGroups::new(keys, aggs, &kinds);
         input.run(bm, &mut |row| {
-            kb.clear();
-            for k in keys {
-                match k {
-                    BExpr::Col(i, _) => encode_value(row.get(*i).ok_or_else(|| corrupt("group key column"))?, &mut kb),
-                    k => encode_value(&k.eval(row)?, &mut kb),
-                }
-            }
-            if let Some(c) = cache.as_mut() {
-                if let Some(states) = c.states(&kb, &mut main)? {
-                    for ((s, a), k) in states.iter_mut().zip(aggs).zip(&kinds) {
-                        let v = match &a.arg {
-                            None => Value::Bool(true),
-                            Some(e) => e.eval(row)?,
-                        };
-                        s.merge(St::one(k.kind, v), k)?;
-                    }
-                    return Ok(true);
-                }
-            }
-            sts.clear();
-            for (i, (a, k)) in aggs.iter().zip(&kinds).enumerate() {
-                let v = match &a.arg {
-                    None => Value::Bool(true),
-                    Some(e) => e.eval(row)?,
-                };
-                if a.distinct {
-                    sts.push(St::empty(k.kind));
-                    if let (false, Some(d)) = (matches!(v, Value::Null), dist.as_mut()) {
-                        // (group key, which aggregate, value): deduplicated first, counted after.
-                        db.clear();
-                        db.extend_from_slice(&kb);
-                        encode_value(&Value::I64(i as i64), &mut db);
-                        encode_value(&v, &mut db);
-                        d.push(&db, hash_bytes(&db), &[])?;
-                    }
-                } else {
-                    sts.push(St::one(k.kind, v));
-                }
-            }
-            sb.clear();
-            encode_states(&sts, &mut sb);
-            main.push(&kb, hash_bytes(&kb), &sb)?;
+            rg.push(cache.as_mut(), &mut main, dist.as_mut(), row)?;
             Ok(true)
         })?;
     }

@@ -89,6 +89,7 @@ pub mod expr;
 pub mod fold;
 pub mod join;
 pub mod keyfilter;
+pub mod pipeline;
 pub mod rows;
 pub mod sample;
 pub mod scan;

@@ -624,7 +624,12 @@ const MORSEL_MIN: u64 = 1 << 10;
 /// every run with that many workers, and floating-point sums computed twice in one query
 /// agree to the last bit (a `WITH` query used twice: TPC-H Q15 compares a supplier's
 /// revenue with the maximum computed from a second evaluation of the same sums).
-fn morsels<T: Send>(threads: usize, rows: u64, init: &(dyn Fn() -> T + Sync), work: &(dyn Fn(&mut T, u64, u64) -> Result<()> + Sync)) -> Result<Vec<T>> {
+pub(super) fn morsels<T: Send>(
+    threads: usize,
+    rows: u64,
+    init: &(dyn Fn() -> T + Sync),
+    work: &(dyn Fn(&mut T, u64, u64) -> Result<()> + Sync),
+) -> Result<Vec<T>> {
     let morsel = (rows / (threads as u64 * 16)).clamp(MORSEL_MIN, MORSEL);
     let count = rows.div_ceil(morsel);
     let run = |w: usize| -> Result<T> {

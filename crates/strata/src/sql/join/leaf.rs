@@ -32,12 +32,15 @@ pub(super) fn target<'p>(pplan: &'p Plan, pkeys: &[BExpr], pcols: &[usize]) -> O
     cols.iter().chain(pcols).all(|c| decoded.contains(c)).then_some((scan, cols))
 }
 
-/// Probes `table` with the rows of `scan` (keys: columns `kcols`), a leaf at a time.
-/// `false` if the sink asked to stop.
+/// Probes `table` with the rows `from..to` of `scan` (keys: columns `kcols`), a leaf at a
+/// time. `false` if the sink asked to stop.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn probe(
     bm: &BufferManager,
     scan: &ColScan,
     kcols: &[usize],
+    from: u64,
+    to: u64,
     ctx: &Ctx<'_>,
     table: &JoinTable<'_>,
     jr: &mut Joined,
@@ -51,7 +54,7 @@ pub(super) fn probe(
         [c] if scan.table.schema.columns[*c].ty == ColumnType::I64 => Some(*c),
         _ => None,
     };
-    scan.run_batches(bm, &mut |b| {
+    scan.run_batches_range(bm, from, to, &mut |b| {
         rows.clear();
         keys.clear();
         for &i in b.sel {

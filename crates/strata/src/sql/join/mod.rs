@@ -27,11 +27,12 @@ use super::exec::Plan;
 use super::expr::BExpr;
 use super::keyfilter::{self, KeyFilter};
 use super::rows::{corrupt, encode_value, hash_bytes, part_payload, pow2_floor, rd32, rd64, run_payload, work_payload, wr32, Cursor, Pending, RowRun};
+use super::scan::ColScan;
 use crate::access::table::Value;
 use crate::buffer::{BufferManager, ExclusiveGuard, SharedGuard};
 use crate::error::Result;
 use crate::ops::spill::shifted;
-use slots::Joined;
+pub(super) use slots::Joined;
 use table::{split, JoinTable, TempBits, HDR, MARK};
 
 /// The kinds of join.
@@ -96,7 +97,7 @@ enum Probe<'r> {
     Leaf(&'r super::scan::Batch<'r>, usize),
 }
 
-struct Ctx<'p> {
+pub(super) struct Ctx<'p> {
     kind: JoinKind,
     build_left: bool,
     residual: Option<&'p BExpr>,
@@ -124,7 +125,7 @@ const HELD_SHARE: u64 = 8;
 /// chain of joins each holding its own would pin one per join (seven of them left a 1 MiB
 /// pool without room: found in review). Without a claim a probe latches the table for each
 /// walk of a chain only, as row-at-a-time probes always did. Given back when dropped.
-struct Claim(u64);
+pub(super) struct Claim(u64);
 
 impl Claim {
     fn take(bm: &BufferManager, bytes: usize) -> Option<Claim> {
@@ -422,13 +423,51 @@ pub fn build_side(bm: &BufferManager, left: &Plan, right: &Plan, kind: JoinKind,
     Ok((l < r, l, r))
 }
 
-/// Runs a hash join, handing the joined rows (left columns, then right) to `sink`.
-pub fn run(bm: &BufferManager, j: &JoinArgs<'_>, sink: &mut Sink<'_>) -> Result<bool> {
+/// A join's build side as a table in one temporary page (it fits a work share of the
+/// pool), ready to be probed: by one thread ([`Built::probe_all`]), or by several at once
+/// (the table is only read; see [`super::pipeline`]).
+pub(super) struct Built<'p, 'b> {
+    ctx: Ctx<'p>,
+    table: JoinTable<'b>,
+    pplan: &'p Plan,
+    pkeys: &'p [BExpr],
+    /// The probe scan and its key columns, if the probe can go a leaf at a time.
+    leaf: Option<(&'p ColScan, Vec<usize>)>,
+    /// Left and right widths and the kept columns, for each prober's [`Joined`].
+    widths: (usize, usize),
+    keep: &'p [bool],
+    /// The join filter pushed into the probe scan, removed when the table is dropped.
+    _filter: Option<keyfilter::Installed<'p>>,
+}
+
+/// What building a join's table gave.
+pub(super) enum Build<'p, 'b> {
+    /// The table: probe it.
+    Table(Built<'p, 'b>),
+    /// Too large for a table: the build records, to be partitioned (grace hash join).
+    Run(Ctx<'p>, Joined, RowRun<'b>),
+    /// The sink asked to stop (rows of a NOT EXISTS that builds on its left with NULL keys
+    /// go to it during the build).
+    Stopped,
+}
+
+/// The probe side of join `j`, if its rows could flow through a [`Built`] table from
+/// several threads at once: its probe rows need nothing of each other (every kind but a
+/// semi join or NOT EXISTS that builds on its left: their probe rows mark the table, and
+/// the marked rows come after the probe).
+pub(super) fn parallel_probe_side<'p>(bm: &BufferManager, j: &JoinArgs<'p>) -> Result<Option<&'p Plan>> {
+    let (build_left, _, _) = build_side(bm, j.left, j.right, j.kind, j.keep)?;
+    let marks = build_left && matches!(j.kind, JoinKind::Semi | JoinKind::NotExists);
+    Ok((!marks).then_some(if build_left { j.right } else { j.left }))
+}
+
+/// Builds join `j`'s table from its build side, if it fits a work share of the pool.
+pub(super) fn build<'p, 'b>(bm: &'b BufferManager, j: &JoinArgs<'p>, sink: &mut Sink<'_>) -> Result<Build<'p, 'b>> {
     let (build_left, _, _) = build_side(bm, j.left, j.right, j.kind, j.keep)?;
     let (bplan, bkeys, pplan, pkeys) = if build_left { (j.left, j.left_keys, j.right, j.right_keys) } else { (j.right, j.right_keys, j.left, j.left_keys) };
     let mut ctx = Ctx { kind: j.kind, build_left, residual: j.residual, build_has_null: false, build_rows: 0 };
-    let (lw, rw) = (super::scan::width(j.left), super::scan::width(j.right));
-    let mut jr = Joined::new(lw, rw, j.keep, build_left);
+    let widths = (super::scan::width(j.left), super::scan::width(j.right));
+    let jr = Joined::new(widths.0, widths.1, j.keep, build_left);
     let mut brun = RowRun::new(bm, run_payload(bm));
     let mut bpend = Pending::new(RUN_BATCH);
     let (mut kb, mut rb) = (Vec::new(), Vec::new());
@@ -446,53 +485,116 @@ pub fn run(bm: &BufferManager, j: &JoinArgs<'_>, sink: &mut Sink<'_>) -> Result<
         Ok(true)
     })?;
     if !go {
-        return Ok(false);
+        return Ok(Build::Stopped);
     }
     bpend.flush(&mut brun)?;
-    let budget = work_payload(bm) as u64;
-    let table_bytes = |count: u64, bytes: u64| count.max(1).next_power_of_two() * 4 + bytes + count * 8;
-    if table_bytes(brun.len(), brun.bytes()) <= budget {
-        // A probe row without a match gives nothing here: the probe scan may drop the rows
-        // whose keys are not in the table (see `keyfilter`).
-        let filtered = match ctx.kind {
-            JoinKind::Inner | JoinKind::Semi => true,
-            JoinKind::NotExists => marks,
-            JoinKind::Left | JoinKind::Anti => false,
-        };
-        let target = if filtered { keyfilter::target(pplan, pkeys) } else { None };
-        let mut filter = target.as_ref().map(|(_, cols)| KeyFilter::new(brun.len(), cols.clone()));
-        let table = JoinTable::build(bm, &brun, Cursor::default(), brun.len(), brun.bytes(), filter.as_mut())?;
-        drop(brun);
-        let _installed = target.zip(filter).map(|((scan, _), f)| {
-            super::counters::JOIN_FILTERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            keyfilter::Installed::new(&scan.keys, f)
-        });
-        if marks {
+    if table_bytes(brun.len(), brun.bytes()) > work_payload(bm) as u64 {
+        return Ok(Build::Run(ctx, jr, brun));
+    }
+    // A probe row without a match gives nothing here: the probe scan may drop the rows
+    // whose keys are not in the table (see `keyfilter`).
+    let filtered = match ctx.kind {
+        JoinKind::Inner | JoinKind::Semi => true,
+        JoinKind::NotExists => marks,
+        JoinKind::Left | JoinKind::Anti => false,
+    };
+    let target = if filtered { keyfilter::target(pplan, pkeys) } else { None };
+    let mut filter = target.as_ref().map(|(_, cols)| KeyFilter::new(brun.len(), cols.clone()));
+    let table = JoinTable::build(bm, &brun, Cursor::default(), brun.len(), brun.bytes(), filter.as_mut())?;
+    drop(brun);
+    let _filter = target.zip(filter).map(|((scan, _), f)| {
+        super::counters::JOIN_FILTERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        keyfilter::Installed::new(&scan.keys, f)
+    });
+    let leaf = if marks { None } else { leaf::target(pplan, pkeys, jr.probe_cols()) };
+    Ok(Build::Table(Built { ctx, table, pplan, pkeys, leaf, widths, keep: j.keep, _filter }))
+}
+
+/// Bytes of a join table of `count` records of `bytes` (with their length words).
+fn table_bytes(count: u64, bytes: u64) -> u64 {
+    count.max(1).next_power_of_two() * 4 + bytes + count * 8
+}
+
+impl<'p> Built<'p, '_> {
+    /// A joined row for one prober.
+    pub(super) fn joined(&self) -> Joined {
+        Joined::new(self.widths.0, self.widths.1, self.keep, self.ctx.build_left)
+    }
+
+    /// The probe side's plan.
+    pub(super) fn probe_plan(&self) -> &'p Plan {
+        self.pplan
+    }
+
+    /// The probe scan, if the probe goes a leaf at a time (see [`leaf`]).
+    pub(super) fn leaf_scan(&self) -> Option<&'p ColScan> {
+        self.leaf.as_ref().map(|(s, _)| *s)
+    }
+
+    /// Probes the table with every row of the probe side (then, for a semi join or NOT
+    /// EXISTS that marks its left rows, hands on the marked or unmarked ones).
+    pub(super) fn probe_all(&self, bm: &BufferManager, jr: &mut Joined, sink: &mut Sink<'_>) -> Result<bool> {
+        let (ctx, table) = (&self.ctx, &self.table);
+        let mut kb = Vec::new();
+        if ctx.marks() {
             {
                 // Latched once for the whole probe where a claim allows (see [`Claim`]).
-                let (mut held, _claim) = hold_exclusive(bm, &table)?;
-                pplan.run(bm, &mut |prow| {
-                    if encode_keys(pkeys, prow, &mut kb)? {
-                        ctx.mark(&table, &mut held, &mut jr, Probe::Row(prow), &kb, hash_bytes(&kb))?;
+                let (mut held, _claim) = hold_exclusive(bm, table)?;
+                self.pplan.run(bm, &mut |prow| {
+                    if encode_keys(self.pkeys, prow, &mut kb)? {
+                        ctx.mark(table, &mut held, jr, Probe::Row(prow), &kb, hash_bytes(&kb))?;
                     }
                     Ok(true)
                 })?;
             }
-            return ctx.emit(&table, &mut jr, sink);
+            return ctx.emit(table, jr, sink);
         }
-        if let Some((scan, kcols)) = leaf::target(pplan, pkeys, jr.probe_cols()) {
-            return leaf::probe(bm, scan, &kcols, &ctx, &table, &mut jr, sink);
+        if self.leaf.is_some() {
+            return self.probe_leaves(bm, jr, 0, u64::MAX, sink);
         }
         // The table latched once for the whole probe where a claim allows (see [`Claim`]).
-        let (held, _claim) = hold(bm, &table)?;
+        let (held, _claim) = hold(bm, table)?;
         let d = held.as_ref().map(|g| g.data());
-        return pplan.run(bm, &mut |prow| {
-            if !encode_keys(pkeys, prow, &mut kb)? {
-                return ctx.null_probe(&mut jr, Probe::Row(prow), sink);
-            }
-            Ok(ctx.probe(&table, d, &mut jr, Probe::Row(prow), &kb, hash_bytes(&kb), false, true, sink)?.0)
-        });
+        self.pplan.run(bm, &mut |prow| self.probe_row(d, jr, &mut kb, prow, sink))
     }
+
+    /// Probes the table with the rows `from..to` of the probe scan, a leaf at a time (only
+    /// where [`leaf_scan`](Self::leaf_scan) is some).
+    pub(super) fn probe_leaves(&self, bm: &BufferManager, jr: &mut Joined, from: u64, to: u64, sink: &mut Sink<'_>) -> Result<bool> {
+        let (scan, kcols) = self.leaf.as_ref().ok_or_else(|| corrupt("leaf probe of a join without a probe scan"))?;
+        leaf::probe(bm, scan, kcols, from, to, &self.ctx, &self.table, jr, sink)
+    }
+
+    /// The table latched shared for a run of probes, if a claim allows (see [`Claim`]):
+    /// its bytes go to [`probe_row`](Self::probe_row).
+    pub(super) fn hold(&self, bm: &BufferManager) -> Result<(Option<SharedGuard<'_>>, Option<Claim>)> {
+        hold(bm, &self.table)
+    }
+
+    /// Probes the table with one probe row (`held`: the table's bytes under a latch the
+    /// caller holds; else each walk of a chain latches it). Not for a join that marks.
+    pub(super) fn probe_row(&self, held: Option<&[u8]>, jr: &mut Joined, kb: &mut Vec<u8>, prow: &[Value], sink: &mut Sink<'_>) -> Result<bool> {
+        if !encode_keys(self.pkeys, prow, kb)? {
+            return self.ctx.null_probe(jr, Probe::Row(prow), sink);
+        }
+        Ok(self.ctx.probe(&self.table, held, jr, Probe::Row(prow), kb, hash_bytes(kb), false, true, sink)?.0)
+    }
+}
+
+/// Runs a hash join, handing the joined rows (left columns, then right) to `sink`.
+pub fn run(bm: &BufferManager, j: &JoinArgs<'_>, sink: &mut Sink<'_>) -> Result<bool> {
+    let (ctx, mut jr, brun) = match build(bm, j, sink)? {
+        Build::Stopped => return Ok(false),
+        Build::Table(t) => {
+            let mut jr = t.joined();
+            return t.probe_all(bm, &mut jr, sink);
+        }
+        Build::Run(ctx, jr, brun) => (ctx, jr, brun),
+    };
+    let pkeys = if ctx.build_left { j.right_keys } else { j.left_keys };
+    let pplan = if ctx.build_left { j.right } else { j.left };
+    let marks = ctx.marks();
+    let budget = work_payload(bm) as u64;
     // Grace hash join: both sides partitioned by the top bits of the hash.
     super::counters::GRACE_JOINS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let want = brun.bytes().div_ceil(budget / 2).max(2);
@@ -500,6 +602,7 @@ pub fn run(bm: &BufferManager, j: &JoinArgs<'_>, sink: &mut Sink<'_>) -> Result<
     let part = |h: u64| (h >> (64 - bits)) as usize;
     let bparts = partition(bm, brun, bits, &part)?;
     let mut pparts = Parts::new(bm, bits);
+    let (mut kb, mut rb) = (Vec::new(), Vec::new());
     let go = pplan.run(bm, &mut |prow| {
         if !encode_keys(pkeys, prow, &mut kb)? {
             return if marks { Ok(true) } else { ctx.null_probe(&mut jr, Probe::Row(prow), sink) };
@@ -578,8 +681,7 @@ fn join_pair(
     consumed: u32,
     sink: &mut Sink<'_>,
 ) -> Result<bool> {
-    let table_bytes = b.len().max(1).next_power_of_two() * 4 + b.bytes() + b.len() * 8;
-    if p.is_empty() || table_bytes <= budget || consumed >= 64 {
+    if p.is_empty() || table_bytes(b.len(), b.bytes()) <= budget || consumed >= 64 {
         return join_partition(bm, ctx, jr, &b, &p, budget, sink);
     }
     let want = b.bytes().div_ceil(budget / 2).max(2);

@@ -288,6 +288,11 @@ impl ColScan {
 
     /// Runs the scan, handing each row that passes the filter to `sink`.
     pub fn run(&self, bm: &BufferManager, sink: &mut Sink<'_>) -> Result<bool> {
+        self.run_range(bm, 0, u64::MAX, sink)
+    }
+
+    /// [`run`](Self::run) over the rows with ids in `from..to` (a morsel).
+    pub fn run_range(&self, bm: &BufferManager, from: u64, to: u64, sink: &mut Sink<'_>) -> Result<bool> {
         let schema = &self.table.schema;
         let ncols = schema.len();
         let mut row: Vec<Value> = vec![Value::Null; ncols];
@@ -300,16 +305,21 @@ impl ColScan {
         // JOIN_FILTER_MIN_DROP of the first JOIN_FILTER_PROBATION rows it tests).
         let mut jf = JoinFiltering::new(self.keys.get());
         let mut go = true;
-        self.table.scan_pages(bm, 0, None, &mut |pid, leaf, start| {
+        self.table.scan_pages(bm, from, (to != u64::MAX).then_some(to), &mut |pid, leaf, start| {
+            if leaf.first() >= to {
+                return Ok(false);
+            }
             let n = leaf.count();
-            if start >= n {
+            // Rows at and above `to` belong to the next morsel.
+            let end = n.min(usize::try_from(to - leaf.first()).unwrap_or(usize::MAX));
+            if start >= end {
                 return Ok(true);
             }
             let bad = |what: &str| self.table.corrupt_leaf(bm, pid, what);
             let first = leaf.first();
             let unreadable = |i: usize| bad(&format!("row {} is unreadable", first + i as u64));
             if !any_row {
-                let Some((lf, mut all)) = self.filter_leaf(&leaf, start, n, &mut bits, &mut scratch).map_err(&bad)? else {
+                let Some((lf, mut all)) = self.filter_leaf(&leaf, start, end, &mut bits, &mut scratch).map_err(&bad)? else {
                     return Ok(true);
                 };
                 jf.leaf(&lf, &mut all).map_err(|_| bad(UNREADABLE))?;
@@ -333,7 +343,7 @@ impl ColScan {
                     per.push(p.eval(&lf, &mut bits, words).map_err(|_| bad(UNREADABLE))?);
                 }
             }
-            'rows: for i in start..n {
+            'rows: for i in start..end {
                 let (w, b) = (i / 64, 1u64 << (i % 64));
                 let mut all_true = true;
                 let mut decoded = false;

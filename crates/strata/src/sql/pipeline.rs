@@ -1,0 +1,212 @@
+//! Parallel pipelines (`--threads`): an aggregation over filters, projections and the
+//! probes of hash joins, run by several workers on morsels of the scan at the bottom.
+//!
+//! The pipeline is the chain from a table scan (the *driving* scan: the probe side of the
+//! lowest join) up through filters, projections and join probes to an aggregation (with or
+//! without groups). Every join's table is built first, once, by the calling thread (its
+//! build side runs as any plan does; lower joins first); then the workers each take morsels
+//! of the driving scan's rows (dealt in turn, see [`morsels`]) and push them through their
+//! own copy of the pipeline ([`Stage`]: their own joined rows and buffers; the tables only
+//! read, under shared latches) into their own partial aggregation: states for a whole-table
+//! aggregation, a pre-aggregation table and a hash aggregation in temporary pages for a
+//! grouped one. The partial results are merged in worker order, so a query gives the same
+//! floating-point sums in every run with as many workers.
+//!
+//! A pipeline runs on one thread when it has one thread, when its bottom is not a scan, or
+//! when a join in it cannot be probed in parallel: a join whose
+//! build side does not fit a table (grace: partitioned, not probed), a semi join or NOT
+//! EXISTS whose probe marks its left side's table (the marked rows come after the probe).
+//! A grace join found while the tables are built leaves the pipeline to the serial
+//! executor, which builds its tables again ([`FALLBACKS`] counts it).
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use super::agg::{encode_states, AggKind, HashAgg, St};
+use super::exec::{agg_row, AggSpec, Plan, RowGroups, Sink};
+use super::expr::BExpr;
+use super::join::{self, Build, Built, Joined};
+use super::rows::{assign, corrupt, hash_bytes};
+use super::scan::ColScan;
+use super::vagg::{morsels, GroupCache};
+use crate::access::table::Value;
+use crate::buffer::BufferManager;
+use crate::error::Result;
+
+/// Pipelines that ran on several workers, process-wide (for tests).
+pub static PARALLEL: AtomicU64 = AtomicU64::new(0);
+/// Pipelines that found a join too large for a table while their tables were built, and
+/// went back to one thread.
+pub static FALLBACKS: AtomicU64 = AtomicU64::new(0);
+
+/// What every worker of a pipeline reads: the driving scan, the predicates and
+/// expressions, and the joins' built tables.
+enum Shape<'p, 'b> {
+    Scan(&'p ColScan),
+    Filter(&'p BExpr, Box<Shape<'p, 'b>>),
+    Project(&'p [BExpr], Box<Shape<'p, 'b>>),
+    Probe(Box<Built<'p, 'b>>, Box<Shape<'p, 'b>>),
+}
+
+/// Whether `plan` is a pipeline that could run in parallel (before anything is built).
+fn parallel_plan(bm: &BufferManager, plan: &Plan) -> Result<bool> {
+    Ok(match plan {
+        Plan::ColScan(s) => s.threads > 1,
+        Plan::Filter { input, .. } | Plan::Project { input, .. } => parallel_plan(bm, input)?,
+        Plan::HashJoin { .. } => match plan.join_args() {
+            Some(j) => match join::parallel_probe_side(bm, &j)? {
+                Some(p) => parallel_plan(bm, p)?,
+                None => false,
+            },
+            None => false,
+        },
+        _ => false,
+    })
+}
+
+/// `plan` with its joins' tables built; `None` if a join's build side did not fit a table.
+fn shape<'p, 'b>(bm: &'b BufferManager, plan: &'p Plan) -> Result<Option<Shape<'p, 'b>>> {
+    Ok(match plan {
+        Plan::ColScan(s) => Some(Shape::Scan(s)),
+        Plan::Filter { input, pred } => shape(bm, input)?.map(|i| Shape::Filter(pred, Box::new(i))),
+        Plan::Project { input, exprs } => shape(bm, input)?.map(|i| Shape::Project(exprs, Box::new(i))),
+        Plan::HashJoin { .. } => {
+            let j = plan.join_args().ok_or_else(|| corrupt("join plan"))?;
+            // Only NOT EXISTS joins that mark their left side hand rows on while they build,
+            // and those are not run in parallel (see `parallel_plan`).
+            let mut no_rows = |_: &[Value]| Err(corrupt("a parallel join's build handed on a row"));
+            let built = match join::build(bm, &j, &mut no_rows)? {
+                Build::Table(t) => t,
+                Build::Run(..) | Build::Stopped => return Ok(None),
+            };
+            shape(bm, built.probe_plan())?.map(|p| Shape::Probe(Box::new(built), Box::new(p)))
+        }
+        _ => None,
+    })
+}
+
+impl Shape<'_, '_> {
+    fn scan(&self) -> &ColScan {
+        match self {
+            Shape::Scan(s) => s,
+            Shape::Filter(_, i) | Shape::Project(_, i) | Shape::Probe(_, i) => i.scan(),
+        }
+    }
+}
+
+/// A worker's copy of a pipeline: its own rows and buffers over the shared [`Shape`].
+enum Stage<'s, 'p, 'b> {
+    Scan { scan: &'p ColScan, cols: Vec<usize>, row: Vec<Value> },
+    Filter { pred: &'p BExpr, input: Box<Stage<'s, 'p, 'b>> },
+    Project { exprs: &'p [BExpr], out: Vec<Value>, input: Box<Stage<'s, 'p, 'b>> },
+    Probe { built: &'s Built<'p, 'b>, jr: Joined, kb: Vec<u8>, input: Box<Stage<'s, 'p, 'b>> },
+}
+
+impl<'s, 'p, 'b> Stage<'s, 'p, 'b> {
+    fn of(shape: &'s Shape<'p, 'b>) -> Stage<'s, 'p, 'b> {
+        match shape {
+            Shape::Scan(scan) => Stage::Scan { scan, cols: scan.needed(), row: vec![Value::Null; scan.table.schema.len()] },
+            Shape::Filter(pred, i) => Stage::Filter { pred, input: Box::new(Stage::of(i)) },
+            Shape::Project(exprs, i) => Stage::Project {
+                exprs,
+                // Literals set once; every other slot is written per row.
+                out: exprs.iter().map(|e| if let BExpr::Lit(v) = e { v.clone() } else { Value::Null }).collect(),
+                input: Box::new(Stage::of(i)),
+            },
+            Shape::Probe(built, i) => Stage::Probe { built, jr: built.joined(), kb: Vec::new(), input: Box::new(Stage::of(i)) },
+        }
+    }
+
+    /// Pushes the rows `from..to` of the driving scan through the pipeline into `sink`.
+    fn run(&mut self, bm: &BufferManager, from: u64, to: u64, sink: &mut Sink<'_>) -> Result<bool> {
+        match self {
+            Stage::Scan { scan, cols, row } if scan.batchable() => scan.run_batches_range(bm, from, to, &mut |b| {
+                for &i in b.sel {
+                    b.decode(i as usize, cols, row)?;
+                    if !sink(row)? {
+                        return Ok(false);
+                    }
+                }
+                Ok(true)
+            }),
+            Stage::Scan { scan, .. } => scan.run_range(bm, from, to, sink),
+            Stage::Filter { pred, input } => input.run(bm, from, to, &mut |row| if pred.holds(row)? { sink(row) } else { Ok(true) }),
+            Stage::Project { exprs, out, input } => input.run(bm, from, to, &mut |row| {
+                for (o, e) in out.iter_mut().zip(exprs.iter()) {
+                    match e {
+                        BExpr::Lit(_) => {}
+                        BExpr::Col(i, _) => assign(o, row.get(*i).ok_or_else(|| corrupt("projected column"))?),
+                        e => *o = e.eval(row)?,
+                    }
+                }
+                sink(out)
+            }),
+            Stage::Probe { built, jr, kb, input } => {
+                if built.leaf_scan().is_some() {
+                    return built.probe_leaves(bm, jr, from, to, sink);
+                }
+                // The table latched for the morsel where a claim allows.
+                let (held, _claim) = built.hold(bm)?;
+                let d = held.as_ref().map(|g| g.data());
+                input.run(bm, from, to, &mut |prow| built.probe_row(d, jr, kb, prow, sink))
+            }
+        }
+    }
+}
+
+/// The pipeline under an aggregation, its tables built, if it runs in parallel.
+fn prepared<'p, 'b>(bm: &'b BufferManager, input: &'p Plan) -> Result<Option<Shape<'p, 'b>>> {
+    if !parallel_plan(bm, input)? {
+        return Ok(None);
+    }
+    let shape = shape(bm, input)?;
+    match &shape {
+        Some(_) => PARALLEL.fetch_add(1, Relaxed),
+        None => FALLBACKS.fetch_add(1, Relaxed),
+    };
+    Ok(shape)
+}
+
+/// A whole-table aggregation over a parallel pipeline, into `states`. `Ok(false)`: not
+/// applicable, nothing done.
+pub fn aggregate(bm: &BufferManager, input: &Plan, aggs: &[AggSpec], kinds: &[AggKind], states: &mut [St]) -> Result<bool> {
+    let Some(shape) = prepared(bm, input)? else { return Ok(false) };
+    let scan = shape.scan();
+    let init = || (Stage::of(&shape), kinds.iter().map(|k| St::empty(k.kind)).collect::<Vec<St>>());
+    let work = |(stage, sts): &mut (Stage<'_, '_, '_>, Vec<St>), a: u64, z: u64| -> Result<()> {
+        stage.run(bm, a, z, &mut |row| agg_row(aggs, kinds, sts, row).map(|_| true))?;
+        Ok(())
+    };
+    for (_, part) in morsels(scan.threads, scan.table.rows(bm)?, &init, &work)? {
+        for ((s, p), k) in states.iter_mut().zip(part).zip(kinds) {
+            s.merge(p, k)?;
+        }
+    }
+    Ok(true)
+}
+
+/// A grouped aggregation (no DISTINCT) over a parallel pipeline, into `main`: each worker
+/// has its own pre-aggregation and hash aggregation, whose groups are merged into `main`.
+/// `Ok(false)`: not applicable, nothing done.
+pub fn grouped(bm: &BufferManager, input: &Plan, keys: &[BExpr], aggs: &[AggSpec], kinds: &[AggKind], main: &mut HashAgg<'_>) -> Result<bool> {
+    let Some(shape) = prepared(bm, input)? else { return Ok(false) };
+    let scan = shape.scan();
+    type Local<'s, 'p, 'b, 'k> = (Stage<'s, 'p, 'b>, GroupCache, HashAgg<'b>, RowGroups<'k>);
+    let init = || -> Local<'_, '_, '_, '_> {
+        (Stage::of(&shape), GroupCache::new(kinds.to_vec()), HashAgg::new(bm, kinds.to_vec()), RowGroups::new(keys, aggs, kinds))
+    };
+    let work = |(stage, cache, part, rg): &mut Local<'_, '_, '_, '_>, a: u64, z: u64| -> Result<()> {
+        stage.run(bm, a, z, &mut |row| rg.push(Some(&mut *cache), part, None, row).map(|_| true))?;
+        Ok(())
+    };
+    let mut sb = Vec::new();
+    for (_, mut cache, mut part, _) in morsels(scan.threads, scan.table.rows(bm)?, &init, &work)? {
+        cache.flush(&mut part)?;
+        part.finish(&mut |key, states| {
+            sb.clear();
+            encode_states(&states, &mut sb);
+            main.push(key, hash_bytes(key), &sb)?;
+            Ok(true)
+        })?;
+    }
+    Ok(true)
+}

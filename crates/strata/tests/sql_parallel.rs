@@ -1,0 +1,279 @@
+//! Parallel join pipelines (`strata::sql::pipeline`, `Prepared::set_threads`): an
+//! aggregation over hash joins runs on several workers over morsels of the probe scan, the
+//! joins' tables built once and probed by every worker. Its results must equal a reference
+//! computed here from the rows themselves (row-at-a-time, in the test) and the results of
+//! one thread, for inner, LEFT, semi (IN) and anti (NOT IN) joins, chains of joins,
+//! filters and projections in between, NULL keys on both sides, duplicate and skewed keys;
+//! a join too large for a table (a 1 MiB pool) sends the pipeline back to one thread with
+//! the same results.
+
+mod sql_common;
+use sql_common::assert_rows;
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
+
+use strata::access::table::{Schema, Value};
+use strata::util::SplitMix64;
+use strata::{Config, Database};
+
+/// Fact rows: (id, k: dimension key or NULL, j: second key or NULL, v, s).
+type Fact = (i64, Option<i64>, Option<i64>, Option<f64>, String);
+/// Dimension rows: (k or NULL, group, weight).
+type Dim = (Option<i64>, String, i64);
+
+fn facts(n: usize, r: &mut SplitMix64) -> Vec<Fact> {
+    (0..n)
+        .map(|i| {
+            // Skewed keys: a third of the rows have key 0.
+            let k = match r.below(12) {
+                0 => None,
+                1..=4 => Some(0),
+                _ => Some(r.below(400) as i64),
+            };
+            let j = (r.below(9) != 0).then(|| r.below(50) as i64);
+            let v = (r.below(10) != 0).then(|| (r.below(10_000) as f64) / 16.0 - 100.0);
+            let s = "x".repeat(r.below(20) as usize);
+            (i as i64, k, j, v, s)
+        })
+        .collect()
+}
+
+/// Dimension rows over keys `0..keys` (some missing, some twice, one NULL).
+fn dims(keys: i64, r: &mut SplitMix64) -> Vec<Dim> {
+    let mut out = Vec::new();
+    for k in 0..keys {
+        let copies = match r.below(10) {
+            0 => 0,
+            1 => 2,
+            _ => 1,
+        };
+        for _ in 0..copies {
+            out.push((Some(k), format!("g{}", r.below(6)), r.below(100) as i64));
+        }
+    }
+    out.push((None, "gnull".into(), 7));
+    out
+}
+
+fn open(dir: &std::path::Path, pool: u64, f: &[Fact], d: &[Dim], e: &[Dim]) -> Database {
+    let db = Database::create(Config::new(dir).pool_size(pool).min_page(4096)).unwrap();
+    let t = db.create_table("f", Schema::parse("id:i64,k:i64,j:i64,v:f64,s:str").unwrap()).unwrap();
+    for chunk in f.chunks(2000) {
+        let mut tx = db.begin();
+        let rows: Vec<Vec<Value>> = chunk
+            .iter()
+            .map(|(id, k, j, v, s)| {
+                vec![
+                    Value::I64(*id),
+                    k.map_or(Value::Null, Value::I64),
+                    j.map_or(Value::Null, Value::I64),
+                    v.map_or(Value::Null, Value::F64),
+                    Value::Str(s.clone()),
+                ]
+            })
+            .collect();
+        t.append(&mut tx, &rows).unwrap();
+        tx.commit().unwrap();
+    }
+    for (name, rows) in [("d", d), ("e", e)] {
+        let t = db.create_table(name, Schema::parse("k:i64,g:str,w:i64").unwrap()).unwrap();
+        let mut tx = db.begin();
+        let rows: Vec<Vec<Value>> = rows.iter().map(|(k, g, w)| vec![k.map_or(Value::Null, Value::I64), Value::Str(g.clone()), Value::I64(*w)]).collect();
+        t.append(&mut tx, &rows).unwrap();
+        tx.commit().unwrap();
+    }
+    db
+}
+
+fn with(db: &Database, sql: &str, threads: usize) -> Vec<Vec<Value>> {
+    let mut p = strata::sql::prepare_in(&db.catalog(), Some(db.buffer()), sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+    p.set_threads(threads);
+    let mut out = Vec::new();
+    p.execute(db.buffer(), &mut |row| {
+        out.push(row.to_vec());
+        Ok(true)
+    })
+    .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    out
+}
+
+fn f64v(x: f64) -> Value {
+    Value::F64(x)
+}
+
+/// The queries and their references computed from the rows.
+fn cases(f: &[Fact], d: &[Dim], e: &[Dim]) -> Vec<(&'static str, Vec<Vec<Value>>)> {
+    let dk: HashMap<i64, Vec<&Dim>> = d.iter().filter_map(|x| x.0.map(|k| (k, x))).fold(HashMap::new(), |mut m, (k, x)| {
+        m.entry(k).or_default().push(x);
+        m
+    });
+    let ek: HashMap<i64, Vec<&Dim>> = e.iter().filter_map(|x| x.0.map(|k| (k, x))).fold(HashMap::new(), |mut m, (k, x)| {
+        m.entry(k).or_default().push(x);
+        m
+    });
+    let matches = |k: Option<i64>| k.and_then(|k| dk.get(&k)).map_or(&[][..], |v| &v[..]);
+    let mut out = Vec::new();
+
+    // Inner join, whole-table aggregates.
+    let (mut n, mut nv, mut sum, mut sw, mut mn, mut mx) = (0i64, 0i64, 0.0, 0i64, f64::INFINITY, f64::NEG_INFINITY);
+    for x in f {
+        for dm in matches(x.1) {
+            n += 1;
+            sw += dm.2;
+            if let Some(v) = x.3 {
+                nv += 1;
+                sum += v;
+                mn = mn.min(v);
+                mx = mx.max(v);
+            }
+        }
+    }
+    out.push((
+        "SELECT count(*), count(v), sum(v), sum(w), min(v), max(v) FROM f, d WHERE f.k = d.k",
+        vec![vec![Value::I64(n), Value::I64(nv), f64v(sum), Value::I64(sw), f64v(mn), f64v(mx)]],
+    ));
+
+    // Inner join grouped by a build column, with a filter on the probe side and an
+    // expression argument.
+    let mut g: std::collections::BTreeMap<String, (i64, f64)> = Default::default();
+    for x in f.iter().filter(|x| x.0 % 3 != 0) {
+        for dm in matches(x.1) {
+            let e = g.entry(dm.1.clone()).or_default();
+            e.0 += 1;
+            if let Some(v) = x.3 {
+                e.1 += v * 2.0 + dm.2 as f64;
+            }
+        }
+    }
+    out.push((
+        "SELECT g, count(*), sum(v * 2 + w) FROM f JOIN d ON f.k = d.k WHERE f.id % 3 <> 0 GROUP BY g ORDER BY g",
+        g.into_iter().map(|(k, (c, s))| vec![Value::Str(k), Value::I64(c), f64v(s)]).collect(),
+    ));
+
+    // LEFT join: unmatched probe rows padded (count(w) skips them), grouped by a probe
+    // column.
+    let mut g: std::collections::BTreeMap<i64, (i64, i64, i64)> = Default::default();
+    for x in f {
+        let Some(j) = x.2 else { continue };
+        let e = g.entry(j).or_default();
+        let m = matches(x.1);
+        if m.is_empty() {
+            e.0 += 1;
+        }
+        for dm in m {
+            e.0 += 1;
+            e.1 += 1;
+            e.2 += dm.2;
+        }
+    }
+    out.push((
+        "SELECT j, count(*), count(w), sum(w) FROM f LEFT JOIN d ON f.k = d.k WHERE j IS NOT NULL GROUP BY j ORDER BY j",
+        g.into_iter().map(|(j, (c, cw, sw))| vec![Value::I64(j), Value::I64(c), Value::I64(cw), if cw == 0 { Value::Null } else { Value::I64(sw) }]).collect(),
+    ));
+
+    // A chain of two joins (f -> d on k, f -> e on j), grouped by both build sides'
+    // columns, with a projection between (a derived table).
+    let mut g: std::collections::BTreeMap<(String, String), (i64, i64)> = Default::default();
+    for x in f {
+        let es = x.2.and_then(|j| ek.get(&j)).map_or(&[][..], |v| &v[..]);
+        for dm in matches(x.1) {
+            for em in es {
+                let e = g.entry((dm.1.clone(), em.1.clone())).or_default();
+                e.0 += 1;
+                e.1 += dm.2 * em.2;
+            }
+        }
+    }
+    out.push((
+        "SELECT dg, eg, count(*), sum(p) FROM (SELECT d.g AS dg, e.g AS eg, d.w * e.w AS p FROM f, d, e WHERE f.k = d.k AND f.j = e.k) AS t GROUP BY dg, eg ORDER BY dg, eg",
+        g.into_iter().map(|((a, b), (c, s))| vec![Value::Str(a), Value::Str(b), Value::I64(c), Value::I64(s)]).collect(),
+    ));
+
+    // Semi join (IN) and anti join (NOT IN, the subquery without NULLs) over the probe.
+    let in_e: std::collections::HashSet<i64> = e.iter().filter(|x| x.2 < 50).filter_map(|x| x.0).collect();
+    let (mut si, mut ai) = (0i64, 0i64);
+    for x in f {
+        match x.2 {
+            Some(j) if in_e.contains(&j) => si += 1,
+            Some(_) => ai += 1,
+            None => {}
+        }
+    }
+    out.push(("SELECT count(*) FROM f WHERE j IN (SELECT k FROM e WHERE w < 50)", vec![vec![Value::I64(si)]]));
+    out.push(("SELECT count(*) FROM f WHERE j NOT IN (SELECT k FROM e WHERE w < 50 AND k IS NOT NULL)", vec![vec![Value::I64(ai)]]));
+    out
+}
+
+/// Every query on 1, 2, 3 and 8 workers equals its reference; with several workers the
+/// pipelines ran in parallel.
+#[test]
+fn parallel_join_pipelines_match_the_reference() {
+    let mut r = SplitMix64(11);
+    let f = facts(30_000, &mut r);
+    let (d, e) = (dims(400, &mut r), dims(50, &mut r));
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(dir.path(), 16 << 20, &f, &d, &e);
+    for (sql, want) in cases(&f, &d, &e) {
+        for threads in [1, 2, 3, 8] {
+            let before = strata::sql::pipeline::PARALLEL.load(Relaxed);
+            let got = with(&db, sql, threads);
+            assert_rows(&format!("{sql} ({threads} threads)"), &got, &want);
+            if threads > 1 {
+                assert!(strata::sql::pipeline::PARALLEL.load(Relaxed) > before, "{sql}: not run in parallel with {threads} threads");
+            }
+        }
+    }
+}
+
+/// In a 1 MiB pool the dimension tables are too large for a join table (an eighth of the
+/// pool): the joins partition (grace), the pipelines go back to one thread, and the
+/// results stay those of the reference; a tiny pool with small tables runs in parallel
+/// and spills its partial aggregations.
+#[test]
+fn parallel_pipelines_in_a_tiny_pool() {
+    let mut r = SplitMix64(12);
+    let f = facts(20_000, &mut r);
+    let (d, e) = (dims(6000, &mut r), dims(50, &mut r));
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(dir.path(), 1 << 20, &f, &d, &e);
+    let fallbacks = strata::sql::pipeline::FALLBACKS.load(Relaxed);
+    for (sql, want) in cases(&f, &d, &e) {
+        for threads in [1, 3] {
+            assert_rows(&format!("{sql} ({threads} threads)"), &with(&db, sql, threads), &want);
+        }
+    }
+    assert!(strata::sql::pipeline::FALLBACKS.load(Relaxed) > fallbacks, "no pipeline met a grace join");
+    // Many groups from a small join in a 1 MiB pool: each worker's hash aggregation spills.
+    let sql = "SELECT f.id, count(*), sum(w) FROM f JOIN e ON f.j = e.k GROUP BY f.id ORDER BY f.id";
+    let ek: HashMap<i64, Vec<i64>> = e.iter().filter_map(|x| x.0.map(|k| (k, x.2))).fold(HashMap::new(), |mut m, (k, w)| {
+        m.entry(k).or_default().push(w);
+        m
+    });
+    let want: Vec<Vec<Value>> = f
+        .iter()
+        .filter_map(|x| {
+            let ws = ek.get(&x.2?)?;
+            Some(vec![Value::I64(x.0), Value::I64(ws.len() as i64), Value::I64(ws.iter().sum())])
+        })
+        .collect();
+    let before = strata::sql::pipeline::PARALLEL.load(Relaxed);
+    assert_rows(sql, &with(&db, sql, 3), &want);
+    assert!(strata::sql::pipeline::PARALLEL.load(Relaxed) > before);
+}
+
+/// An error raised in one worker (a division by zero in an aggregate's argument above a
+/// join) is the query's error.
+#[test]
+fn an_error_in_a_worker_is_the_querys_error() {
+    let mut r = SplitMix64(13);
+    let f = facts(5000, &mut r);
+    let (d, e) = (dims(400, &mut r), dims(50, &mut r));
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(dir.path(), 8 << 20, &f, &d, &e);
+    let sql = "SELECT sum(100 / (w - w)) FROM f, d WHERE f.k = d.k";
+    let mut p = strata::sql::prepare_in(&db.catalog(), Some(db.buffer()), sql).unwrap();
+    p.set_threads(4);
+    let err = p.execute(db.buffer(), &mut |_| Ok(true)).unwrap_err().to_string();
+    assert!(err.contains("division by zero"), "{err}");
+}
