@@ -48,7 +48,7 @@ enum Shape<'p, 'b> {
 }
 
 /// Whether `plan` is a pipeline that could run in parallel (before anything is built).
-fn parallel_plan(bm: &BufferManager, plan: &Plan) -> Result<bool> {
+pub(super) fn parallel_plan(bm: &BufferManager, plan: &Plan) -> Result<bool> {
     Ok(match plan {
         Plan::ColScan(s) => s.threads > 1,
         Plan::Filter { input, .. } | Plan::Project { input, .. } => parallel_plan(bm, input)?,
@@ -153,12 +153,12 @@ impl<'s, 'p, 'b> Stage<'s, 'p, 'b> {
     }
 }
 
-/// The pipeline under an aggregation, its tables built, if it runs in parallel.
-fn prepared<'p, 'b>(bm: &'b BufferManager, input: &'p Plan) -> Result<Option<Shape<'p, 'b>>> {
-    if !parallel_plan(bm, input)? {
+/// The pipeline `plan`, its tables built, if it runs in parallel.
+fn prepared<'p, 'b>(bm: &'b BufferManager, plan: &'p Plan) -> Result<Option<Shape<'p, 'b>>> {
+    if !parallel_plan(bm, plan)? {
         return Ok(None);
     }
-    let shape = shape(bm, input)?;
+    let shape = shape(bm, plan)?;
     match &shape {
         Some(_) => PARALLEL.fetch_add(1, Relaxed),
         None => FALLBACKS.fetch_add(1, Relaxed),
@@ -166,17 +166,31 @@ fn prepared<'p, 'b>(bm: &'b BufferManager, input: &'p Plan) -> Result<Option<Sha
     Ok(shape)
 }
 
+/// Runs `plan` on the workers of its driving scan if it is a parallel pipeline: each
+/// worker hands its rows to `row` with its own state, made by `init`; returns the states in
+/// worker order. `None`: not a parallel pipeline (nothing was run).
+pub fn run_parallel<T: Send>(
+    bm: &BufferManager,
+    plan: &Plan,
+    init: &(dyn Fn() -> T + Sync),
+    row: &(dyn Fn(&mut T, &[Value]) -> Result<()> + Sync),
+) -> Result<Option<Vec<T>>> {
+    let Some(shape) = prepared(bm, plan)? else { return Ok(None) };
+    let scan = shape.scan();
+    let init = || (Stage::of(&shape), init());
+    let work = |(stage, st): &mut (Stage<'_, '_, '_>, T), a: u64, z: u64| -> Result<()> {
+        stage.run(bm, a, z, &mut |r| row(st, r).map(|_| true))?;
+        Ok(())
+    };
+    Ok(Some(morsels(scan.threads, scan.table.rows(bm)?, &init, &work)?.into_iter().map(|(_, st)| st).collect()))
+}
+
 /// A whole-table aggregation over a parallel pipeline, into `states`. `Ok(false)`: not
 /// applicable, nothing done.
 pub fn aggregate(bm: &BufferManager, input: &Plan, aggs: &[AggSpec], kinds: &[AggKind], states: &mut [St]) -> Result<bool> {
-    let Some(shape) = prepared(bm, input)? else { return Ok(false) };
-    let scan = shape.scan();
-    let init = || (Stage::of(&shape), kinds.iter().map(|k| St::empty(k.kind)).collect::<Vec<St>>());
-    let work = |(stage, sts): &mut (Stage<'_, '_, '_>, Vec<St>), a: u64, z: u64| -> Result<()> {
-        stage.run(bm, a, z, &mut |row| agg_row(aggs, kinds, sts, row).map(|_| true))?;
-        Ok(())
-    };
-    for (_, part) in morsels(scan.threads, scan.table.rows(bm)?, &init, &work)? {
+    let init = || kinds.iter().map(|k| St::empty(k.kind)).collect::<Vec<St>>();
+    let Some(parts) = run_parallel(bm, input, &init, &|sts, row| agg_row(aggs, kinds, sts, row))? else { return Ok(false) };
+    for part in parts {
         for ((s, p), k) in states.iter_mut().zip(part).zip(kinds) {
             s.merge(p, k)?;
         }
@@ -188,18 +202,12 @@ pub fn aggregate(bm: &BufferManager, input: &Plan, aggs: &[AggSpec], kinds: &[Ag
 /// has its own pre-aggregation and hash aggregation, whose groups are merged into `main`.
 /// `Ok(false)`: not applicable, nothing done.
 pub fn grouped(bm: &BufferManager, input: &Plan, keys: &[BExpr], aggs: &[AggSpec], kinds: &[AggKind], main: &mut HashAgg<'_>) -> Result<bool> {
-    let Some(shape) = prepared(bm, input)? else { return Ok(false) };
-    let scan = shape.scan();
-    type Local<'s, 'p, 'b, 'k> = (Stage<'s, 'p, 'b>, GroupCache, HashAgg<'b>, RowGroups<'k>);
-    let init = || -> Local<'_, '_, '_, '_> {
-        (Stage::of(&shape), GroupCache::new(kinds.to_vec()), HashAgg::new(bm, kinds.to_vec()), RowGroups::new(keys, aggs, kinds))
-    };
-    let work = |(stage, cache, part, rg): &mut Local<'_, '_, '_, '_>, a: u64, z: u64| -> Result<()> {
-        stage.run(bm, a, z, &mut |row| rg.push(Some(&mut *cache), part, None, row).map(|_| true))?;
-        Ok(())
-    };
+    type Local<'b, 'k> = (GroupCache, HashAgg<'b>, RowGroups<'k>);
+    let init = || -> Local<'_, '_> { (GroupCache::new(kinds.to_vec()), HashAgg::new(bm, kinds.to_vec()), RowGroups::new(keys, aggs, kinds)) };
+    let row = |(cache, part, rg): &mut Local<'_, '_>, row: &[Value]| rg.push(Some(cache), part, None, row);
+    let Some(parts) = run_parallel(bm, input, &init, &row)? else { return Ok(false) };
     let mut sb = Vec::new();
-    for (_, mut cache, mut part, _) in morsels(scan.threads, scan.table.rows(bm)?, &init, &work)? {
+    for (mut cache, mut part, _) in parts {
         cache.flush(&mut part)?;
         part.finish(&mut |key, states| {
             sb.clear();

@@ -432,6 +432,14 @@ impl<'a> RowRun<'a> {
         self.bytes
     }
 
+    /// Appends the records of `other` after this run's (its pages move over; nothing is
+    /// copied). A page of `other` holds whole records, so the runs' page boundaries stay.
+    pub fn append_run(&mut self, mut other: RowRun<'a>) {
+        self.pages.append(&mut other.pages);
+        self.len += std::mem::take(&mut other.len);
+        self.bytes += std::mem::take(&mut other.bytes);
+    }
+
     /// Appends the record made of `parts` one after the other.
     pub fn append(&mut self, parts: &[&[u8]]) -> Result<()> {
         let n: usize = parts.iter().map(|p| p.len()).sum();

@@ -613,12 +613,16 @@ fn fusable(input: &Plan) -> Option<&ColScan> {
 }
 
 /// Rows per morsel of a parallel aggregation at most (and at least [`MORSEL_MIN`]; about
-/// 16 morsels per worker in between, so that workers finish together).
-const MORSEL: u64 = 1 << 15;
+/// [`MORSELS_PER_WORKER`] morsels per worker in between, so that workers finish together).
+/// Each morsel is a scan of its own, which starts its own read-ahead ring (I/O threads and
+/// buffers; about a millisecond of CPU): few large morsels, not many small ones.
+const MORSEL: u64 = 1 << 18;
 const MORSEL_MIN: u64 = 1 << 10;
+const MORSELS_PER_WORKER: u64 = 4;
 
-/// Runs `work(from, to)` over morsels of `0..rows` on `threads` workers, each with its own
-/// state made by `init`; returns the states in worker order. The morsels are dealt in turn
+/// Runs `work(from, to)` over morsels of `0..rows` on `threads` workers (fewer if there are
+/// fewer morsels), each with its own state made by `init`; returns the states in worker
+/// order. The morsels are dealt in turn
 /// (worker `w` takes morsels `w`, `w + threads`, ...), not taken as workers come free: each
 /// worker's share, and so the order in which partial states are merged, is the same in
 /// every run with that many workers, and floating-point sums computed twice in one query
@@ -630,8 +634,9 @@ pub(super) fn morsels<T: Send>(
     init: &(dyn Fn() -> T + Sync),
     work: &(dyn Fn(&mut T, u64, u64) -> Result<()> + Sync),
 ) -> Result<Vec<T>> {
-    let morsel = (rows / (threads as u64 * 16)).clamp(MORSEL_MIN, MORSEL);
+    let morsel = (rows / (threads as u64 * MORSELS_PER_WORKER)).clamp(MORSEL_MIN, MORSEL);
     let count = rows.div_ceil(morsel);
+    let threads = threads.min(count as usize).max(1);
     let run = |w: usize| -> Result<T> {
         let mut st = init();
         let mut m = w as u64;

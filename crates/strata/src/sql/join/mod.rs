@@ -468,26 +468,46 @@ pub(super) fn build<'p, 'b>(bm: &'b BufferManager, j: &JoinArgs<'p>, sink: &mut 
     let mut ctx = Ctx { kind: j.kind, build_left, residual: j.residual, build_has_null: false, build_rows: 0 };
     let widths = (super::scan::width(j.left), super::scan::width(j.right));
     let jr = Joined::new(widths.0, widths.1, j.keep, build_left);
-    let mut brun = RowRun::new(bm, run_payload(bm));
-    let mut bpend = Pending::new(RUN_BATCH);
-    let (mut kb, mut rb) = (Vec::new(), Vec::new());
     let marks = ctx.marks();
-    let go = bplan.run(bm, &mut |row| {
-        ctx.build_rows += 1;
-        if !encode_keys(bkeys, row, &mut kb)? {
-            ctx.build_has_null = true;
-            // A left row whose key is NULL matches nothing: NOT EXISTS keeps it.
-            return if marks && ctx.kind == JoinKind::NotExists { sink(row) } else { Ok(true) };
+    // The build side's records, on the workers of a parallel pipeline where it is one (a
+    // run each, joined in worker order), else here.
+    // (Not a NOT EXISTS that builds on its left: its rows with NULL keys go to `sink`.)
+    let side = BuildSide { bkeys, jr: &jr };
+    let hands_on = marks && ctx.kind == JoinKind::NotExists;
+    let parallel = if hands_on { None } else { super::pipeline::run_parallel(bm, bplan, &|| side.local(bm), &|l, row| side.add(l, row).map(|_| ()))? };
+    let brun = match parallel {
+        Some(parts) => {
+            let mut all = RowRun::new(bm, run_payload(bm));
+            for mut l in parts {
+                l.pend.flush(&mut l.run)?;
+                ctx.build_rows += l.rows;
+                ctx.build_has_null |= l.has_null;
+                all.append_run(l.run);
+            }
+            all
         }
-        rb.clear();
-        jr.encode_build(row, &mut rb)?;
-        bpend.push(&mut brun, &[&hash_bytes(&kb).to_le_bytes(), &(kb.len() as u32).to_le_bytes(), &kb, &rb])?;
-        Ok(true)
-    })?;
-    if !go {
-        return Ok(Build::Stopped);
-    }
-    bpend.flush(&mut brun)?;
+        None => {
+            let mut l = side.local(bm);
+            let go = bplan.run(bm, &mut |row| {
+                if side.add(&mut l, row)? {
+                    return Ok(true);
+                }
+                // A left row whose key is NULL matches nothing: NOT EXISTS keeps it.
+                if hands_on {
+                    sink(row)
+                } else {
+                    Ok(true)
+                }
+            })?;
+            if !go {
+                return Ok(Build::Stopped);
+            }
+            l.pend.flush(&mut l.run)?;
+            ctx.build_rows = l.rows;
+            ctx.build_has_null = l.has_null;
+            l.run
+        }
+    };
     if table_bytes(brun.len(), brun.bytes()) > work_payload(bm) as u64 {
         return Ok(Build::Run(ctx, jr, brun));
     }
@@ -508,6 +528,41 @@ pub(super) fn build<'p, 'b>(bm: &'b BufferManager, j: &JoinArgs<'p>, sink: &mut 
     });
     let leaf = if marks { None } else { leaf::target(pplan, pkeys, jr.probe_cols()) };
     Ok(Build::Table(Built { ctx, table, pplan, pkeys, leaf, widths, keep: j.keep, _filter }))
+}
+
+/// How a join's build rows become `(hash, key, row)` records.
+struct BuildSide<'j> {
+    bkeys: &'j [BExpr],
+    jr: &'j Joined,
+}
+
+/// A builder's records and counts (one per worker of a parallel build).
+struct BuildLocal<'b> {
+    run: RowRun<'b>,
+    pend: Pending,
+    kb: Vec<u8>,
+    rb: Vec<u8>,
+    rows: u64,
+    has_null: bool,
+}
+
+impl BuildSide<'_> {
+    fn local<'b>(&self, bm: &'b BufferManager) -> BuildLocal<'b> {
+        BuildLocal { run: RowRun::new(bm, run_payload(bm)), pend: Pending::new(RUN_BATCH), kb: Vec::new(), rb: Vec::new(), rows: 0, has_null: false }
+    }
+
+    /// Adds a build row's record; `false` if its key is NULL (no record: it matches nothing).
+    fn add(&self, l: &mut BuildLocal<'_>, row: &[Value]) -> Result<bool> {
+        l.rows += 1;
+        if !encode_keys(self.bkeys, row, &mut l.kb)? {
+            l.has_null = true;
+            return Ok(false);
+        }
+        l.rb.clear();
+        self.jr.encode_build(row, &mut l.rb)?;
+        l.pend.push(&mut l.run, &[&hash_bytes(&l.kb).to_le_bytes(), &(l.kb.len() as u32).to_le_bytes(), &l.kb, &l.rb])?;
+        Ok(true)
+    }
 }
 
 /// Bytes of a join table of `count` records of `bytes` (with their length words).
