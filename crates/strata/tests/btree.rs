@@ -849,8 +849,8 @@ proptest! {
         }
         let size = (node::HDR + node::need(&leaf, 0..leaf.len(), true)).max(4064).next_multiple_of(8);
         let images = [
-            node::build(size, node::KIND_LEAF, &leaf, 0..leaf.len(), 0, 0),
-            node::build(size, node::KIND_INNER, &inner, 0..inner.len(), 7, 0),
+            node::build(size, node::KIND_LEAF, &leaf, 0..leaf.len(), 0, [0, 0]),
+            node::build(size, node::KIND_INNER, &inner, 0..inner.len(), 7, [0, 0]),
         ];
         let mut probes: Vec<Vec<u8>> = vec![Vec::new(), vec![0xff; 9], b"user0000".to_vec()];
         for k in &keys {

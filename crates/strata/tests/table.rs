@@ -131,8 +131,10 @@ fn a_rolled_back_append_leaves_the_table_as_it_was() {
         let mut tx = db.begin();
         let rows: Vec<_> = (500..500 + batch).map(|i| row(i + 1)).collect();
         t.append(&mut tx, &rows).unwrap();
-        assert_eq!(t.rows(db.buffer()).unwrap(), 500 + batch, "readers see the append in flight");
+        assert_eq!(t.rows(db.buffer()).unwrap(), 500, "readers see committed rows only");
+        assert_eq!(t.appended(db.buffer()).unwrap(), 500 + batch, "the append in flight is there");
         tx.abort().unwrap();
+        assert_eq!(t.appended(db.buffer()).unwrap(), 500);
         assert_rows(&db, &t, 500);
         db.check().unwrap();
     }
@@ -241,10 +243,11 @@ fn a_failed_load_drops_the_table_it_created() {
     assert!(err.to_string().contains("a:i64"), "{err}");
 }
 
-/// Three appenders (rows tagged with their thread) and two readers at once through a pool
-/// far smaller than the table. Readers check at every moment: every row below `rows()` is
-/// readable and whole (its columns agree with each other) unless an abort took it away
-/// (`rows()` counts uncommitted appends), scans are dense and ordered.
+/// Three appenders (rows tagged with their thread, every fifth batch aborted) and two readers
+/// at once through a pool far smaller than the table. Readers check at every moment: every
+/// row below `rows()` (the committed rows) is readable and whole (its columns agree with each
+/// other) and stays so at a second look, `rows()` never decreases, scans are dense and
+/// ordered.
 #[test]
 fn appenders_and_readers_at_once() {
     let tmp = tempfile::tempdir().unwrap();
@@ -259,28 +262,19 @@ fn appenders_and_readers_at_once() {
         readers.push(std::thread::spawn(move || {
             let mut rng = SplitMix64(r + 100);
             let mut checks = 0u64;
+            let mut last = 0;
             while !done.load(Ordering::Acquire) {
                 let n = t.rows(db.buffer()).unwrap();
+                assert!(n >= last, "rows() went back from {last} to {n}");
+                last = n;
                 if n > 0 {
                     let id = rng.below(n);
-                    // `rows()` counts appends not yet committed (documented): one that aborts
-                    // between the count and the read takes its rows away again, and another
-                    // may append new ones there. So a missing row is one the count no
-                    // longer has, or there again at a second look; never one that stays
-                    // missing below the count.
-                    let mut got = None;
-                    for _ in 0..4 {
-                        got = t.get(db.buffer(), id).unwrap();
-                        if got.is_some() || t.rows(db.buffer()).unwrap() <= id {
-                            break;
-                        }
-                    }
-                    let Some(got) = got else {
-                        assert!(t.rows(db.buffer()).unwrap() <= id, "row {id} missing below the row count");
-                        continue;
-                    };
+                    // Committed: there now and at any later look.
+                    let got = t.get(db.buffer(), id).unwrap().unwrap_or_else(|| panic!("row {id} missing below the committed count {n}"));
                     let (Value::I64(th), Value::I64(seq)) = (&got[0], &got[1]) else { panic!("row {id}: {got:?}") };
                     assert_eq!(got, tagged(*th as u64, *seq as u64), "row {id} is not whole");
+                    std::thread::yield_now();
+                    assert_eq!(t.get(db.buffer(), id).unwrap().as_ref(), Some(&got), "row {id} changed or vanished");
                     checks += 1;
                 }
                 if rng.below(20) == 0 {
@@ -338,6 +332,90 @@ fn appenders_and_readers_at_once() {
     assert_eq!(db.check().unwrap().unreferenced_pages, 0);
 }
 
+/// Four appenders, a third of whose batches roll back (after holding their rows a while),
+/// and six readers at once. Rows say whether their batch is doomed. Readers check that
+/// `rows()` never decreases, never counts a row of a batch that had not begun to commit (it
+/// stays at or below the end of the latest batch that called commit), is at least every
+/// commit acknowledged before it was read, and that no row below it is a doomed one.
+#[test]
+fn readers_see_committed_rows_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = Arc::new(Database::create(config(tmp.path(), 256 << 10)).unwrap());
+    let t = db.create_table("t", Schema::parse("thread:i64,seq:i64,doomed:bool").unwrap()).unwrap();
+    let done = Arc::new(AtomicBool::new(false));
+    // The end of the latest batch that called commit, and of the latest acknowledged one.
+    let committing = Arc::new(AtomicU64::new(0));
+    let acked = Arc::new(AtomicU64::new(0));
+    let mut readers = Vec::new();
+    for r in 0..6u64 {
+        let (db, t, done, committing, acked) = (db.clone(), t.clone(), done.clone(), committing.clone(), acked.clone());
+        readers.push(std::thread::spawn(move || {
+            let mut rng = SplitMix64(r + 1000);
+            let (mut last, mut checks) = (0u64, 0u64);
+            while !done.load(Ordering::Acquire) {
+                let floor = acked.load(Ordering::SeqCst);
+                let n = t.rows(db.buffer()).unwrap();
+                let ceiling = committing.load(Ordering::SeqCst);
+                assert!(n >= last, "rows() went back from {last} to {n}");
+                assert!(n >= floor, "rows() = {n} below an acknowledged commit ending at {floor}");
+                assert!(n <= ceiling, "rows() = {n} counts rows of a batch that has not begun to commit (latest commit ends at {ceiling})");
+                last = n;
+                for id in [n.saturating_sub(1), rng.below(n.max(1))] {
+                    if id >= n {
+                        continue;
+                    }
+                    let row = t.get(db.buffer(), id).unwrap().unwrap_or_else(|| panic!("row {id} missing below the committed count {n}"));
+                    assert_eq!(row[2], Value::Bool(false), "row {id} of a rolled-back batch seen below the committed count {n}: {row:?}");
+                    checks += 1;
+                }
+            }
+            checks
+        }));
+    }
+    let mut writers = Vec::new();
+    for th in 0..4u64 {
+        let (db, t, committing, acked) = (db.clone(), t.clone(), committing.clone(), acked.clone());
+        writers.push(std::thread::spawn(move || {
+            let mut rng = SplitMix64(th + 7);
+            let mut kept = 0u64;
+            for seq in 0..30u64 {
+                let doomed = rng.below(3) == 0;
+                let n = 1 + rng.below(40);
+                let rows: Vec<_> = (0..n).map(|_| vec![Value::I64(th as i64), Value::I64(seq as i64), Value::Bool(doomed)]).collect();
+                let mut tx = db.begin();
+                tx.set_lock_wait(std::time::Duration::from_secs(60));
+                let ids = t.append(&mut tx, &rows).unwrap();
+                // Hold the rows a while, for readers to (not) see them.
+                std::thread::sleep(std::time::Duration::from_micros(200 + rng.below(800)));
+                if doomed {
+                    tx.abort().unwrap();
+                    continue;
+                }
+                committing.fetch_max(ids.end, Ordering::SeqCst);
+                tx.commit().unwrap();
+                acked.fetch_max(ids.end, Ordering::SeqCst);
+                kept += n;
+            }
+            kept
+        }));
+    }
+    let kept: u64 = writers.into_iter().map(|w| w.join().unwrap()).sum();
+    done.store(true, Ordering::Release);
+    let checks: u64 = readers.into_iter().map(|r| r.join().unwrap()).sum();
+    assert!(checks > 100, "only {checks} rows checked");
+    assert_eq!(t.rows(db.buffer()).unwrap(), kept);
+    assert_eq!(t.appended(db.buffer()).unwrap(), kept);
+    let mut seen = 0;
+    t.scan(db.buffer(), 0, &mut |_, r| {
+        assert_eq!(r[2], Value::Bool(false));
+        seen += 1;
+        true
+    })
+    .unwrap();
+    assert_eq!(seen, kept);
+    db.check().unwrap();
+}
+
 /// A load in batches through the simulated filesystem, crashed at every sync point (three
 /// ways): each image recovers to a table holding exactly the rows committed before the
 /// crash, or those plus the batch in flight, and it verifies.
@@ -376,6 +454,7 @@ fn every_crash_point_of_a_load_recovers_a_prefix() {
                 committed[l],
                 committed.get(l + 1)
             );
+            assert_eq!(t.appended(db.buffer()).unwrap(), n, "sync point {}: every row left after recovery is committed", cap.sync_point);
             assert_rows(&db, &t, n);
             db.check().unwrap_or_else(|e| panic!("sync point {}: {e}", cap.sync_point));
             std::mem::forget(db);

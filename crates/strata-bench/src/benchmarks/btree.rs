@@ -7,8 +7,9 @@
 //! hidden `bench-child` command; [`crate::Options::child_exe`]), so that its peak RSS is its
 //! own: a fresh store, then these phases in order, each measured with the same threads:
 //!
-//! * `load`: the N entries inserted in transactions of [`LOAD_BATCH`] (keys in random
-//!   order); `ops` are entries, latencies are per transaction;
+//! * `load`: the N entries inserted in transactions of [`LOAD_BATCH`] (batches of random
+//!   keys, each sorted: concurrent loaders lock leaves in one order); `ops` are entries,
+//!   latencies are per transaction;
 //! * `C` uniform and `C` zipf: lookups (Zipf 0.99, hot keys scattered);
 //! * `E` zipf: scans of 10..=100 entries from a key drawn from Zipf 0.99 (YCSB's E);
 //! * `B` zipf: 95 % lookups, 5 % updates, each update a durable transaction of its own;
@@ -256,6 +257,9 @@ fn run_phase(store: &dyn KvStore, spec: &ChildSpec, workload: &str, dist: Option
                 let end = (b + LOAD_BATCH).min(n);
                 st.batch.clear();
                 st.batch.extend((b..end).map(|i| (key_of(i), value_of(i, 0))));
+                // In key order (for every engine): concurrent loaders then lock leaves in
+                // the same order and wait for each other instead of deadlocking.
+                st.batch.sort_unstable_by_key(|x| x.0);
                 session(&mut st.s)?.put(&st.batch)?;
                 Ok(Step::Did { bytes: (end - b) * ENTRY_BYTES })
             })?;
@@ -582,7 +586,7 @@ pub(super) fn run(ctx: &mut Ctx<'_>) -> EResult<Vec<Value>> {
         ctx.notes.push("btreemap (the in-memory upper bound) runs with the in-memory data set only.".into());
     }
     ctx.notes.push(format!(
-        "btree: 8-byte keys (random order), 100-byte values; in = entries of half the pool, out = {}; each engine runs in a fresh store per thread count and round, phases in the order load, C uniform, C zipf, E, B, insert-only (each read phase warmed for half its time first); load commits {LOAD_BATCH} inserts per transaction, B's updates and insert-only's inserts one per durable transaction; redb and lmdb keep a read transaction for 64 operations; redb's file is dropped from the OS page cache every 50 ms; verify_* is a full scan after the last phase.",
+        "btree: 8-byte keys (random order), 100-byte values; in = entries of half the pool, out = {}; each engine runs in a fresh store per thread count and round, phases in the order load, C uniform, C zipf, E, B, insert-only (each read phase warmed for half its time first); load commits {LOAD_BATCH} inserts per transaction (each batch's keys sorted), B's updates and insert-only's inserts one per durable transaction; redb and lmdb keep a read transaction for 64 operations; redb's file is dropped from the OS page cache every 50 ms; verify_* is a full scan after the last phase.",
         if o.data.is_some() { format!("{} (--data)", short_size(data_out)) } else { "4x the pool".into() }
     ));
     Ok(runs.into_iter().map(|(_, _, _, v)| v).collect())

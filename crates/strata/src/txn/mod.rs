@@ -57,6 +57,9 @@ pub struct Transaction<'a> {
     /// The same pages as `held`, for [`holds`](Self::holds).
     held_set: HashSet<PageId>,
     frees: Vec<PageId>,
+    /// Words to publish at commit: (page, from, to, mark) (see
+    /// [`publish_at_commit`](Self::publish_at_commit)).
+    publish: Vec<(PageId, usize, usize, u64)>,
     active: bool,
     lock_wait: Duration,
 }
@@ -76,6 +79,7 @@ impl<'a> Transaction<'a> {
             held: Vec::new(),
             held_set: HashSet::new(),
             frees: Vec::new(),
+            publish: Vec::new(),
             active: true,
             lock_wait: DEFAULT_LOCK_WAIT,
         }
@@ -223,18 +227,35 @@ impl<'a> Transaction<'a> {
     /// Changes payload bytes `at..at + src.len()` of `pid` to `src` (locking it). If this
     /// fails the transaction is rolled back and must not be used further.
     pub fn write(&mut self, pid: PageId, at: usize, src: &[u8]) -> Result<()> {
-        self.lock(pid)?;
-        self.begin_section();
-        let r = self.bm.fix_exclusive(pid).and_then(|mut g| self.bm.log_write(&mut g, self.txid, self.last_lsn, at, src));
-        match r {
-            Ok(rec) => {
-                self.last_lsn = rec.lsn;
-                self.push_undo(rec);
-                Ok(())
-            }
+        match self.write_unfailed(pid, at, src) {
+            Ok(()) => Ok(()),
             Err(e @ (Error::InvalidInput(_) | Error::InvalidPageId { .. })) => Err(e),
             Err(e) => Err(self.fail(e)),
         }
+    }
+
+    /// [`write`](Self::write) without the rollback on failure (for a caller that fails the
+    /// transaction itself).
+    fn write_unfailed(&mut self, pid: PageId, at: usize, src: &[u8]) -> Result<()> {
+        self.lock(pid)?;
+        self.begin_section();
+        let rec = self.bm.fix_exclusive(pid).and_then(|mut g| self.bm.log_write(&mut g, self.txid, self.last_lsn, at, src))?;
+        self.last_lsn = rec.lsn;
+        self.push_undo(rec);
+        Ok(())
+    }
+
+    /// At commit, just before the commit record, copies the little-endian u64 at payload
+    /// offset `from` of `pid` to offset `to`, or-ed with `mark` (a logged write like any
+    /// other: rolled back with the transaction, redone by recovery if it committed). Locks
+    /// `pid` now. Registering the same `(pid, to)` again changes nothing. Tables publish their
+    /// committed row count this way: readers see a transaction's rows only once it commits.
+    pub(crate) fn publish_at_commit(&mut self, pid: PageId, from: usize, to: usize, mark: u64) -> Result<()> {
+        self.lock(pid)?;
+        if !self.publish.iter().any(|&(p, _, t, _)| p == pid && t == to) {
+            self.publish.push((pid, from, to, mark));
+        }
+        Ok(())
     }
 
     /// Writes a little-endian u64 at payload offset `at` of `pid`.
@@ -305,6 +326,10 @@ impl<'a> Transaction<'a> {
     }
 
     fn commit_inner(&mut self) -> Result<()> {
+        for (pid, from, to, mark) in std::mem::take(&mut self.publish) {
+            let v = self.read_u64(pid, from)?;
+            self.write_unfailed(pid, to, &(v | mark).to_le_bytes())?;
+        }
         if self.last_lsn == 0 && self.frees.is_empty() {
             // Read-only: nothing to make durable.
             return Ok(());
@@ -324,6 +349,7 @@ impl<'a> Transaction<'a> {
     }
 
     fn rollback(&mut self) -> Result<()> {
+        self.publish.clear();
         let mut freed = Vec::new();
         // Pages this transaction allocated are freed when their allocation is undone: their
         // updates need neither a page write nor a compensation record (whose before-image

@@ -895,7 +895,7 @@ pub fn btree_node(data: &[u8]) -> Verdict {
                 e = next;
             }
             let kind = if leaf { node::KIND_LEAF } else { node::KIND_INNER };
-            (node::build(size, kind, &e, 0..e.len(), u.arbitrary()?, u.arbitrary()?), true)
+            (node::build(size, kind, &e, 0..e.len(), u.arbitrary()?, [u.arbitrary()?, u.arbitrary()?]), true)
         };
         let mut img = img;
         let damaged = damage_in_place(u, &mut img, node::HDR + 16 * node::SLOT)?;

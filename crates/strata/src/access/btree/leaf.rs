@@ -94,7 +94,7 @@ pub fn upsert(tx: &mut Transaction<'_>, g: &mut ExclusiveGuard<'_>, key: &[u8], 
         e.items.remove(p);
     }
     e.insert(p, key, value, value.len() as u64);
-    let img = node::build(g.len(), h.kind, &e, 0..e.len(), 0, 0);
+    let img = node::build(g.len(), h.kind, &e, 0..e.len(), 0, [0, 0]);
     write_image(tx, g, &img)?;
     Ok(true)
 }

@@ -22,7 +22,7 @@
 //! or a split whose parent is a detached node). With the bump, every guard taken before the
 //! merge fails validation and restarts from the root, which no longer leads there.
 
-use super::node::{self, Entries, Header, Src, KIND_INNER, KIND_LEAF, SLOT, W_TREE, W_UPPER};
+use super::node::{self, Entries, Header, Src, KIND_INNER, KIND_LEAF, SLOT, W_UPPER};
 use super::{live_bytes, write_image, BTree, Step, MAX_DEPTH, OPTIMISTIC_TRIES};
 use crate::buffer::{BufferManager, OptimisticGuard};
 use crate::error::Result;
@@ -120,7 +120,7 @@ impl BTree {
             tx.begin_section();
             let (h, mut e) = node::decode(pg.data()).map_err(|_| BTree::corrupt(bm, ppid, "impossible inner node"))?;
             let mut upper = pg.data().word(W_UPPER);
-            let tree = pg.data().word(W_TREE);
+            let tree = node::tree_words(pg.data());
             let child_at = |e: &Entries, i: usize| if i < e.len() { e.child(i) } else { upper };
             if child_at(&e, idx) != lpid.raw() {
                 return Err(BTree::corrupt(bm, ppid, "child pointer moved under a latched parent"));
@@ -200,7 +200,7 @@ impl BTree {
             };
             let (h, mut e) = node::decode(pg.data()).map_err(|_| BTree::corrupt(bm, pg.pid(), "impossible inner node"))?;
             let mut upper = pg.data().word(W_UPPER);
-            let tree = pg.data().word(W_TREE);
+            let tree = node::tree_words(pg.data());
             let child_at = |e: &Entries, j: usize| if j < e.len() { e.child(j) } else { upper };
             if i >= h.count || child_at(&e, i) != a || child_at(&e, i + 1) != b {
                 return Err(BTree::corrupt(bm, pg.pid(), "child pointer moved under a latched parent"));
@@ -222,7 +222,7 @@ impl BTree {
                 bg.release_unchanged();
                 return Ok(false);
             }
-            let img = node::build(ag.len(), kind, &ea, 0..ea.len(), merged_upper, ag.data().word(W_TREE));
+            let img = node::build(ag.len(), kind, &ea, 0..ea.len(), merged_upper, node::tree_words(ag.data()));
             write_image(tx, &mut ag, &img)?;
             if i + 1 < h.count {
                 e.items[i + 1].2 = a;
@@ -290,7 +290,7 @@ impl BTree {
             if rh.count != 0 || rg.data().word(W_UPPER) != child.raw() || ch.kind != KIND_INNER {
                 return Err(BTree::corrupt(bm, rg.pid(), "child pointer moved under a latched root"));
             }
-            let img = node::build(rg.len(), KIND_INNER, &e, 0..e.len(), cg.data().word(W_UPPER), rg.data().word(W_TREE));
+            let img = node::build(rg.len(), KIND_INNER, &e, 0..e.len(), cg.data().word(W_UPPER), node::tree_words(rg.data()));
             write_image(tx, &mut rg, &img)?;
             drop((rg, cg));
             return tx.free(child);

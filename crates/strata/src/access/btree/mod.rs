@@ -64,7 +64,7 @@ use crate::buffer::{BufferManager, ExclusiveGuard, OptimisticGuard, Restart, Sha
 use crate::error::{Error, Result};
 use crate::storage::{layout::class_file, PageId, PAGE_HEADER_SIZE};
 use crate::txn::Transaction;
-use node::{Entries, Fences, Src, HDR, KIND_INNER, KIND_LEAF, SLOT, W_TREE, W_UPPER};
+use node::{Entries, Fences, Src, HDR, KIND_INNER, KIND_LEAF, SLOT, W_UPPER};
 /// Optimistic restarts of a lookup before it falls back to shared latches.
 const OPTIMISTIC_TRIES: usize = 64;
 /// Structural changes one insert may need (a huge value in a full leaf needs three).
@@ -106,7 +106,7 @@ struct Path<'a> {
 impl BTree {
     /// Creates an empty tree (a root and one empty leaf), as part of `tx`.
     pub fn create(tx: &mut Transaction<'_>) -> Result<BTree> {
-        BTree::create_with(tx, &|size| node::build(size, KIND_LEAF, &Entries::default(), 0..0, 0, 0))
+        BTree::create_with(tx, &|size| node::build(size, KIND_LEAF, &Entries::default(), 0..0, 0, [0, 0]))
     }
 
     /// Creates a tree whose first leaf (a page of the smallest class) has the image that
@@ -119,7 +119,7 @@ impl BTree {
         let leaf_pid = leaf.pid();
         drop(leaf);
         let mut root = tx.alloc_latched(1)?;
-        let img = node::build(root.len(), KIND_INNER, &Entries::default(), 0..0, leaf_pid.raw(), 0);
+        let img = node::build(root.len(), KIND_INNER, &Entries::default(), 0..0, leaf_pid.raw(), [0, 0]);
         write_image(tx, &mut root, &img)?;
         Ok(BTree { root: root.pid().raw() })
     }
@@ -352,12 +352,12 @@ impl BTree {
         }
     }
 
-    /// The word `at` of the root's header (`W_TREE`: the tree's own word; a table's next row
-    /// id), read optimistically.
-    pub(crate) fn root_word(&self, bm: &BufferManager, at: usize) -> Result<u64> {
+    /// The tree words of the root's header ([`node::tree_words`]: a table's next row id and
+    /// its committed rows), read optimistically, together.
+    pub(crate) fn root_words(&self, bm: &BufferManager) -> Result<[u64; 2]> {
         loop {
             let g = bm.fix_optimistic(self.root())?;
-            let w = g.read_u64(at);
+            let w = node::tree_words(&g);
             if g.validate() {
                 return Ok(w);
             }
@@ -605,7 +605,7 @@ fn relink(tx: &mut Transaction<'_>, pg: &mut ExclusiveGuard<'_>, idx: usize, sep
     debug_assert_eq!(h.kind, KIND_INNER);
     let d = pg.data();
     let mut upper = d.word(W_UPPER);
-    let tree = d.word(W_TREE);
+    let tree = node::tree_words(d);
     let at = |e: &Entries, upper: u64, i: usize| if i < e.len() { e.child(i) } else { upper };
     if idx > e.len() || at(&e, upper, idx) != left.raw() {
         return Err(BTree::corrupt(tx.buffer(), pg.pid(), "child pointer moved under a latched parent"));
@@ -650,12 +650,12 @@ fn split_leaf(
     if n == 0 {
         // Even an empty leaf of this class is too small: move to a larger page.
         let mut ng = tx.alloc_latched(HDR + need)?;
-        let img = node::build(ng.len(), KIND_LEAF, &e, 0..0, 0, 0);
+        let img = node::build(ng.len(), KIND_LEAF, &e, 0..0, 0, [0, 0]);
         write_image(tx, &mut ng, &img)?;
         relink(tx, pg, idx, None, left_pid, ng.pid())?;
         drop(ng);
         if found {
-            let img = node::build(lg.len(), KIND_LEAF, &e, 0..0, 0, 0);
+            let img = node::build(lg.len(), KIND_LEAF, &e, 0..0, 0, [0, 0]);
             write_image(tx, &mut lg, &img)?;
         } else {
             lg.release_unchanged();
@@ -686,9 +686,9 @@ fn split_leaf(
     let sep: Vec<u8> = if m == n { key.to_vec() } else { e.key(m).to_vec() };
     let right_need = HDR + node::need(&e, m..n, true) + if goes_right { need } else { 0 };
     let mut rg = tx.alloc_latched(right_need.max(1))?;
-    let rimg = node::build(rg.len(), KIND_LEAF, &e, m..n, 0, 0);
+    let rimg = node::build(rg.len(), KIND_LEAF, &e, m..n, 0, [0, 0]);
     write_image(tx, &mut rg, &rimg)?;
-    let limg = node::build(lg.len(), KIND_LEAF, &e, 0..m, 0, 0);
+    let limg = node::build(lg.len(), KIND_LEAF, &e, 0..m, 0, [0, 0]);
     write_image(tx, &mut lg, &limg)?;
     relink(tx, pg, idx, Some(&sep), left_pid, rg.pid())
 }
@@ -701,11 +701,11 @@ fn split_inner(tx: &mut Transaction<'_>, pg: &mut ExclusiveGuard<'_>, idx: usize
         return Err(BTree::corrupt(bm, ng.pid(), "a full inner node with fewer than three separators"));
     }
     let upper = ng.data().word(W_UPPER);
-    let tree = ng.data().word(W_TREE);
+    let tree = node::tree_words(ng.data());
     let m = middle(&e, false);
     let sep = e.key(m).to_vec();
     let mut rg = tx.alloc_latched(1)?;
-    let rimg = node::build(rg.len(), KIND_INNER, &e, m + 1..e.len(), upper, 0);
+    let rimg = node::build(rg.len(), KIND_INNER, &e, m + 1..e.len(), upper, [0, 0]);
     write_image(tx, &mut rg, &rimg)?;
     let limg = node::build(ng.len(), KIND_INNER, &e, 0..m, e.child(m), tree);
     write_image(tx, ng, &limg)?;
@@ -720,13 +720,13 @@ fn split_root(tx: &mut Transaction<'_>, mut g: ExclusiveGuard<'_>) -> Result<()>
         return Err(BTree::corrupt(bm, g.pid(), "a full root with fewer than three separators"));
     }
     let upper = g.data().word(W_UPPER);
-    let tree = g.data().word(W_TREE);
+    let tree = node::tree_words(g.data());
     let m = middle(&e, false);
     let mut a = tx.alloc_latched(1)?;
-    let img = node::build(a.len(), KIND_INNER, &e, 0..m, e.child(m), 0);
+    let img = node::build(a.len(), KIND_INNER, &e, 0..m, e.child(m), [0, 0]);
     write_image(tx, &mut a, &img)?;
     let mut b = tx.alloc_latched(1)?;
-    let img = node::build(b.len(), KIND_INNER, &e, m + 1..e.len(), upper, 0);
+    let img = node::build(b.len(), KIND_INNER, &e, m + 1..e.len(), upper, [0, 0]);
     write_image(tx, &mut b, &img)?;
     let mut top = Entries::default();
     top.push(e.key(m), &[], a.pid().raw());

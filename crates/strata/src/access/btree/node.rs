@@ -11,6 +11,12 @@
 //! | 2    | dead heap bytes                     | same                    | capacity          |
 //! | 3    | `upper`: child for keys ≥ last sep  | –                       | first row id      |
 //! | 4    | tree word (tables: next row id)     | –                       | –                 |
+//! | 5    | tables: committed rows, see below   | –                       | –                 |
+//!
+//! Words 4 and 5 are the tree's own ([`tree_words`]): they mean something in the root alone
+//! and every rebuild of an inner node carries them over. A table's root keeps in word 5 the
+//! number of rows whose appends committed, with [`COMMITTED_SET`] set (a word of 0 is a
+//! table from before the word existed: its readers fall back to word 4).
 //!
 //! (A packed table leaf, `KIND_PACKED`, has its own words after word 0: see
 //! `access::table::packed`.)
@@ -60,6 +66,15 @@ pub const W_HEAP: usize = 8;
 pub const W_DEAD: usize = 16;
 pub const W_UPPER: usize = 24;
 pub const W_TREE: usize = 32;
+/// The second tree word (tables: committed rows, with [`COMMITTED_SET`]).
+pub const W_COMMITTED: usize = 40;
+/// The flag of a maintained committed-rows word (word 5 of a table's root).
+pub const COMMITTED_SET: u64 = 1 << 63;
+
+/// The tree words (header words 4 and 5) of a node, carried over when it is rebuilt.
+pub fn tree_words<S: Src + ?Sized>(s: &S) -> [u64; 2] {
+    [s.word(W_TREE), s.word(W_COMMITTED)]
+}
 
 /// Where a node's bytes are read from: a latched slice or an optimistic guard.
 pub trait Src {
@@ -446,8 +461,8 @@ pub fn need(e: &Entries, range: std::ops::Range<usize>, leaf: bool) -> usize {
 }
 
 /// Builds the image of a node of `size` payload bytes holding `e[range]` (compact heap).
-/// `upper` and `tree` are the header words 3 and 4.
-pub fn build(size: usize, kind: u8, e: &Entries, range: std::ops::Range<usize>, upper: u64, tree: u64) -> Vec<u8> {
+/// `upper` is header word 3, `tree` the words 4 and 5 ([`tree_words`]).
+pub fn build(size: usize, kind: u8, e: &Entries, range: std::ops::Range<usize>, upper: u64, tree: [u64; 2]) -> Vec<u8> {
     let leaf = kind == KIND_LEAF;
     let mut img = vec![0u8; size];
     let count = range.len();
@@ -466,7 +481,8 @@ pub fn build(size: usize, kind: u8, e: &Entries, range: std::ops::Range<usize>, 
     img[0..8].copy_from_slice(&((kind as u64) | ((count as u64) << 32)).to_le_bytes());
     img[W_HEAP..W_HEAP + 8].copy_from_slice(&(heap as u64).to_le_bytes());
     img[W_UPPER..W_UPPER + 8].copy_from_slice(&upper.to_le_bytes());
-    img[W_TREE..W_TREE + 8].copy_from_slice(&tree.to_le_bytes());
+    img[W_TREE..W_TREE + 8].copy_from_slice(&tree[0].to_le_bytes());
+    img[W_COMMITTED..W_COMMITTED + 8].copy_from_slice(&tree[1].to_le_bytes());
     img
 }
 
@@ -512,8 +528,8 @@ mod tests {
             ie.push(k.as_bytes(), &[], 1000 + i);
         }
         let size = 4096 - 32;
-        let leaf = build(size, KIND_LEAF, &le, 0..le.len(), 0, 0);
-        let inner = build(size, KIND_INNER, &ie, 0..ie.len(), 77, 5);
+        let leaf = build(size, KIND_LEAF, &le, 0..le.len(), 0, [0, 0]);
+        let inner = build(size, KIND_INNER, &ie, 0..ie.len(), 77, [5, 6]);
         let mut r = crate::util::SplitMix64(5);
         let mut buf = Vec::new();
         for i in 0..20_000u64 {
@@ -540,7 +556,7 @@ mod tests {
         for k in [b"apple".as_slice(), b"banana-split-xyz", b"cherry", b"cherry-longer-than-eight"] {
             e.push(k, b"value", 5);
         }
-        let img = build(4096 - 32, KIND_LEAF, &e, 0..e.len(), 0, 0);
+        let img = build(4096 - 32, KIND_LEAF, &e, 0..e.len(), 0, [0, 0]);
         let h = header(&img[..]).unwrap();
         assert_eq!(h.count, 4);
         let mut buf = Vec::new();

@@ -25,14 +25,20 @@
 //! later small appends. A
 //! leaf is a page of the smallest size class unless a row needs more: a row with a 50 MiB
 //! string gets a plain leaf of a class that holds it whole. The next row id lives in the root's header
-//! and is written last by each append, so a reader that sees `rows() == n` finds every row
-//! below `n`.
+//! and is written last by each append; the number of committed rows beside it is written
+//! when the appending transaction commits (just before its commit record, as a logged change
+//! of that transaction: a rollback restores it, recovery redoes it for a committed one).
 //!
 //! Appends are changes of the caller's [`Transaction`]: a crash loses no committed row, and
 //! a rolled-back append leaves the table as it was. An append locks the table's root until
-//! its transaction ends, so appenders take turns (their rows get consecutive ids). Readers
-//! take no locks (optimistic lock coupling, as for key-value trees) and see the rows
-//! appended so far, committed or not.
+//! its transaction ends, so appenders take turns (their rows get consecutive ids), and the
+//! rows of an open appender always come after every committed row. Readers take no locks
+//! (optimistic lock coupling, as for key-value trees) and see committed rows (read
+//! committed): [`Table::rows`] counts the rows committed so far, and a reader that sees
+//! `rows() == n` finds every row below `n`, for good (only a table's end is ever rolled
+//! back, and it lies at or above the committed count). The committed rows are visible from
+//! the moment the commit record is appended, before it is durable: a crash in between loses
+//! them with the commit (which was not acknowledged); a failed log flush rolls them back.
 
 pub mod csv;
 mod fsst;
@@ -48,7 +54,7 @@ use serde::{Deserialize, Serialize};
 
 pub use schema::{ColumnDef, ColumnType, Schema, Value};
 
-use crate::access::btree::node::{KIND_PACKED, W_TREE};
+use crate::access::btree::node::{COMMITTED_SET, KIND_PACKED, W_COMMITTED, W_TREE};
 use crate::access::btree::{write_image, BTree, TreeReport};
 use crate::buffer::BufferManager;
 use crate::error::{Error, Result};
@@ -105,6 +111,7 @@ impl Table {
             let cap = if var == 1 { (cap / 2).max(1) } else { cap };
             pax::build(size, &schema, 0, cap, &[])
         })?;
+        tx.write_u64(tree.root(), W_COMMITTED, COMMITTED_SET)?;
         Ok(Table { schema, tree })
     }
 
@@ -118,9 +125,17 @@ impl Table {
         self.tree.root()
     }
 
-    /// The number of rows (appended so far, committed or not).
+    /// The number of committed rows: rows `0..rows()` are there and stay (read committed;
+    /// the rows of a transaction still appending come after them). A table created before
+    /// the committed count was kept counts every appended row, as [`appended`](Self::appended).
     pub fn rows(&self, bm: &BufferManager) -> Result<u64> {
-        self.tree.root_word(bm, W_TREE)
+        let [appended, committed] = self.tree.root_words(bm)?;
+        Ok(if committed & COMMITTED_SET != 0 { committed & !COMMITTED_SET } else { appended })
+    }
+
+    /// The number of rows appended so far, committed or not (the next row id).
+    pub fn appended(&self, bm: &BufferManager) -> Result<u64> {
+        Ok(self.tree.root_words(bm)?[0])
     }
 
     fn corrupt(&self, bm: &BufferManager, pid: PageId, what: &str) -> Error {
@@ -206,6 +221,7 @@ impl Table {
             done += n;
         }
         tx.write_u64(root, W_TREE, end)?;
+        tx.publish_at_commit(root, W_TREE, W_COMMITTED, COMMITTED_SET)?;
         Ok(first..end)
     }
 
@@ -372,8 +388,8 @@ impl Table {
     }
 
     /// Verifies the table: the tree (order, separators against leaves, depth, classes),
-    /// every row readable, ids dense from 0 and ending at [`rows`](Self::rows). `visit` is
-    /// called with every page.
+    /// every row readable, ids dense from 0 and ending at [`appended`](Self::appended), the
+    /// committed rows no more than that. `visit` is called with every page.
     pub fn check(&self, bm: &BufferManager, visit: &mut dyn FnMut(PageId)) -> Result<TreeReport> {
         let (report, end) = self.tree.check_table(bm, visit, &|pid, page| {
             let bad = |what: &str| Error::Inconsistent(format!("table leaf {pid}: {what}"));
@@ -388,9 +404,13 @@ impl Table {
             pax::verify(page, &self.schema, &leaf).map_err(|_| bad("a row is unreadable"))?;
             Ok((leaf.first, leaf.count as u64))
         })?;
-        let rows = self.rows(bm)?;
+        let rows = self.appended(bm)?;
         if end != rows {
             return Err(Error::Inconsistent(format!("the table says it has {rows} rows, its leaves hold {end}")));
+        }
+        let committed = self.rows(bm)?;
+        if committed > rows {
+            return Err(Error::Inconsistent(format!("the table says {committed} of its {rows} rows are committed")));
         }
         Ok(report)
     }
