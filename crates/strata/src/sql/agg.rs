@@ -617,8 +617,11 @@ pub struct HashAgg<'a> {
 /// [`HashAgg::merge_in`] pushes them like any other group.
 pub struct Distinct<'a> {
     run: RowRun<'a>,
+    /// Records not yet in `run`.
     pend: Pending,
     rec: Vec<u8>,
+    /// Groups pushed (in `run` or still in `pend`).
+    groups: u64,
 }
 
 /// Bytes of records [`Distinct`] frames on the heap before copying them into its run.
@@ -626,12 +629,12 @@ const DISTINCT_BUF: usize = 64 << 10;
 
 impl<'a> Distinct<'a> {
     pub fn new(bm: &'a BufferManager) -> Distinct<'a> {
-        Distinct { run: RowRun::new(bm, super::rows::run_payload(bm)), pend: Pending::new(DISTINCT_BUF), rec: Vec::new() }
+        Distinct { run: RowRun::new(bm, super::rows::run_payload(bm)), pend: Pending::new(DISTINCT_BUF), rec: Vec::new(), groups: 0 }
     }
 
     /// Groups held.
     pub fn len(&self) -> u64 {
-        self.run.len()
+        self.groups
     }
 
     /// Whether it holds none.
@@ -644,6 +647,7 @@ impl<'a> Distinct<'a> {
         let klen = u8::try_from(key.len()).map_err(|_| corrupt("distinct group key longer than 255 bytes"))?;
         self.rec.clear();
         encode_states(states, &mut self.rec);
+        self.groups += 1;
         self.pend.push(&mut self.run, &[&[klen], key, &self.rec])
     }
 
