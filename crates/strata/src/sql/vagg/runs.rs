@@ -109,7 +109,7 @@ impl<'a> Runs<'a> {
     }
 
     /// Queues a group for the hash aggregation.
-    fn to_hash(&mut self, key: Option<u64>, states: &[St]) {
+    fn queue_hashed(&mut self, key: Option<u64>, states: &[St]) {
         match key {
             Some(c) => self.key(c),
             None => {
@@ -137,7 +137,7 @@ impl<'a> Runs<'a> {
         self.failed = true;
         if let Some(c) = self.cur.take() {
             let st = std::mem::take(&mut self.cur_states);
-            self.to_hash(Some(c), &st);
+            self.queue_hashed(Some(c), &st);
             self.push_queued(main)?;
         }
         Ok(())
@@ -195,13 +195,13 @@ impl<'a> Runs<'a> {
         prog.merge_rows(0..len, Some(&self.gids), &mut self.states, &g.kinds)?;
         let mut states = std::mem::take(&mut self.states);
         if nulls {
-            self.to_hash(None, &states[..n]);
+            self.queue_hashed(None, &states[..n]);
         }
         // Every run but the last is finished.
         for r in 1..runs {
             let st = &states[r * n..(r + 1) * n];
             if self.failed || r == first_run {
-                self.to_hash(Some(self.keys[r]), st);
+                self.queue_hashed(Some(self.keys[r]), st);
             } else {
                 self.key(self.keys[r]);
                 self.out.push(&self.kb, st)?;
@@ -229,7 +229,7 @@ impl<'a> Runs<'a> {
         }
         if let Some(c) = self.cur.take() {
             let st = std::mem::take(&mut self.cur_states);
-            self.to_hash(Some(c), &st);
+            self.queue_hashed(Some(c), &st);
             self.push_queued(main)?;
         }
         Ok(())
