@@ -23,7 +23,9 @@
 //! later.
 
 use super::expr::{arith, compare, err, ArOp, Pos};
-use super::rows::{corrupt, decode_value, encode_value, not_temp, part_payload, pow2_floor, rd32, rd64, records, work_payload, wr32, wr64, Pending, RowRun};
+use super::rows::{
+    corrupt, decode_value, encode_value, hash_bytes, not_temp, part_payload, pow2_floor, rd32, rd64, records, work_payload, wr32, wr64, Pending, RowRun,
+};
 use crate::access::table::{ColumnType, Value};
 use crate::access::TempPage;
 use crate::buffer::BufferManager;
@@ -581,6 +583,8 @@ pub struct AggStats {
     pub depth: u32,
     /// Groups written to partitions directly, past the table (see [`HashAgg::push`]).
     pub passed: u64,
+    /// Groups taken as they are, without a table (see [`HashAgg::adopt`]).
+    pub adopted: u64,
 }
 
 /// One level of hash aggregation (see the module documentation).
@@ -600,7 +604,67 @@ pub struct HashAgg<'a> {
     pass: u64,
     /// Table flushes in a row that found too few merges.
     idle_flushes: u32,
+    /// Groups known to be distinct from one another and from every other group of this
+    /// aggregation (see [`adopt`](Self::adopt)), handed to [`finish`](Self::finish) as they are.
+    distinct: Vec<Distinct<'a>>,
     pub stats: AggStats,
+}
+
+/// Finished groups in a run of temporary pages, each record a key length byte, the key
+/// and the encoded states: groups that an aggregation over input sorted by its key
+/// emits when the key changes (see `super::vagg`). Once proven distinct from every other
+/// group they are [`HashAgg::adopt`]ed (no hash table); otherwise
+/// [`HashAgg::merge_in`] pushes them like any other group.
+pub struct Distinct<'a> {
+    run: RowRun<'a>,
+    /// Records not yet in `run`.
+    pend: Pending,
+    rec: Vec<u8>,
+    /// Groups pushed (in `run` or still in `pend`).
+    groups: u64,
+}
+
+/// Bytes of records [`Distinct`] frames on the heap before copying them into its run.
+const DISTINCT_BUF: usize = 64 << 10;
+
+impl<'a> Distinct<'a> {
+    pub fn new(bm: &'a BufferManager) -> Distinct<'a> {
+        Distinct { run: RowRun::new(bm, super::rows::run_payload(bm)), pend: Pending::new(DISTINCT_BUF), rec: Vec::new(), groups: 0 }
+    }
+
+    /// Groups held.
+    pub fn len(&self) -> u64 {
+        self.groups
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Adds a group (a key of at most 255 bytes).
+    pub fn push(&mut self, key: &[u8], states: &[St]) -> Result<()> {
+        let klen = u8::try_from(key.len()).map_err(|_| corrupt("distinct group key longer than 255 bytes"))?;
+        self.rec.clear();
+        encode_states(states, &mut self.rec);
+        self.groups += 1;
+        self.pend.push(&mut self.run, &[&[klen], key, &self.rec])
+    }
+
+    /// The run with every record in it.
+    fn into_run(mut self) -> Result<RowRun<'a>> {
+        self.pend.flush(&mut self.run)?;
+        Ok(self.run)
+    }
+}
+
+/// The key and the encoded states of a [`Distinct`] record (the key starting at `at + 1`).
+fn distinct_record(rec: &[u8]) -> Result<(&[u8], &[u8])> {
+    let klen = *rec.first().ok_or_else(|| corrupt("empty distinct group record"))? as usize;
+    if 1 + klen > rec.len() {
+        return Err(corrupt("distinct group record key"));
+    }
+    Ok((&rec[1..1 + klen], &rec[1 + klen..]))
 }
 
 impl<'a> HashAgg<'a> {
@@ -621,8 +685,37 @@ impl<'a> HashAgg<'a> {
             pushes: 0,
             pass: 0,
             idle_flushes: 0,
+            distinct: Vec::new(),
             stats: AggStats::default(),
         }
+    }
+
+    /// The buffer manager whose pages it uses.
+    pub fn buffer(&self) -> &'a BufferManager {
+        self.bm
+    }
+
+    /// Takes the groups of `d` as they are: the caller has proven that no two of them, and
+    /// none of them and any group pushed before or after, share a key. [`finish`](Self::finish)
+    /// hands them on after the others.
+    pub fn adopt(&mut self, d: Distinct<'a>) -> Result<()> {
+        self.stats.adopted += d.len();
+        self.distinct.push(d);
+        Ok(())
+    }
+
+    /// Pushes every group of `d` (see [`push_batch`](Self::push_batch)), a page of them at a time.
+    pub fn merge_in(&mut self, d: Distinct<'_>) -> Result<()> {
+        let mut items = Vec::new();
+        d.into_run()?.drain_pages(&mut |recs| {
+            items.clear();
+            for rec in records(recs) {
+                let (at, rec) = rec?;
+                let (key, st) = distinct_record(rec)?;
+                items.push(BatchItem { hash: hash_bytes(key), at: at + 1, klen: key.len(), slen: st.len() });
+            }
+            self.push_batch(recs, &items)
+        })
     }
 
     /// Adds the partial aggregate `states` (encoded, see [`encode_states`]) to the group of
@@ -769,16 +862,39 @@ impl<'a> HashAgg<'a> {
     }
 
     fn finish_inner(&mut self, f: &mut GroupFn<'_>) -> Result<bool> {
-        let kinds = std::mem::take(&mut self.kinds);
+        if !self.finish_hashed(f)? {
+            return Ok(false);
+        }
+        for d in std::mem::take(&mut self.distinct) {
+            let mut go = true;
+            let kinds = &self.kinds;
+            d.into_run()?.drain(&mut |rec| {
+                if go {
+                    let (key, st) = distinct_record(rec)?;
+                    go = f(key, decode_states(kinds, st)?)?;
+                }
+                Ok(())
+            })?;
+            if !go {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// [`finish_inner`](Self::finish_inner) of the groups pushed (not those adopted).
+    fn finish_hashed(&mut self, f: &mut GroupFn<'_>) -> Result<bool> {
         if self.parts.is_empty() {
             return match self.table.take() {
                 None => Ok(true),
                 // By slot at the top level (the order of earlier versions for an aggregation that
                 // does not spill), else in allocation order (a sequential walk).
-                Some(t) => t.for_each(self.consumed == 0, &mut |_, key, st| f(key, decode_states(&kinds, st)?)),
+                Some(t) => {
+                    let kinds = &self.kinds;
+                    t.for_each(self.consumed == 0, &mut |_, key, st| f(key, decode_states(kinds, st)?))
+                }
             };
         }
-        self.kinds = kinds;
         self.flush()?;
         self.table = None;
         let parts = std::mem::take(&mut self.parts);
@@ -816,7 +932,7 @@ impl<'a> HashAgg<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sql::rows::{decode_row, hash_bytes};
+    use crate::sql::rows::decode_row;
     use crate::Config;
     use std::collections::BTreeMap;
 

@@ -202,8 +202,11 @@ use super::exec::{AggSpec, Plan};
 use super::expr::{ArOp, BExpr};
 use super::rows::encode_value;
 use super::scan::{Batch, ColScan};
+
+mod runs;
 use crate::access::table::{ColumnType, Schema, Value};
 use crate::buffer::BufferManager;
+use runs::Runs;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Rt {
@@ -999,18 +1002,34 @@ pub fn fused_grouped(bm: &BufferManager, input: &Plan, keys: &[BExpr], aggs: &[A
     }
     let Some(mut prog) = Prog::new(aggs, schema) else { return Ok(false) };
     let small = key_cols.len() <= 2 && key_cols.iter().all(|&c| small_type(schema.columns[c].ty));
+    let stream = runs::streamable(&key_cols, |c| schema.columns[c].ty);
+    let date = stream && schema.columns[key_cols[0]].ty == ColumnType::Date;
     let g = Grouping { key_cols, small, needed: scan.needed(), aggs, kinds: cache.kinds().to_vec() };
+    // (the side runs of streamed groups in `main`'s pages, so that it can adopt them)
+    let abm = main.buffer();
     if scan.threads > 1 {
-        type Local<'b> = (Option<Prog>, GroupCache, HashAgg<'b>, Scratch);
-        let init =
-            || -> Local<'_> { (Prog::new(aggs, schema), GroupCache::new(g.kinds.clone()), HashAgg::new(bm, g.kinds.clone()), Scratch::new(schema.len())) };
-        let work = |st: &mut Local<'_>, a: u64, z: u64| -> Result<()> {
-            let (Some(prog), cache, main, x) = st else { return Ok(()) };
-            scan.run_batches_range(bm, a, z, &mut |b| group_batch(&g, prog, b, cache, main, x).map(|_| true))?;
-            Ok(())
+        type Local<'b, 'c> = (Option<Prog>, GroupCache, HashAgg<'b>, Scratch, Option<Runs<'c>>);
+        let init = || -> Local<'_, '_> {
+            (
+                Prog::new(aggs, schema),
+                GroupCache::new(g.kinds.clone()),
+                HashAgg::new(bm, g.kinds.clone()),
+                Scratch::new(schema.len()),
+                stream.then(|| Runs::new(abm, date)),
+            )
         };
+        let work = |st: &mut Local<'_, '_>, a: u64, z: u64| -> Result<()> {
+            let (Some(prog), cache, main, x, runs) = st else { return Ok(()) };
+            scan.run_batches_range(bm, a, z, &mut |b| batch(&g, prog, b, cache, main, x, runs.as_mut()).map(|_| true))?;
+            match runs {
+                Some(r) => r.end_morsel(a, main),
+                None => Ok(()),
+            }
+        };
+        let locals = morsels(scan.threads, scan.table.rows(bm)?, &init, &work)?;
+        let proven = runs::proven(&locals.iter().filter_map(|l| l.4.as_ref()).collect::<Vec<_>>());
         let mut sb = Vec::new();
-        for (_, mut c, mut m, ..) in morsels(scan.threads, scan.table.rows(bm)?, &init, &work)? {
+        for (_, mut c, mut m, _, r) in locals {
             c.flush(&mut m)?;
             m.finish(&mut |key, states| {
                 sb.clear();
@@ -1018,12 +1037,40 @@ pub fn fused_grouped(bm: &BufferManager, input: &Plan, keys: &[BExpr], aggs: &[A
                 main.push(key, hash_bytes(key), &sb)?;
                 Ok(true)
             })?;
+            if let Some(r) = r {
+                r.finish(proven, main)?;
+            }
         }
         return Ok(true);
     }
     let mut x = Scratch::new(schema.len());
-    scan.run_batches(bm, &mut |b| group_batch(&g, &mut prog, b, cache, main, &mut x).map(|_| true))?;
+    let mut runs = stream.then(|| Runs::new(abm, date));
+    scan.run_batches(bm, &mut |b| batch(&g, &mut prog, b, cache, main, &mut x, runs.as_mut()).map(|_| true))?;
+    if let Some(mut r) = runs {
+        r.end_morsel(0, main)?;
+        let proven = runs::proven(&[&r]);
+        r.finish(proven, main)?;
+    }
     Ok(true)
+}
+
+/// One batch: streamed (see [`runs`]) while `runs` is on, else through the pre-aggregation.
+fn batch(
+    g: &Grouping<'_>,
+    prog: &mut Prog,
+    b: &Batch<'_>,
+    cache: &mut GroupCache,
+    main: &mut HashAgg<'_>,
+    x: &mut Scratch,
+    runs: Option<&mut Runs<'_>>,
+) -> Result<()> {
+    if let Some(r) = runs.filter(|r| r.on()) {
+        if prog.eval(b).is_ok() {
+            return r.batch(g, prog, b, main);
+        }
+        r.stop(main)?;
+    }
+    group_batch(g, prog, b, cache, main, x)
 }
 
 #[cfg(test)]
