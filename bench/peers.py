@@ -31,7 +31,8 @@ preserve_insertion_order=false, then without a limit; "how" says which attempt l
 "failed_at_limit" lists the ones that failed). Load times and peak RSS are reported apart from the
 queries. Each query of each engine then runs in its own fresh process (strata: `strata sql
 --json --file`; DuckDB: a fresh Python interpreter, `SET memory_limit`, `SET threads`,
-read-only connection), one thread each (strata's executor is single-threaded). Peak RSS is
+read-only connection), --threads each (default 1; strata parallelizes aggregation pipelines,
+see docs/cli.md). Peak RSS is
 the process's maximum resident set from /usr/bin/time (%M; else wait4's ru_maxrss, which
 can count this script's own RSS at the fork); the DuckDB figure includes the interpreter:
 "python_baseline_rss_bytes" is a worker that imports duckdb and opens the database without

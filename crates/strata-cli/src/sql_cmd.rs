@@ -26,8 +26,9 @@ pub struct SqlArgs {
     /// Buffer pool size.
     #[arg(long, value_parser = crate::parse_size)]
     pool: u64,
-    /// Worker threads: an aggregation straight over a table scan (TPC-H Q1, Q6) runs on
-    /// this many, taking morsels of rows; the other operators run on one.
+    /// Worker threads: an aggregation over a table scan, or over filters, projections and
+    /// hash-join probes above one, runs on this many, taking morsels of the scan's rows;
+    /// sorts and what lies above an aggregation run on one.
     #[arg(long, default_value_t = 1)]
     threads: usize,
     /// Print one JSON object: {"columns", "rows", "seconds", "pool_bytes",

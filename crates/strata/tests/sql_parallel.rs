@@ -13,6 +13,8 @@ use sql_common::assert_rows;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
 
+use strata::sql::pipeline::parallel_here;
+
 use strata::access::table::{Schema, Value};
 use strata::util::SplitMix64;
 use strata::{Config, Database};
@@ -216,14 +218,17 @@ fn parallel_join_pipelines_match_the_reference() {
     let db = open(dir.path(), 16 << 20, &f, &d, &e);
     for (sql, want) in cases(&f, &d, &e) {
         for threads in [1, 2, 3, 8] {
-            let before = strata::sql::pipeline::PARALLEL.load(Relaxed);
+            let (aggs, _) = parallel_here();
             let got = with(&db, sql, threads);
             assert_rows(&format!("{sql} ({threads} threads)"), &got, &want);
-            if threads > 1 {
-                assert!(strata::sql::pipeline::PARALLEL.load(Relaxed) > before, "{sql}: not run in parallel with {threads} threads");
-            }
+            // The aggregation's pipeline (the probes of the joins) ran on several workers.
+            assert_eq!(parallel_here().0, aggs + u64::from(threads > 1), "{sql}: {threads} threads");
         }
     }
+    // A join whose build side is itself a join pipeline builds on the workers too.
+    let builds = parallel_here().1;
+    with(&db, "SELECT count(*) FROM f JOIN (SELECT e.k AS ek FROM f AS g JOIN e ON g.j = e.k WHERE g.id < 40) AS t ON f.j = t.ek", 3);
+    assert!(parallel_here().1 > builds, "no build ran on several workers");
 }
 
 /// In a 1 MiB pool the dimension tables are too large for a join table (an eighth of the
@@ -257,23 +262,32 @@ fn parallel_pipelines_in_a_tiny_pool() {
             Some(vec![Value::I64(x.0), Value::I64(ws.len() as i64), Value::I64(ws.iter().sum())])
         })
         .collect();
-    let before = strata::sql::pipeline::PARALLEL.load(Relaxed);
+    let (aggs, _) = parallel_here();
     assert_rows(sql, &with(&db, sql, 3), &want);
-    assert!(strata::sql::pipeline::PARALLEL.load(Relaxed) > before);
+    assert_eq!(parallel_here().0, aggs + 1);
 }
 
-/// An error raised in one worker (a division by zero in an aggregate's argument above a
-/// join) is the query's error.
+/// An error raised in a worker other than the calling thread's (a division by zero in an
+/// aggregate's argument above a join, on the table's last row only: the last morsel, dealt
+/// to worker 3 of 4) is the query's error, and the prepared query runs again afterwards
+/// (no join filter left installed in the scan).
 #[test]
 fn an_error_in_a_worker_is_the_querys_error() {
     let mut r = SplitMix64(13);
-    let f = facts(5000, &mut r);
+    let mut f = facts(16_000, &mut r);
     let (d, e) = (dims(400, &mut r), dims(50, &mut r));
+    // The last row joins (the first dimension row's key).
+    f.last_mut().unwrap().1 = d[0].0;
     let dir = tempfile::tempdir().unwrap();
     let db = open(dir.path(), 8 << 20, &f, &d, &e);
-    let sql = "SELECT sum(100 / (w - w)) FROM f, d WHERE f.k = d.k";
-    let mut p = strata::sql::prepare_in(&db.catalog(), Some(db.buffer()), sql).unwrap();
+    let last = f.len() - 1;
+    let sql = format!("SELECT sum(100 / (f.id - {last})) FROM f, d WHERE f.k = d.k");
+    let mut p = strata::sql::prepare_in(&db.catalog(), Some(db.buffer()), &sql).unwrap();
     p.set_threads(4);
+    let (aggs, _) = parallel_here();
     let err = p.execute(db.buffer(), &mut |_| Ok(true)).unwrap_err().to_string();
     assert!(err.contains("division by zero"), "{err}");
+    assert_eq!(parallel_here().0, aggs, "an aggregation that failed is not counted");
+    let fine = "SELECT count(*) FROM f, d WHERE f.k = d.k";
+    assert_eq!(with(&db, fine, 4), with(&db, fine, 1));
 }

@@ -785,9 +785,12 @@ fn tpch_queries_at_sf_001_match_a_naive_evaluation() {
         .unwrap_or_else(|e| panic!("{name} on 3 threads: {e}"));
         check(&format!("{name} (3 threads)"), &par, &want, ordered);
     }
-    let parallel = strata::sql::pipeline::PARALLEL.load(std::sync::atomic::Ordering::Relaxed);
-    eprintln!("parallel pipelines: {parallel}, back to one thread: {}", strata::sql::pipeline::FALLBACKS.load(std::sync::atomic::Ordering::Relaxed));
-    assert!(parallel >= 5, "{parallel} parallel pipelines");
+    let (aggs, builds) = strata::sql::pipeline::parallel_here();
+    eprintln!(
+        "parallel pipelines: {aggs} into aggregations, {builds} into builds; back to one thread: {}",
+        strata::sql::pipeline::FALLBACKS.load(std::sync::atomic::Ordering::Relaxed)
+    );
+    assert!(aggs >= 8, "{aggs} aggregations on several workers");
     // Q17's validation parameters select no row at SF 0.01: again with those of part 1.
     let p1 = &d.part.rows[0];
     let (brand, container) = (p1[d.part.c("p_brand")].as_str(), p1[d.part.c("p_container")].as_str());

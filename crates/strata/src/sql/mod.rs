@@ -64,8 +64,11 @@
 //! column-pruned and vectorized ([`scan`]): only the columns used above are decoded, and
 //! simple filters are evaluated over a leaf's column arrays before any row is decoded; an
 //! aggregation straight over such a scan takes its rows a leaf at a time and computes its
-//! arguments as vectors ([`vagg`], also on several threads with
-//! [`Prepared::set_threads`]), after a small pre-aggregation table. Operators
+//! arguments as vectors ([`vagg`]), after a small pre-aggregation table. With
+//! [`Prepared::set_threads`], aggregations over a scan, or over filters, projections and
+//! hash-join probes above one, run on several workers over morsels of the scan's rows
+//! ([`pipeline`]: join tables built once, by the workers where the build side is such a
+//! pipeline too; partial aggregates merged in worker order). Operators
 //! whose state grows with the input keep it in temporary pages of the pool and spill by
 //! eviction ([`rows::RowRun`]: variable-size byte records): hash aggregation
 //! ([`agg`]: `GROUP BY`, `DISTINCT`, distinct aggregates), sort ([`sort`]: runs and a
@@ -307,10 +310,11 @@ impl Prepared {
     }
 
     /// Lets the query use up to `threads` worker threads where its plan can (an aggregation
-    /// straight over a table scan: morsels of rows, partial aggregates merged at the end;
-    /// the rest runs on the calling thread). The default is 1. With more than one, the
-    /// groups of a `GROUP BY` without `ORDER BY` may come in another order, and f64 sums
-    /// may differ in their last bits.
+    /// over a table scan, or over filters, projections and hash-join probes above one:
+    /// morsels of the scan's rows, join tables built once, partial aggregates merged at the
+    /// end; see [`pipeline`]; the rest runs on the calling thread). The default is 1. With
+    /// more than one, the groups of a `GROUP BY` without `ORDER BY` may come in another
+    /// order, and f64 sums may differ in their last bits from a run with another count.
     pub fn set_threads(&mut self, threads: usize) {
         scan::set_threads(&mut self.plan, threads);
     }

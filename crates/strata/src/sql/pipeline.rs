@@ -3,21 +3,22 @@
 //!
 //! The pipeline is the chain from a table scan (the *driving* scan: the probe side of the
 //! lowest join) up through filters, projections and join probes to an aggregation (with or
-//! without groups). Every join's table is built first, once, by the calling thread (its
-//! build side runs as any plan does; lower joins first); then the workers each take morsels
-//! of the driving scan's rows (dealt in turn, see [`morsels`]) and push them through their
-//! own copy of the pipeline ([`Stage`]: their own joined rows and buffers; the tables only
-//! read, under shared latches) into their own partial aggregation: states for a whole-table
+//! without groups), or to a join's build (its records). Every join's table is built first,
+//! once, by the calling thread, top join first (its build side runs as any plan does: on
+//! the workers, if it is such a pipeline itself); then the workers each take morsels of the
+//! driving scan's rows (dealt in turn, see [`morsels`]) and push them through their own copy
+//! of the pipeline ([`Stage`]: their own joined rows and buffers; the tables only read,
+//! under shared latches) into their own partial state: aggregate states for a whole-table
 //! aggregation, a pre-aggregation table and a hash aggregation in temporary pages for a
-//! grouped one. The partial results are merged in worker order, so a query gives the same
-//! floating-point sums in every run with as many workers.
+//! grouped one, a run of records for a build. The partial results are merged in worker
+//! order, so a query gives the same floating-point sums in every run with as many workers.
 //!
 //! A pipeline runs on one thread when it has one thread, when its bottom is not a scan, or
-//! when a join in it cannot be probed in parallel: a join whose
-//! build side does not fit a table (grace: partitioned, not probed), a semi join or NOT
-//! EXISTS whose probe marks its left side's table (the marked rows come after the probe).
-//! A grace join found while the tables are built leaves the pipeline to the serial
-//! executor, which builds its tables again ([`FALLBACKS`] counts it).
+//! when a join in it cannot be probed in parallel: a join whose build side does not fit a
+//! table (grace: partitioned, not probed), a semi join or NOT EXISTS whose probe marks its
+//! left side's table (the marked rows come after the probe). A grace join found while the
+//! tables are built leaves the pipeline to the serial executor, which builds its tables
+//! again ([`FALLBACKS`] counts it).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -32,8 +33,28 @@ use crate::access::table::Value;
 use crate::buffer::BufferManager;
 use crate::error::Result;
 
-/// Pipelines that ran on several workers, process-wide (for tests).
+/// Pipelines that ran on several workers, process-wide.
 pub static PARALLEL: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// Pipelines that ran on several workers started from this thread: (into an
+    /// aggregation, into a join's build).
+    static HERE: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+/// How many pipelines started from the calling thread ran on several workers so far:
+/// (into an aggregation, into a join's build). For tests: unlike [`PARALLEL`], other
+/// threads' queries do not count.
+pub fn parallel_here() -> (u64, u64) {
+    HERE.with(|h| h.get())
+}
+
+/// What a parallel pipeline feeds.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Into {
+    Aggregation,
+    Build,
+}
 /// Pipelines that found a join too large for a table while their tables were built, and
 /// went back to one thread.
 pub static FALLBACKS: AtomicU64 = AtomicU64::new(0);
@@ -54,7 +75,7 @@ pub(super) fn parallel_plan(bm: &BufferManager, plan: &Plan) -> Result<bool> {
         Plan::Filter { input, .. } | Plan::Project { input, .. } => parallel_plan(bm, input)?,
         Plan::HashJoin { .. } => match plan.join_args() {
             Some(j) => match join::parallel_probe_side(bm, &j)? {
-                Some(p) => parallel_plan(bm, p)?,
+                Some((p, _)) => parallel_plan(bm, p)?,
                 None => false,
             },
             None => false,
@@ -71,10 +92,12 @@ fn shape<'p, 'b>(bm: &'b BufferManager, plan: &'p Plan) -> Result<Option<Shape<'
         Plan::Project { input, exprs } => shape(bm, input)?.map(|i| Shape::Project(exprs, Box::new(i))),
         Plan::HashJoin { .. } => {
             let j = plan.join_args().ok_or_else(|| corrupt("join plan"))?;
-            // Only NOT EXISTS joins that mark their left side hand rows on while they build,
-            // and those are not run in parallel (see `parallel_plan`).
+            // The side is decided here once more (estimates are cached, but a commit in
+            // between may change them): a join that marks is left to the serial executor.
+            let Some((_, build_left)) = join::parallel_probe_side(bm, &j)? else { return Ok(None) };
+            // Only NOT EXISTS joins that mark their left side hand rows on while they build.
             let mut no_rows = |_: &[Value]| Err(corrupt("a parallel join's build handed on a row"));
-            let built = match join::build(bm, &j, &mut no_rows)? {
+            let built = match join::build_on(bm, &j, build_left, &mut no_rows)? {
                 Build::Table(t) => t,
                 Build::Run(..) | Build::Stopped => return Ok(None),
             };
@@ -95,7 +118,7 @@ impl Shape<'_, '_> {
 
 /// A worker's copy of a pipeline: its own rows and buffers over the shared [`Shape`].
 enum Stage<'s, 'p, 'b> {
-    Scan { scan: &'p ColScan, cols: Vec<usize>, row: Vec<Value> },
+    Scan { scan: &'p ColScan },
     Filter { pred: &'p BExpr, input: Box<Stage<'s, 'p, 'b>> },
     Project { exprs: &'p [BExpr], out: Vec<Value>, input: Box<Stage<'s, 'p, 'b>> },
     Probe { built: &'s Built<'p, 'b>, jr: Joined, kb: Vec<u8>, input: Box<Stage<'s, 'p, 'b>> },
@@ -104,7 +127,7 @@ enum Stage<'s, 'p, 'b> {
 impl<'s, 'p, 'b> Stage<'s, 'p, 'b> {
     fn of(shape: &'s Shape<'p, 'b>) -> Stage<'s, 'p, 'b> {
         match shape {
-            Shape::Scan(scan) => Stage::Scan { scan, cols: scan.needed(), row: vec![Value::Null; scan.table.schema.len()] },
+            Shape::Scan(scan) => Stage::Scan { scan },
             Shape::Filter(pred, i) => Stage::Filter { pred, input: Box::new(Stage::of(i)) },
             Shape::Project(exprs, i) => Stage::Project {
                 exprs,
@@ -119,16 +142,7 @@ impl<'s, 'p, 'b> Stage<'s, 'p, 'b> {
     /// Pushes the rows `from..to` of the driving scan through the pipeline into `sink`.
     fn run(&mut self, bm: &BufferManager, from: u64, to: u64, sink: &mut Sink<'_>) -> Result<bool> {
         match self {
-            Stage::Scan { scan, cols, row } if scan.batchable() => scan.run_batches_range(bm, from, to, &mut |b| {
-                for &i in b.sel {
-                    b.decode(i as usize, cols, row)?;
-                    if !sink(row)? {
-                        return Ok(false);
-                    }
-                }
-                Ok(true)
-            }),
-            Stage::Scan { scan, .. } => scan.run_range(bm, from, to, sink),
+            Stage::Scan { scan } => scan.run_range(bm, from, to, sink),
             Stage::Filter { pred, input } => input.run(bm, from, to, &mut |row| if pred.holds(row)? { sink(row) } else { Ok(true) }),
             Stage::Project { exprs, out, input } => input.run(bm, from, to, &mut |row| {
                 for (o, e) in out.iter_mut().zip(exprs.iter()) {
@@ -159,19 +173,19 @@ fn prepared<'p, 'b>(bm: &'b BufferManager, plan: &'p Plan) -> Result<Option<Shap
         return Ok(None);
     }
     let shape = shape(bm, plan)?;
-    match &shape {
-        Some(_) => PARALLEL.fetch_add(1, Relaxed),
-        None => FALLBACKS.fetch_add(1, Relaxed),
-    };
+    if shape.is_none() {
+        FALLBACKS.fetch_add(1, Relaxed);
+    }
     Ok(shape)
 }
 
-/// Runs `plan` on the workers of its driving scan if it is a parallel pipeline: each
-/// worker hands its rows to `row` with its own state, made by `init`; returns the states in
-/// worker order. `None`: not a parallel pipeline (nothing was run).
+/// Runs `plan` on the workers of its driving scan if it is a parallel pipeline feeding
+/// `into`: each worker hands its rows to `row` with its own state, made by `init`; returns
+/// the states in worker order. `None`: not a parallel pipeline (nothing was run).
 pub fn run_parallel<T: Send>(
     bm: &BufferManager,
     plan: &Plan,
+    into: Into,
     init: &(dyn Fn() -> T + Sync),
     row: &(dyn Fn(&mut T, &[Value]) -> Result<()> + Sync),
 ) -> Result<Option<Vec<T>>> {
@@ -182,14 +196,22 @@ pub fn run_parallel<T: Send>(
         stage.run(bm, a, z, &mut |r| row(st, r).map(|_| true))?;
         Ok(())
     };
-    Ok(Some(morsels(scan.threads, scan.table.rows(bm)?, &init, &work)?.into_iter().map(|(_, st)| st).collect()))
+    let states = morsels(scan.threads, scan.table.rows(bm)?, &init, &work)?;
+    if states.len() > 1 {
+        PARALLEL.fetch_add(1, Relaxed);
+        HERE.with(|h| {
+            let (a, b) = h.get();
+            h.set(if into == Into::Build { (a, b + 1) } else { (a + 1, b) });
+        });
+    }
+    Ok(Some(states.into_iter().map(|(_, st)| st).collect()))
 }
 
 /// A whole-table aggregation over a parallel pipeline, into `states`. `Ok(false)`: not
 /// applicable, nothing done.
 pub fn aggregate(bm: &BufferManager, input: &Plan, aggs: &[AggSpec], kinds: &[AggKind], states: &mut [St]) -> Result<bool> {
     let init = || kinds.iter().map(|k| St::empty(k.kind)).collect::<Vec<St>>();
-    let Some(parts) = run_parallel(bm, input, &init, &|sts, row| agg_row(aggs, kinds, sts, row))? else { return Ok(false) };
+    let Some(parts) = run_parallel(bm, input, Into::Aggregation, &init, &|sts, row| agg_row(aggs, kinds, sts, row))? else { return Ok(false) };
     for part in parts {
         for ((s, p), k) in states.iter_mut().zip(part).zip(kinds) {
             s.merge(p, k)?;
@@ -205,7 +227,7 @@ pub fn grouped(bm: &BufferManager, input: &Plan, keys: &[BExpr], aggs: &[AggSpec
     type Local<'b, 'k> = (GroupCache, HashAgg<'b>, RowGroups<'k>);
     let init = || -> Local<'_, '_> { (GroupCache::new(kinds.to_vec()), HashAgg::new(bm, kinds.to_vec()), RowGroups::new(keys, aggs, kinds)) };
     let row = |(cache, part, rg): &mut Local<'_, '_>, row: &[Value]| rg.push(Some(cache), part, None, row);
-    let Some(parts) = run_parallel(bm, input, &init, &row)? else { return Ok(false) };
+    let Some(parts) = run_parallel(bm, input, Into::Aggregation, &init, &row)? else { return Ok(false) };
     let mut sb = Vec::new();
     for (mut cache, mut part, _) in parts {
         cache.flush(&mut part)?;

@@ -640,12 +640,17 @@ pub(super) fn morsels<T: Send>(
     let morsel = (rows / (threads as u64 * MORSELS_PER_WORKER)).clamp(MORSEL_MIN, MORSEL);
     let count = rows.div_ceil(morsel);
     let threads = threads.min(count as usize).max(1);
+    // Set when a worker fails: the others stop at their next morsel.
+    let failed = std::sync::atomic::AtomicBool::new(false);
     let run = |w: usize| -> Result<T> {
         let mut st = init();
         let mut m = w as u64;
-        while m < count {
+        while m < count && !failed.load(std::sync::atomic::Ordering::Relaxed) {
             let a = m * morsel;
-            work(&mut st, a, (a + morsel).min(rows))?;
+            if let Err(e) = work(&mut st, a, (a + morsel).min(rows)) {
+                failed.store(true, std::sync::atomic::Ordering::Relaxed);
+                return Err(e);
+            }
             m += threads as u64;
         }
         Ok(st)

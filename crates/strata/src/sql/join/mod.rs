@@ -455,15 +455,20 @@ pub(super) enum Build<'p, 'b> {
 /// several threads at once: its probe rows need nothing of each other (every kind but a
 /// semi join or NOT EXISTS that builds on its left: their probe rows mark the table, and
 /// the marked rows come after the probe).
-pub(super) fn parallel_probe_side<'p>(bm: &BufferManager, j: &JoinArgs<'p>) -> Result<Option<&'p Plan>> {
+pub(super) fn parallel_probe_side<'p>(bm: &BufferManager, j: &JoinArgs<'p>) -> Result<Option<(&'p Plan, bool)>> {
     let (build_left, _, _) = build_side(bm, j.left, j.right, j.kind, j.keep)?;
     let marks = build_left && matches!(j.kind, JoinKind::Semi | JoinKind::NotExists);
-    Ok((!marks).then_some(if build_left { j.right } else { j.left }))
+    Ok((!marks).then_some((if build_left { j.right } else { j.left }, build_left)))
 }
 
 /// Builds join `j`'s table from its build side, if it fits a work share of the pool.
 pub(super) fn build<'p, 'b>(bm: &'b BufferManager, j: &JoinArgs<'p>, sink: &mut Sink<'_>) -> Result<Build<'p, 'b>> {
     let (build_left, _, _) = build_side(bm, j.left, j.right, j.kind, j.keep)?;
+    build_on(bm, j, build_left, sink)
+}
+
+/// [`build`] on the side given (`build_left`), as [`build_side`] decided it.
+pub(super) fn build_on<'p, 'b>(bm: &'b BufferManager, j: &JoinArgs<'p>, build_left: bool, sink: &mut Sink<'_>) -> Result<Build<'p, 'b>> {
     let (bplan, bkeys, pplan, pkeys) = if build_left { (j.left, j.left_keys, j.right, j.right_keys) } else { (j.right, j.right_keys, j.left, j.left_keys) };
     let mut ctx = Ctx { kind: j.kind, build_left, residual: j.residual, build_has_null: false, build_rows: 0 };
     let widths = (super::scan::width(j.left), super::scan::width(j.right));
@@ -474,7 +479,11 @@ pub(super) fn build<'p, 'b>(bm: &'b BufferManager, j: &JoinArgs<'p>, sink: &mut 
     // (Not a NOT EXISTS that builds on its left: its rows with NULL keys go to `sink`.)
     let side = BuildSide { bkeys, jr: &jr };
     let hands_on = marks && ctx.kind == JoinKind::NotExists;
-    let parallel = if hands_on { None } else { super::pipeline::run_parallel(bm, bplan, &|| side.local(bm), &|l, row| side.add(l, row).map(|_| ()))? };
+    let parallel = if hands_on {
+        None
+    } else {
+        super::pipeline::run_parallel(bm, bplan, super::pipeline::Into::Build, &|| side.local(bm), &|l, row| side.add(l, row).map(|_| ()))?
+    };
     let brun = match parallel {
         Some(parts) => {
             let mut all = RowRun::new(bm, run_payload(bm));

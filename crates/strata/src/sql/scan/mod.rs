@@ -286,9 +286,11 @@ impl ColScan {
         ColScan { name, table, filter, need, out, threads: 1, conjs, groups, keys: Default::default() }
     }
 
-    /// Runs the scan, handing each row that passes the filter to `sink`.
+    /// Runs the scan, handing each row that passes the filter to `sink`: the committed
+    /// rows ([`Table::rows`](crate::access::table::Table::rows)), as a parallel scan's
+    /// morsels cover them.
     pub fn run(&self, bm: &BufferManager, sink: &mut Sink<'_>) -> Result<bool> {
-        self.run_range(bm, 0, u64::MAX, sink)
+        self.run_range(bm, 0, self.table.rows(bm)?, sink)
     }
 
     /// [`run`](Self::run) over the rows with ids in `from..to` (a morsel).
@@ -588,7 +590,7 @@ impl ColScan {
     /// Hands the rows that pass the filter to `f` a leaf at a time, until it returns false.
     /// Only for a [`batchable`](Self::batchable) scan.
     pub fn run_batches(&self, bm: &BufferManager, f: &mut dyn FnMut(&Batch<'_>) -> Result<bool>) -> Result<bool> {
-        self.run_batches_range(bm, 0, u64::MAX, f)
+        self.run_batches_range(bm, 0, self.table.rows(bm)?, f)
     }
 
     /// [`run_batches`](Self::run_batches) over the rows with ids in `from..to` (a morsel).
