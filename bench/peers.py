@@ -582,7 +582,7 @@ def plot_tpch(report, path):
     if len(compared) < len(ok):
         verdict += f" ({len(ok) - len(compared)} not compared: an engine failed)"
     fig.suptitle(f"TPC-H SF {report['sf']:g}: strata vs DuckDB {report['duckdb_version']}, pool / memory_limit "
-                 f"{report['pool_bytes'] >> 20} MiB, {report['threads']} thread, each query a fresh process; {verdict}",
+                 f"{report['pool_bytes'] >> 20} MiB, {report['threads']} thread{'s' if report['threads'] != 1 else ''}, each query a fresh process; {verdict}",
                  fontsize=11)
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=9, frameon=False)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
