@@ -22,13 +22,13 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use super::agg::{encode_states, AggKind, HashAgg, St};
+use super::agg::{AggKind, HashAgg, St};
 use super::exec::{agg_row, AggSpec, Plan, RowGroups, Sink};
 use super::expr::BExpr;
 use super::join::{self, Build, Built, Joined};
-use super::rows::{assign, corrupt, hash_bytes};
+use super::rows::{assign, corrupt};
 use super::scan::ColScan;
-use super::vagg::{morsels, GroupCache};
+use super::vagg::{merge_partial, morsels, GroupCache};
 use crate::access::table::Value;
 use crate::buffer::BufferManager;
 use crate::error::Result;
@@ -229,14 +229,8 @@ pub fn grouped(bm: &BufferManager, input: &Plan, keys: &[BExpr], aggs: &[AggSpec
     let row = |(cache, part, rg): &mut Local<'_, '_>, row: &[Value]| rg.push(Some(cache), part, None, row);
     let Some(parts) = run_parallel(bm, input, Into::Aggregation, &init, &row)? else { return Ok(false) };
     let mut sb = Vec::new();
-    for (mut cache, mut part, _) in parts {
-        cache.flush(&mut part)?;
-        part.finish(&mut |key, states| {
-            sb.clear();
-            encode_states(&states, &mut sb);
-            main.push(key, hash_bytes(key), &sb)?;
-            Ok(true)
-        })?;
+    for (cache, part, _) in parts {
+        merge_partial(cache, part, main, &mut sb)?;
     }
     Ok(true)
 }

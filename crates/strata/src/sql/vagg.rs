@@ -673,14 +673,21 @@ fn agg_batch(prog: &mut Prog, b: &Batch<'_>, aggs: &[AggSpec], kinds: &[AggKind]
     }
     for &i in b.sel {
         b.decode(i as usize, needed, row)?;
-        for ((s, a), k) in states.iter_mut().zip(aggs).zip(kinds) {
-            let v = match &a.arg {
-                Some(e) => e.eval(row)?,
-                None => Value::Bool(true),
-            };
-            s.merge(St::one(k.kind, v), k)?;
-        }
+        super::exec::agg_row(aggs, kinds, states, row)?;
     }
+    Ok(())
+}
+
+/// Merges a worker's partial grouping (its pre-aggregation `cache` and hash aggregation
+/// `part`) into `main` (`sb`: a buffer for the encoded states).
+pub(super) fn merge_partial(mut cache: GroupCache, mut part: HashAgg<'_>, main: &mut HashAgg<'_>, sb: &mut Vec<u8>) -> Result<()> {
+    cache.flush(&mut part)?;
+    part.finish(&mut |key, states| {
+        sb.clear();
+        encode_states(&states, sb);
+        main.push(key, hash_bytes(key), sb)?;
+        Ok(true)
+    })?;
     Ok(())
 }
 
@@ -1034,14 +1041,8 @@ pub fn fused_grouped(bm: &BufferManager, input: &Plan, keys: &[BExpr], aggs: &[A
         let locals = morsels(scan.threads, scan.table.rows(bm)?, &init, &work)?;
         let proven = runs::proven(&locals.iter().filter_map(|l| l.4.as_ref()).collect::<Vec<_>>());
         let mut sb = Vec::new();
-        for (_, mut c, mut m, _, r) in locals {
-            c.flush(&mut m)?;
-            m.finish(&mut |key, states| {
-                sb.clear();
-                encode_states(&states, &mut sb);
-                main.push(key, hash_bytes(key), &sb)?;
-                Ok(true)
-            })?;
+        for (_, c, m, _, r) in locals {
+            merge_partial(c, m, main, &mut sb)?;
             if let Some(r) = r {
                 r.finish(proven, main)?;
             }
