@@ -8,7 +8,7 @@
 //! the same results.
 
 mod sql_common;
-use sql_common::assert_rows;
+use sql_common::{assert_rows, run_threads};
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
@@ -89,15 +89,7 @@ fn open(dir: &std::path::Path, pool: u64, f: &[Fact], d: &[Dim], e: &[Dim]) -> D
 }
 
 fn with(db: &Database, sql: &str, threads: usize) -> Vec<Vec<Value>> {
-    let mut p = strata::sql::prepare_in(&db.catalog(), Some(db.buffer()), sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
-    p.set_threads(threads);
-    let mut out = Vec::new();
-    p.execute(db.buffer(), &mut |row| {
-        out.push(row.to_vec());
-        Ok(true)
-    })
-    .unwrap_or_else(|e| panic!("{sql}: {e}"));
-    out
+    run_threads(db, sql, threads).unwrap_or_else(|e| panic!("{sql}: {e}"))
 }
 
 fn f64v(x: f64) -> Value {

@@ -10,7 +10,7 @@
 #![allow(clippy::type_complexity)] // reference tables of closures and tuples
 
 mod sql_common;
-use sql_common::{assert_rows, q, run};
+use sql_common::{assert_rows, q, run, run_threads};
 
 use strata::access::table::{Schema, Value};
 use strata::util::SplitMix64;
@@ -502,16 +502,7 @@ fn parallel_aggregation_matches_one_thread() {
     let dir = tempfile::tempdir().unwrap();
     let data = rows(7000);
     let db = open(dir.path(), &data);
-    let with = |sql: &str, threads: usize| -> Result<Vec<Vec<Value>>, strata::Error> {
-        let mut p = strata::sql::prepare(&db.catalog(), sql)?;
-        p.set_threads(threads);
-        let mut out = Vec::new();
-        p.execute(db.buffer(), &mut |row| {
-            out.push(row.to_vec());
-            Ok(true)
-        })?;
-        Ok(out)
-    };
+    let with = |sql: &str, threads: usize| run_threads(&db, sql, threads);
     for sql in [
         "SELECT count(*), sum(a), sum(a * b), avg(b), min(a), max(b - 1) FROM t",
         "SELECT count(*), sum(a) FROM t WHERE d >= DATE '1994-09-01' AND s LIKE '%a%'",
@@ -631,17 +622,7 @@ fn runs_of_equal_keys_stream_and_merge() {
         t.append(&mut tx, &vals).unwrap();
         tx.commit().unwrap();
     }
-    let with = |sql: &str, threads: usize| -> Vec<Vec<Value>> {
-        let mut p = strata::sql::prepare(&db.catalog(), sql).unwrap();
-        p.set_threads(threads);
-        let mut out = Vec::new();
-        p.execute(db.buffer(), &mut |row| {
-            out.push(row.to_vec());
-            Ok(true)
-        })
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
-        out
-    };
+    let with = |sql: &str, threads: usize| -> Vec<Vec<Value>> { run_threads(&db, sql, threads).unwrap_or_else(|e| panic!("{sql}: {e}")) };
     type Acc = (i64, i64, Option<i64>, Option<f64>, Option<i64>, Option<f64>, i64);
     for (ci, (name, keys)) in cols.iter().enumerate() {
         for filter in ["", " WHERE a > -700"] {

@@ -4,7 +4,7 @@
 //! reader: none of strata's SQL, import or date code decides an expected value).
 
 mod sql_common;
-use sql_common::{q as run, same};
+use sql_common::{q as run, run_threads, same};
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -775,14 +775,7 @@ fn tpch_queries_at_sf_001_match_a_naive_evaluation() {
         let want = reference(&d);
         check(name, &got, &want, ordered);
         // Again on three workers (parallel pipelines and aggregations where the plan has them).
-        let mut p = strata::sql::prepare_in(&db.catalog(), Some(db.buffer()), sql).unwrap();
-        p.set_threads(3);
-        let mut par = Vec::new();
-        p.execute(db.buffer(), &mut |row| {
-            par.push(row.to_vec());
-            Ok(true)
-        })
-        .unwrap_or_else(|e| panic!("{name} on 3 threads: {e}"));
+        let par = run_threads(&db, sql, 3).unwrap_or_else(|e| panic!("{name} on 3 threads: {e}"));
         check(&format!("{name} (3 threads)"), &par, &want, ordered);
     }
     let (aggs, builds) = strata::sql::pipeline::parallel_here();

@@ -164,19 +164,8 @@ impl Plan {
                 _ => sink(&[]),
             },
             Plan::Project { input, exprs } => {
-                // One reused row: literals set once; per row a plain column is copied into
-                // its slot (a string reuses the slot's buffer), anything else evaluated.
-                let mut out: Vec<Value> = exprs.iter().map(|e| if let BExpr::Lit(v) = e { v.clone() } else { Value::Null }).collect();
-                let live: Vec<(usize, &BExpr)> = exprs.iter().enumerate().filter(|(_, e)| !matches!(e, BExpr::Lit(_))).collect();
-                input.run(bm, &mut |row| {
-                    for &(k, e) in &live {
-                        match e {
-                            BExpr::Col(i, _) => assign(&mut out[k], row.get(*i).ok_or_else(|| corrupt("projected column"))?),
-                            e => out[k] = e.eval(row)?,
-                        }
-                    }
-                    sink(&out)
-                })
+                let mut out = Projection::new(exprs);
+                input.run(bm, &mut |row| sink(out.of(row)?))
             }
             Plan::Filter { input, pred } => input.run(bm, &mut |row| if holds(pred, row)? { sink(row) } else { Ok(true) }),
             Plan::Aggregate { input, aggs } => {
@@ -449,6 +438,34 @@ fn scan_estimate(bm: &BufferManager, table: &Table, filter: Option<&BExpr>) -> R
         None => (rows, rows),
         Some(f) => ((rows * sampled_share(bm, table, f)?).max(1.0), rows),
     })
+}
+
+/// The output row of a projection, reused from row to row: literals set once; per row a
+/// plain column is copied into its slot (a string reuses the slot's buffer), anything else
+/// evaluated.
+pub(super) struct Projection<'e> {
+    out: Vec<Value>,
+    live: Vec<(usize, &'e BExpr)>,
+}
+
+impl<'e> Projection<'e> {
+    pub(super) fn new(exprs: &'e [BExpr]) -> Projection<'e> {
+        Projection {
+            out: exprs.iter().map(|e| if let BExpr::Lit(v) = e { v.clone() } else { Value::Null }).collect(),
+            live: exprs.iter().enumerate().filter(|(_, e)| !matches!(e, BExpr::Lit(_))).collect(),
+        }
+    }
+
+    /// The projection of `row`.
+    pub(super) fn of(&mut self, row: &[Value]) -> Result<&[Value]> {
+        for &(k, e) in &self.live {
+            match e {
+                BExpr::Col(i, _) => assign(&mut self.out[k], row.get(*i).ok_or_else(|| corrupt("projected column"))?),
+                e => self.out[k] = e.eval(row)?,
+            }
+        }
+        Ok(&self.out)
+    }
 }
 
 /// Merges one row into the states of an aggregation without groups.

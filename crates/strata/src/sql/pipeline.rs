@@ -23,10 +23,10 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::agg::{AggKind, HashAgg, St};
-use super::exec::{agg_row, AggSpec, Plan, RowGroups, Sink};
+use super::exec::{agg_row, AggSpec, Plan, Projection, RowGroups, Sink};
 use super::expr::BExpr;
 use super::join::{self, Build, Built, Joined};
-use super::rows::{assign, corrupt};
+use super::rows::corrupt;
 use super::scan::ColScan;
 use super::vagg::{merge_partial, morsels, GroupCache};
 use crate::access::table::Value;
@@ -120,7 +120,7 @@ impl Shape<'_, '_> {
 enum Stage<'s, 'p, 'b> {
     Scan { scan: &'p ColScan },
     Filter { pred: &'p BExpr, input: Box<Stage<'s, 'p, 'b>> },
-    Project { exprs: &'p [BExpr], out: Vec<Value>, input: Box<Stage<'s, 'p, 'b>> },
+    Project { out: Projection<'p>, input: Box<Stage<'s, 'p, 'b>> },
     Probe { built: &'s Built<'p, 'b>, jr: Joined, kb: Vec<u8>, input: Box<Stage<'s, 'p, 'b>> },
 }
 
@@ -129,12 +129,7 @@ impl<'s, 'p, 'b> Stage<'s, 'p, 'b> {
         match shape {
             Shape::Scan(scan) => Stage::Scan { scan },
             Shape::Filter(pred, i) => Stage::Filter { pred, input: Box::new(Stage::of(i)) },
-            Shape::Project(exprs, i) => Stage::Project {
-                exprs,
-                // Literals set once; every other slot is written per row.
-                out: exprs.iter().map(|e| if let BExpr::Lit(v) = e { v.clone() } else { Value::Null }).collect(),
-                input: Box::new(Stage::of(i)),
-            },
+            Shape::Project(exprs, i) => Stage::Project { out: Projection::new(exprs), input: Box::new(Stage::of(i)) },
             Shape::Probe(built, i) => Stage::Probe { built, jr: built.joined(), kb: Vec::new(), input: Box::new(Stage::of(i)) },
         }
     }
@@ -144,16 +139,7 @@ impl<'s, 'p, 'b> Stage<'s, 'p, 'b> {
         match self {
             Stage::Scan { scan } => scan.run_range(bm, from, to, sink),
             Stage::Filter { pred, input } => input.run(bm, from, to, &mut |row| if pred.holds(row)? { sink(row) } else { Ok(true) }),
-            Stage::Project { exprs, out, input } => input.run(bm, from, to, &mut |row| {
-                for (o, e) in out.iter_mut().zip(exprs.iter()) {
-                    match e {
-                        BExpr::Lit(_) => {}
-                        BExpr::Col(i, _) => assign(o, row.get(*i).ok_or_else(|| corrupt("projected column"))?),
-                        e => *o = e.eval(row)?,
-                    }
-                }
-                sink(out)
-            }),
+            Stage::Project { out, input } => input.run(bm, from, to, &mut |row| sink(out.of(row)?)),
             Stage::Probe { built, jr, kb, input } => {
                 if built.leaf_scan().is_some() {
                     return built.probe_leaves(bm, jr, from, to, sink);

@@ -8,7 +8,13 @@ use strata::{Database, Error};
 
 /// The rows of `sql` on `db`, or its error.
 pub fn run(db: &Database, sql: &str) -> Result<Vec<Vec<Value>>, Error> {
-    let q = strata::sql::prepare_in(&db.catalog(), Some(db.buffer()), sql)?;
+    run_threads(db, sql, 1)
+}
+
+/// [`run`] with up to `threads` workers (`Prepared::set_threads`).
+pub fn run_threads(db: &Database, sql: &str, threads: usize) -> Result<Vec<Vec<Value>>, Error> {
+    let mut q = strata::sql::prepare_in(&db.catalog(), Some(db.buffer()), sql)?;
+    q.set_threads(threads);
     let mut out = Vec::new();
     q.execute(db.buffer(), &mut |row| {
         out.push(row.to_vec());
