@@ -873,20 +873,19 @@ impl<'a> LeafView<'a> {
                 }
             }
             ColumnType::Str | ColumnType::Bytes => {
+                let Some(&z) = sel.last() else { return true };
+                let Some(headers) = p.get(at..at + (z as usize + 1) * 16) else {
+                    ok.fill(false);
+                    return true;
+                };
                 for ((o, k), &i) in out.iter_mut().zip(ok.iter_mut()).zip(sel) {
                     // The 16-byte header: the length, then (at most 12 bytes) the string.
-                    let h = at + i as usize * 16;
-                    let Some(w) = p.get(h..h + 16) else {
-                        *k = false;
-                        continue;
-                    };
-                    let w = u128::from_le_bytes(w.try_into().unwrap());
+                    // No branch on the length: a longer string's code is not `ok`.
+                    let h = i as usize * 16;
+                    let w = u128::from_le_bytes(headers[h..h + 16].try_into().unwrap());
                     let len = w as u32;
-                    if len > 7 {
-                        *k = false;
-                        continue;
-                    }
-                    let bytes = (w >> 32) as u64 & ((1u64 << (8 * len)) - 1);
+                    *k &= len <= 7;
+                    let bytes = (w >> 32) as u64 & ((1u64 << (8 * len.min(7))) - 1);
                     *o = len as u64 | bytes << 8;
                 }
             }
