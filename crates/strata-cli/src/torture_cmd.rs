@@ -205,8 +205,9 @@ fn run_bank(dir: &Path, config: Config, accounts: u64, threads: usize, seed: u64
     Ok(())
 }
 
-/// Lock wait of the tree workload's transactions: short, so that deadlocks between writers
-/// of shared leaves (page locks are held to the end) are broken quickly and retried.
+/// Lock wait of the tree workload's transactions: short, so that a writer stuck behind a
+/// long transaction gives up quickly and retries (deadlocks between writers of shared
+/// leaves are refused at once, without waiting for it).
 const TREE_LOCK_WAIT: Duration = Duration::from_millis(100);
 
 fn run_tree(dir: &Path, config: Config, threads: usize, seed: u64, seconds: Option<f64>) -> Result<(), Error> {

@@ -106,6 +106,18 @@ pub enum Error {
     #[error("lock wait on page {pid} timed out after {waited_ms} ms (held by another transaction): abort and retry")]
     LockTimeout { pid: PageId, waited_ms: u64 },
 
+    /// Transaction `txid` asked for the lock of `pid`, and waiting for it would have closed
+    /// a cycle of transactions each waiting for the next (`cycle`: `txid` first, each
+    /// waiting for the one after it, the last for `txid`), none of which could ever go on.
+    /// The requester was chosen as the victim: it should roll back (which releases its
+    /// locks and lets the others go on) and retry.
+    #[error(
+        "deadlock: transaction {txid} waiting for page {pid} would close the waits-for cycle {}; \
+         it was chosen as the victim: roll it back and retry",
+        Cycle(cycle)
+    )]
+    Deadlock { pid: PageId, txid: u64, cycle: Vec<u64> },
+
     /// The transaction can no longer be used (it failed or was already ended).
     #[error("transaction {txid} is no longer active: {reason}")]
     TransactionEnded { txid: u64, reason: &'static str },
@@ -132,8 +144,30 @@ impl Error {
         }
     }
 
+    /// Whether the error is a lost lock conflict ([`Error::LockTimeout`] or
+    /// [`Error::Deadlock`]): nothing is wrong with the transaction's work, another one was
+    /// in the way. Roll the transaction back and retry it.
+    pub fn is_lock_conflict(&self) -> bool {
+        matches!(self, Error::LockTimeout { .. } | Error::Deadlock { .. })
+    }
+
     /// Builds a [`Error::Corruption`].
     pub fn corruption(file: impl Into<PathBuf>, page: Option<PageId>, reason: impl Into<String>) -> Self {
         Error::Corruption { file: file.into(), page, reason: reason.into() }
+    }
+}
+
+/// Shows a waits-for cycle as `7 -> 9 -> 7` (back to its first transaction).
+struct Cycle<'a>(&'a [u64]);
+
+impl std::fmt::Display for Cycle<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for t in self.0 {
+            write!(f, "{t} -> ")?;
+        }
+        match self.0.first() {
+            Some(t) => write!(f, "{t}"),
+            None => Ok(()),
+        }
     }
 }

@@ -243,7 +243,8 @@ fn writers_and_readers_at_once_keep_every_invariant() {
                     let mut rolled_back = false;
                     loop {
                         let mut tx = db.begin();
-                        // Deadlocks between writers are broken by lock timeouts.
+                        // Deadlocks between writers are refused at once (`Deadlock`); the
+                        // short wait bounds the other waits.
                         tx.set_lock_wait(std::time::Duration::from_millis(50));
                         let r = (0..PER).try_for_each(|i| tree.insert(&mut tx, &key(w, b, i), &val(&key(w, b, i))));
                         match r {
@@ -254,7 +255,7 @@ fn writers_and_readers_at_once_keep_every_invariant() {
                                 continue;
                             }
                             Ok(()) => tx.commit().unwrap(),
-                            Err(Error::LockTimeout { .. }) => {
+                            Err(e) if e.is_lock_conflict() => {
                                 drop(tx);
                                 // Back off for a moment so that the winner can finish.
                                 let n = retries.fetch_add(1, Ordering::Relaxed);
@@ -622,7 +623,7 @@ fn removals_merge_inner_nodes_while_others_read_and_write() {
     let done = Arc::new(AtomicBool::new(false));
     let retries = AtomicU64::new(0);
     let retries = &retries;
-    // Runs `batch` in transactions until one commits (lock timeouts break deadlocks);
+    // Runs `batch` in transactions until one commits (after a lock timeout or deadlock);
     // every 5th batch is rolled back once first.
     let run = |db: &Database, n: u64, batch: &dyn Fn(&mut strata::Transaction<'_>) -> strata::Result<()>| {
         let mut rolled_back = false;
@@ -635,7 +636,7 @@ fn removals_merge_inner_nodes_while_others_read_and_write() {
                     rolled_back = true;
                 }
                 Ok(()) => return tx.commit().unwrap(),
-                Err(Error::LockTimeout { .. }) => {
+                Err(e) if e.is_lock_conflict() => {
                     drop(tx);
                     let r = retries.fetch_add(1, Ordering::Relaxed);
                     std::thread::sleep(std::time::Duration::from_micros(50 + (r * 7919 + n * 104_729) % 500));

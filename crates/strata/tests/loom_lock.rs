@@ -6,7 +6,9 @@
 //! page its holder frees (free, then release) is refused it, never granted the lock of an
 //! unallocated page; (c) an allocation that takes the lock with `grant_fresh` before it
 //! sets the allocation bit, racing an acquire of the same page and the freer's release,
-//! never lets the acquirer hold the page together with the allocating transaction.
+//! never lets the acquirer hold the page together with the allocating transaction; (d) two
+//! transactions locking two pages in opposite orders never both block: when their waits
+//! would close a cycle, one of them is refused with `Deadlock` and the other goes on.
 //!
 //! Under loom a timed wait ends at a notification only and the lock table counts each
 //! wakeup that finds the lock still taken as one millisecond (see `txn::lock`), so a wait
@@ -229,6 +231,52 @@ fn a_fresh_lock_is_not_shared_with_an_acquirer() {
         freer.join().unwrap();
         allocator.join().unwrap();
         acquirer.join().unwrap();
+        assert!(t.is_empty(), "a lock outlived its release");
+    });
+}
+
+/// (d) Transactions 1 and 2 lock pages 0 and 1 in opposite orders, each waiting as long as
+/// it takes. However their steps interleave, neither waits forever (loom would report the
+/// deadlock): either they did not overlap and both are granted both pages, or the one
+/// whose wait would close the cycle is refused with `Deadlock` (the cycle: itself, then the
+/// other), releases its page, and the other is granted both. They never both fail, never
+/// use a page together, and the table is empty at the end.
+#[test]
+fn opposite_orders_end_with_one_victim_or_none() {
+    model(|| {
+        let t = Arc::new(LockTable::default());
+        let users = Arc::new(Users::new(2));
+        let sides: Vec<_> = [(1u64, 0u64, 1u64), (2, 1, 0)]
+            .into_iter()
+            .map(|(me, first, second)| {
+                let (t, users) = (t.clone(), users.clone());
+                thread::spawn(move || {
+                    let mut held = Vec::new();
+                    let mut r = Ok(());
+                    for i in [first, second] {
+                        match t.acquire(page(i), me, LONG, &any) {
+                            Ok(Grant::Taken) => {
+                                users.claim(i, me);
+                                held.push(i);
+                            }
+                            Err(Error::Deadlock { pid, txid, cycle }) => {
+                                assert_eq!((pid, txid, cycle), (page(i), me, vec![me, 3 - me]));
+                                r = Err(());
+                                break;
+                            }
+                            r => panic!("tx {me} on page {i}: {r:?}"),
+                        }
+                    }
+                    for &i in &held {
+                        users.give_back(i, me);
+                    }
+                    t.release(me, &held.iter().map(|&i| page(i)).collect::<Vec<_>>());
+                    r
+                })
+            })
+            .collect();
+        let failed = sides.into_iter().map(|s| s.join().unwrap()).filter(|r| r.is_err()).count();
+        assert!(failed <= 1, "both transactions were refused");
         assert!(t.is_empty(), "a lock outlived its release");
     });
 }

@@ -28,7 +28,7 @@ use std::time::Instant;
 use serde_json::{json, Map, Value};
 use strata::storage::backend::{IoBufMut, OpenMode, StorageBackend, StorageFile};
 use strata::storage::FileBackend;
-use strata::{Config, Database, Error, PageId, Transaction, PAGE_HEADER_SIZE};
+use strata::{Config, Database, PageId, Transaction, PAGE_HEADER_SIZE};
 
 use super::Ctx;
 use crate::harness::{figures, measure, RunCfg, Step};
@@ -317,7 +317,7 @@ fn commit_measure(s: &CommitSetup<'_>, group: bool, cfg: &RunCfg, seed: u64) -> 
             loop {
                 match bump(&db, [a, b]) {
                     Ok(()) => return Ok(Step::Did { bytes: 16 }),
-                    Err(Error::LockTimeout { .. }) => {
+                    Err(e) if e.is_lock_conflict() => {
                         retries.fetch_add(1, Ordering::Relaxed);
                     }
                     Err(e) => return Err(EngineError::from(e)),

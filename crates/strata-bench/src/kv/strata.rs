@@ -3,9 +3,10 @@
 //! transaction, no latch written), every change a logged write of a transaction whose
 //! commit waits for the log's fsync (group commit).
 //!
-//! A transaction locks every page it changes until it ends, and a lock wait that lasts
-//! [`LOCK_WAIT`] is how deadlocks between writers are broken: the batch is rolled back and
-//! retried after a short random pause (counted in `lock_retries`).
+//! A transaction locks every page it changes until it ends. A lock wait that would close a
+//! deadlock between writers is refused at once (`strata::Error::Deadlock`), and one that lasts
+//! [`LOCK_WAIT`] times out: either way the batch is rolled back and retried after a short
+//! random pause (counted in `lock_retries`).
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,7 +14,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 use strata::access::btree::BTree;
-use strata::{Config, Database, Error};
+use strata::{Config, Database};
 
 use super::{Key, KvSession, KvStore, Val};
 use crate::workload::Rng;
@@ -99,7 +100,7 @@ impl KvSession for Session<'_> {
             let r = entries.iter().try_for_each(|(k, v)| kv.tree.insert(&mut tx, k, v));
             match r {
                 Ok(()) => return Ok(tx.commit()?),
-                Err(Error::LockTimeout { .. }) => {
+                Err(e) if e.is_lock_conflict() => {
                     // Roll back (drop), then let the other writer finish before retrying.
                     drop(tx);
                     kv.lock_retries.fetch_add(1, Ordering::Relaxed);
@@ -108,6 +109,6 @@ impl KvSession for Session<'_> {
                 Err(e) => return Err(e.into()),
             }
         }
-        Err(EngineError(format!("a batch of {} inserts hit lock timeouts {MAX_RETRIES} times in a row", entries.len())))
+        Err(EngineError(format!("a batch of {} inserts lost a lock conflict (timeout or deadlock) {MAX_RETRIES} times in a row", entries.len())))
     }
 }

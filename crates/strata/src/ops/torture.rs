@@ -165,7 +165,7 @@ pub enum Outcome {
     Committed(u64),
     /// Rolled back on purpose (to exercise rollback).
     Aborted,
-    /// A lock wait timed out; rolled back (retry).
+    /// A lock wait timed out or would have closed a deadlock; rolled back (retry).
     Conflict,
 }
 
@@ -217,7 +217,8 @@ pub fn transfer(bm: &BufferManager, locks: &LockTable, bank: &Bank, slot: usize,
 }
 
 /// Ends a workload's transaction by what its body returned: `Some(seq)` commits, `None`
-/// rolls back on purpose, a lock timeout rolls back for a retry; other errors are returned.
+/// rolls back on purpose, a lock timeout or deadlock rolls back for a retry; other errors are
+/// returned.
 pub(crate) fn finish(tx: Transaction<'_>, body: Result<Option<u64>>) -> Result<Outcome> {
     match body {
         Ok(Some(s)) => {
@@ -228,7 +229,7 @@ pub(crate) fn finish(tx: Transaction<'_>, body: Result<Option<u64>>) -> Result<O
             tx.abort()?;
             Ok(Outcome::Aborted)
         }
-        Err(Error::LockTimeout { .. }) => {
+        Err(e) if e.is_lock_conflict() => {
             drop(tx);
             Ok(Outcome::Conflict)
         }

@@ -136,7 +136,7 @@ pub fn run_tx(
         let q = seq.fetch_add(1, Ordering::Relaxed) + 1;
         meta[..8].copy_from_slice(&q.to_le_bytes());
         tree.insert(&mut tx, &meta_key(s), &meta).map_err(|e| match e {
-            Error::LockTimeout { .. } => Error::Inconsistent("the progress key's leaf was not locked by its transaction".into()),
+            e if e.is_lock_conflict() => Error::Inconsistent("the progress key's leaf was not locked by its transaction".into()),
             e => e,
         })?;
         Ok(Some(q))

@@ -5,7 +5,23 @@
 //! still be rolled back (undo restores byte ranges, which is only correct if nobody else
 //! changed them meanwhile). Locks are exclusive and taken before any latch; a transaction
 //! never waits for a lock while it holds a latch. A wait that exceeds the timeout returns
-//! [`Error::LockTimeout`]: that is how deadlocks are broken (the caller aborts and retries).
+//! [`Error::LockTimeout`] (the caller aborts and retries).
+//!
+//! # Deadlocks
+//! Transactions that lock pages in different orders (B+-tree inserts of random keys from
+//! several threads) can wait for each other in a cycle. Such a wait is refused at once
+//! with [`Error::Deadlock`] rather than left to time out: since locks are exclusive, a
+//! waiting transaction waits for exactly one other, the holder of the page it asked for,
+//! so the table keeps, under its mutex, the page each waiting transaction waits for (the
+//! waits-for graph, in which every transaction has at most one outgoing edge) and, before
+//! a transaction waits and at each of its wakeups, follows the chain of holders from the
+//! page it wants. A chain that leads back to the requester is a cycle, and the requester,
+//! the transaction that would close it, is the victim: it holds no latch while it asks
+//! (see above), so it can roll back at once, which releases its locks and lets the others
+//! go on. Every cycle is found this way, by the transaction whose wait would close it: a
+//! cycle's last edge appears either when a transaction starts to wait (and looks first) or
+//! when a transaction takes a page others wait for (it is running then, not waiting, and
+//! looks when it asks for a lock of theirs).
 //!
 //! # Locks of freed pages
 //! Only an allocated page can be locked: [`LockTable::acquire`] checks, under the table's
@@ -59,8 +75,41 @@ impl Instant {
 /// The lock table shared by all transactions of a database.
 #[derive(Default)]
 pub struct LockTable {
-    owners: Mutex<HashMap<PageId, u64>>,
+    table: Mutex<Table>,
     released: Condvar,
+}
+
+/// The state behind [`LockTable`]'s mutex.
+#[derive(Default)]
+struct Table {
+    /// The holder of each locked page.
+    owners: HashMap<PageId, u64>,
+    /// The page each waiting transaction waits for: its edge of the waits-for graph leads
+    /// to that page's holder in `owners`. Kept as the page rather than the holder, so that
+    /// the edge follows the lock when it changes hands while the waiter sleeps (released
+    /// to another waiter, or replaced by [`LockTable::grant_fresh`]).
+    waits: HashMap<u64, PageId>,
+}
+
+impl Table {
+    /// The waits-for cycle that `txid` would close by waiting for `holder`: `txid`, then
+    /// each transaction in the chain of holders that leads back to it; `None` if the chain
+    /// ends at a transaction that is not waiting (or at a page that is free now). The walk
+    /// takes at most one step per waiting transaction, so a cycle that does not pass
+    /// through `txid` (only possible for a moment, before its own closer looks) cannot keep
+    /// it going.
+    fn cycle(&self, txid: u64, holder: u64) -> Option<Vec<u64>> {
+        let mut cycle = vec![txid];
+        let mut t = holder;
+        for _ in 0..=self.waits.len() {
+            if t == txid {
+                return Some(cycle);
+            }
+            cycle.push(t);
+            t = *self.owners.get(self.waits.get(&t)?)?;
+        }
+        None
+    }
 }
 
 /// What [`LockTable::acquire`] did.
@@ -78,31 +127,45 @@ pub enum Grant {
 impl LockTable {
     /// Locks `pid` for transaction `txid`, waiting at most `wait` for another holder.
     /// `allocated` says whether a page is allocated; it is asked under the table's mutex
-    /// before a free lock is granted, and a page it denies is not locked.
+    /// before a free lock is granted, and a page it denies is not locked. A wait that would
+    /// close a cycle of waiting transactions is refused with [`Error::Deadlock`] (`txid` is
+    /// the victim: it should roll back); a wait of `Duration::ZERO` never waits, so it
+    /// times out rather than reporting a deadlock.
     pub fn acquire(&self, pid: PageId, txid: u64, wait: Duration, allocated: &dyn Fn(PageId) -> bool) -> Result<Grant> {
         let start = Instant::now();
-        let mut owners = self.owners.lock();
-        loop {
-            match owners.get(&pid) {
-                None if !allocated(pid) => return Ok(Grant::NotAllocated),
+        let mut table = self.table.lock();
+        let mut waited = false;
+        let r = loop {
+            match table.owners.get(&pid) {
+                None if !allocated(pid) => break Ok(Grant::NotAllocated),
                 None => {
-                    owners.insert(pid, txid);
-                    return Ok(Grant::Taken);
+                    table.owners.insert(pid, txid);
+                    break Ok(Grant::Taken);
                 }
-                Some(&o) if o == txid => return Ok(Grant::Held),
-                Some(_) => {
+                Some(&o) if o == txid => break Ok(Grant::Held),
+                Some(&o) => {
                     let left = wait.saturating_sub(start.elapsed());
                     if left.is_zero() {
-                        return Err(Error::LockTimeout { pid, waited_ms: start.elapsed().as_millis() as u64 });
+                        break Err(Error::LockTimeout { pid, waited_ms: start.elapsed().as_millis() as u64 });
                     }
+                    // Looked at again at each wakeup: the holder may have changed meanwhile.
+                    if let Some(cycle) = table.cycle(txid, o) {
+                        break Err(Error::Deadlock { pid, txid, cycle });
+                    }
+                    table.waits.insert(txid, pid);
+                    waited = true;
                     // Timed out or not, the loop looks again (and gives up when the wait is
                     // spent and the lock still taken).
-                    let _ = self.released.wait_for(&mut owners, left);
+                    let _ = self.released.wait_for(&mut table, left);
                     #[cfg(loom)]
                     start.woke();
                 }
             }
+        };
+        if waited {
+            table.waits.remove(&txid);
         }
+        r
     }
 
     /// Locks the newly allocated page `pid` for `txid`, without waiting. The caller (the
@@ -112,7 +175,7 @@ impl LockTable {
     /// locks): it is replaced, and that transaction's release leaves the new owner's lock
     /// alone. Returns the replaced owner.
     pub fn grant_fresh(&self, pid: PageId, txid: u64) -> Option<u64> {
-        self.owners.lock().insert(pid, txid).filter(|&o| o != txid)
+        self.table.lock().owners.insert(pid, txid).filter(|&o| o != txid)
     }
 
     /// Releases the locks `txid` holds on `pids`.
@@ -120,25 +183,25 @@ impl LockTable {
         if pids.is_empty() {
             return;
         }
-        let mut owners = self.owners.lock();
+        let mut table = self.table.lock();
         for pid in pids {
-            if owners.get(pid) == Some(&txid) {
-                owners.remove(pid);
+            if table.owners.get(pid) == Some(&txid) {
+                table.owners.remove(pid);
             }
         }
-        drop(owners);
+        drop(table);
         self.released.notify_all();
     }
 
     /// The transaction holding the lock of `pid`.
     #[cfg(test)]
     pub(crate) fn owner(&self, pid: PageId) -> Option<u64> {
-        self.owners.lock().get(&pid).copied()
+        self.table.lock().owners.get(&pid).copied()
     }
 
     /// Number of locked pages.
     pub fn len(&self) -> usize {
-        self.owners.lock().len()
+        self.table.lock().owners.len()
     }
 
     /// Whether no page is locked.
@@ -227,5 +290,172 @@ mod tests {
         assert_eq!(t.acquire(p, 3, Duration::ZERO, &any).unwrap(), Grant::Held);
         t.release(3, &[p]);
         assert_eq!(t.acquire(p, 2, Duration::ZERO, &any).unwrap(), Grant::Taken);
+    }
+
+    /// Long enough that a test that finishes did not wait for it.
+    const LONG: Duration = Duration::from_secs(30);
+
+    /// Waits until `txid` sleeps in a lock wait.
+    fn until_waiting(t: &LockTable, txid: u64) {
+        while !t.table.lock().waits.contains_key(&txid) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Two transactions lock two pages in opposite orders: the second to ask closes the
+    /// cycle and is refused at once with the cycle (itself, then the other); once it
+    /// releases its lock, the other is granted it.
+    #[test]
+    fn opposite_orders_deadlock_and_one_goes_on() {
+        let t = Arc::new(LockTable::default());
+        let (a, b) = (PageId::new(0, false, 1), PageId::new(0, false, 2));
+        let barrier = Arc::new(std::sync::Barrier::new(2));
+        let start = std::time::Instant::now();
+        let run = |me: u64, first: PageId, second: PageId| {
+            let (t, barrier) = (t.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                assert_eq!(t.acquire(first, me, LONG, &any).unwrap(), Grant::Taken);
+                barrier.wait();
+                let r = t.acquire(second, me, LONG, &any);
+                t.release(me, &[first, second]);
+                r
+            })
+        };
+        let (one, two) = (run(1, a, b), run(2, b, a));
+        let results = [one.join().unwrap(), two.join().unwrap()];
+        assert!(start.elapsed() < LONG / 2, "the deadlock waited {:?}", start.elapsed());
+        let victims: Vec<u64> = results
+            .iter()
+            .filter_map(|r| match r {
+                Err(Error::Deadlock { txid, cycle, .. }) => {
+                    assert_eq!(*cycle, vec![*txid, 3 - *txid]);
+                    Some(*txid)
+                }
+                Ok(g) => {
+                    assert_eq!(*g, Grant::Taken);
+                    None
+                }
+                Err(e) => panic!("{e}"),
+            })
+            .collect();
+        assert_eq!(victims.len(), 1, "{results:?}");
+        assert!(t.is_empty() && t.table.lock().waits.is_empty());
+    }
+
+    /// 1 waits for 2, 2 for 3: 3 asking for 1's page closes a cycle of three.
+    #[test]
+    fn a_cycle_of_three_is_found() {
+        let t = Arc::new(LockTable::default());
+        let p = |i| PageId::new(0, false, i);
+        for me in 1..=3 {
+            t.acquire(p(me), me, Duration::ZERO, &any).unwrap();
+        }
+        // Each waits for the next one's page, then releases both of its own.
+        let waiter = |me: u64| {
+            let t = t.clone();
+            std::thread::spawn(move || {
+                let r = t.acquire(p(me + 1), me, LONG, &any);
+                t.release(me, &[p(me), p(me + 1)]);
+                r
+            })
+        };
+        let one = waiter(1);
+        until_waiting(&t, 1);
+        let two = waiter(2);
+        until_waiting(&t, 2);
+        match t.acquire(p(1), 3, LONG, &any) {
+            Err(Error::Deadlock { pid, txid: 3, cycle }) => {
+                assert_eq!(pid, p(1));
+                assert_eq!(cycle, vec![3, 1, 2]);
+            }
+            r => panic!("{r:?}"),
+        }
+        // The victim rolls back: the others go on.
+        t.release(3, &[p(3)]);
+        assert_eq!(two.join().unwrap().unwrap(), Grant::Taken);
+        assert_eq!(one.join().unwrap().unwrap(), Grant::Taken);
+        assert!(t.is_empty());
+    }
+
+    /// 1 waits for 2, which waits for 3, which is not waiting: a chain, not a cycle. A
+    /// fourth transaction asking for 2's page times out (its wait is short) rather than
+    /// being told of a deadlock, and once 3 releases, everyone is granted their lock.
+    #[test]
+    fn a_chain_is_not_a_deadlock() {
+        let t = Arc::new(LockTable::default());
+        let p = |i| PageId::new(0, false, i);
+        for me in 1..=3 {
+            t.acquire(p(me), me, Duration::ZERO, &any).unwrap();
+        }
+        let waiter = |me: u64| {
+            let t = t.clone();
+            std::thread::spawn(move || {
+                let r = t.acquire(p(me + 1), me, LONG, &any);
+                t.release(me, &[p(me), p(me + 1)]);
+                r
+            })
+        };
+        let one = waiter(1);
+        until_waiting(&t, 1);
+        let two = waiter(2);
+        until_waiting(&t, 2);
+        assert!(matches!(t.acquire(p(2), 4, Duration::from_millis(20), &any), Err(Error::LockTimeout { .. })));
+        assert_eq!(t.acquire(p(4), 3, LONG, &any).unwrap(), Grant::Taken);
+        t.release(3, &[p(3), p(4)]);
+        assert_eq!(two.join().unwrap().unwrap(), Grant::Taken);
+        assert_eq!(one.join().unwrap().unwrap(), Grant::Taken);
+        assert!(t.is_empty() && t.table.lock().waits.is_empty());
+    }
+
+    /// A waiter's edge follows the lock of its page: 2 waits for page 7, whose freer 1's
+    /// entry a fresh allocation by 3 replaces; 3 asking for 2's page then closes a cycle
+    /// with 2, not with 1.
+    #[test]
+    fn the_waits_for_edge_follows_a_fresh_lock() {
+        let t = Arc::new(LockTable::default());
+        let (p, q) = (PageId::new(0, false, 7), PageId::new(0, false, 8));
+        t.acquire(p, 1, Duration::ZERO, &any).unwrap();
+        t.acquire(q, 2, Duration::ZERO, &any).unwrap();
+        let t2 = t.clone();
+        let waiter = std::thread::spawn(move || {
+            let r = t2.acquire(p, 2, LONG, &any);
+            t2.release(2, &[p, q]);
+            r
+        });
+        until_waiting(&t, 2);
+        assert_eq!(t.grant_fresh(p, 3), Some(1));
+        t.release(1, &[p]);
+        match t.acquire(q, 3, LONG, &any) {
+            Err(Error::Deadlock { cycle, .. }) => assert_eq!(cycle, vec![3, 2]),
+            r => panic!("{r:?}"),
+        }
+        t.release(3, &[p]);
+        assert_eq!(waiter.join().unwrap().unwrap(), Grant::Taken);
+        assert!(t.is_empty());
+    }
+
+    /// A cycle that does not pass through the requester (only possible for a moment) ends
+    /// the walk rather than keeping it going.
+    #[test]
+    fn a_cycle_beside_the_requester_ends_the_walk() {
+        let (a, b) = (PageId::new(0, false, 1), PageId::new(0, false, 2));
+        let table = Table { owners: HashMap::from([(a, 1), (b, 2)]), waits: HashMap::from([(1, b), (2, a)]) };
+        assert_eq!(table.cycle(3, 1), None);
+        assert_eq!(table.cycle(1, 2), Some(vec![1, 2]));
+    }
+
+    /// A wait of zero (`Transaction::try_lock`) never waits, so it is never a deadlock.
+    #[test]
+    fn a_zero_wait_times_out_rather_than_deadlocks() {
+        let t = Arc::new(LockTable::default());
+        let (a, b) = (PageId::new(0, false, 1), PageId::new(0, false, 2));
+        t.acquire(a, 1, Duration::ZERO, &any).unwrap();
+        t.acquire(b, 2, Duration::ZERO, &any).unwrap();
+        let t2 = t.clone();
+        let waiter = std::thread::spawn(move || t2.acquire(b, 1, LONG, &any));
+        until_waiting(&t, 1);
+        assert!(matches!(t.acquire(a, 2, Duration::ZERO, &any), Err(Error::LockTimeout { .. })));
+        t.release(2, &[b]);
+        assert_eq!(waiter.join().unwrap().unwrap(), Grant::Taken);
     }
 }

@@ -10,8 +10,9 @@
 //! ```
 //!
 //! * **Isolation.** Every page a transaction reads or writes is locked (exclusively) until it
-//!   ends ([`lock`]); a lock wait that times out returns [`Error::LockTimeout`] and the
-//!   caller should abort and retry.
+//!   ends ([`lock`]); a lock wait that times out returns [`Error::LockTimeout`], one that
+//!   would close a cycle of waiting transactions returns [`Error::Deadlock`] at once, and
+//!   the caller should abort and retry ([`Error::is_lock_conflict`]).
 //! * **Atomicity.** Every change is logged before it is applied (byte range, before and
 //!   after image); a rollback applies the before-images in reverse, logging compensation
 //!   records. Pages may be evicted (written) before commit (steal): the log is flushed up to
@@ -127,6 +128,7 @@ impl<'a> Transaction<'a> {
     /// transaction holds it now (for best-effort work such as merging B+-tree leaves, which
     /// is skipped rather than waited for; also `false` for a page no longer allocated).
     pub(crate) fn try_lock(&mut self, pid: PageId) -> Result<bool> {
+        // A wait of zero never waits, so it is refused with a timeout, never a deadlock.
         match self.lock_within(pid, Duration::ZERO) {
             Err(Error::LockTimeout { .. }) => Ok(false),
             r => r,
