@@ -111,8 +111,9 @@ enum VPred {
 enum Pattern {
     /// Only literal characters and `%`: the pieces between the `%`s, whether the pattern
     /// starts and ends with `%`. Matched on bytes (UTF-8 makes a byte match of a literal
-    /// piece a character match).
-    Pieces { pieces: Vec<Vec<u8>>, open_start: bool, open_end: bool },
+    /// piece a character match). Each piece's searcher is built once (building one per
+    /// search cost as much as the search, on strings of a few dozen bytes).
+    Pieces { pieces: Vec<memchr::memmem::Finder<'static>>, open_start: bool, open_end: bool },
     /// Anything else: [`like`].
     General { pattern: String, escape: Option<char> },
 }
@@ -122,8 +123,8 @@ impl Pattern {
         if p.contains('_') || escape.is_some_and(|e| p.contains(e)) {
             return Pattern::General { pattern: p.to_owned(), escape };
         }
-        let pieces: Vec<Vec<u8>> = p.split('%').map(|s| s.as_bytes().to_vec()).collect();
-        Pattern::Pieces { open_start: p.starts_with('%'), open_end: p.ends_with('%'), pieces: pieces.into_iter().filter(|x| !x.is_empty()).collect() }
+        let pieces = p.split('%').filter(|s| !s.is_empty()).map(|s| memchr::memmem::Finder::new(s.as_bytes()).into_owned()).collect();
+        Pattern::Pieces { open_start: p.starts_with('%'), open_end: p.ends_with('%'), pieces }
     }
 
     fn matches(&self, t: &[u8]) -> Option<bool> {
@@ -137,7 +138,7 @@ impl Pattern {
                 let mut hi = t.len();
                 let mut inner = &pieces[..];
                 if !open_start {
-                    let first = &pieces[0];
+                    let first = pieces[0].needle();
                     if !t.starts_with(first) {
                         return Some(false);
                     }
@@ -149,6 +150,7 @@ impl Pattern {
                         // One piece, no % at all: the whole text.
                         return Some(lo == t.len());
                     };
+                    let last = last.needle();
                     if t.len() < lo + last.len() || !t.ends_with(last) {
                         return Some(false);
                     }
@@ -156,8 +158,8 @@ impl Pattern {
                     inner = rest;
                 }
                 for piece in inner {
-                    match find(&t[lo..hi], piece) {
-                        Some(at) => lo += at + piece.len(),
+                    match piece.find(&t[lo..hi]) {
+                        Some(at) => lo += at + piece.needle().len(),
                         None => return Some(false),
                     }
                 }
@@ -166,10 +168,6 @@ impl Pattern {
             Pattern::General { pattern, escape } => Some(like(std::str::from_utf8(t).ok()?, pattern, *escape)),
         }
     }
-}
-
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    memchr::memmem::find(hay, needle)
 }
 
 fn comparable_lit(ty: ColumnType, v: &Value) -> bool {
@@ -489,8 +487,27 @@ fn key_filter(kf: &KeyFilter, lf: &LeafView<'_>, all: &mut [u64], kb: &mut Vec<u
     if let [c] = kf.cols[..] {
         let ty = lf.schema.columns[c].ty;
         if matches!(ty, ColumnType::I64 | ColumnType::Date) {
-            let hash = |i: usize| if ty == ColumnType::I64 { i64_key_hash(lf.i64_at(c, i)) } else { date_key_hash(lf.date_at(c, i)) };
-            return Ok(clear_unmatched(all, |w| lf.null_word(c, w), |i| kf.may_contain(hash(i))));
+            let value = |i: usize| if ty == ColumnType::I64 { lf.i64_at(c, i) } else { lf.date_at(c, i) as i64 };
+            let hash = |v: i64| if ty == ColumnType::I64 { i64_key_hash(v) } else { date_key_hash(v as i32) };
+            // The answer for the row before, reused while the key repeats (a table stored in
+            // the key's order, as line items by order key: a few rows per key, and each
+            // test is a cache miss in a filter larger than the cache).
+            let mut before: Option<(i64, bool)> = None;
+            return Ok(clear_unmatched(
+                all,
+                |w| lf.null_word(c, w),
+                |i| {
+                    let v = value(i);
+                    match before {
+                        Some((b, may)) if b == v => may,
+                        _ => {
+                            let may = kf.may_contain(hash(v));
+                            before = Some((v, may));
+                            may
+                        }
+                    }
+                },
+            ));
         }
     }
     // Integer, double and date columns: the key's encoding on the stack.
@@ -528,7 +545,7 @@ fn key_filter(kf: &KeyFilter, lf: &LeafView<'_>, all: &mut [u64], kb: &mut Vec<u
 /// Clears the bits of `all` whose rows are NULL (`nulls(w)`: the NULL bits of word `w`) or
 /// fail `test`; returns how many rows it tested and how many it cleared.
 #[inline]
-fn clear_unmatched(all: &mut [u64], nulls: impl Fn(usize) -> u64, test: impl Fn(usize) -> bool) -> (u64, u64) {
+fn clear_unmatched(all: &mut [u64], nulls: impl Fn(usize) -> u64, mut test: impl FnMut(usize) -> bool) -> (u64, u64) {
     let (mut tested, mut dropped) = (0, 0);
     for (w, x) in all.iter_mut().enumerate() {
         if *x == 0 {
