@@ -1014,7 +1014,7 @@ fn joins_with_a_larger_pool() {
 /// Join filters pushed into probe scans (inner and semi joins, NOT EXISTS that marks a
 /// left build side) drop the rows whose keys are not in the build side, on integer,
 /// string and two-column keys, with and without row-at-a-time conjuncts in the scan, and
-/// under projections; LEFT and NOT IN keep their unmatched rows. Against references; the
+/// under projections and anti joins; LEFT and NOT IN keep their unmatched rows. Against references; the
 /// counters show that filters were installed and rows dropped.
 #[test]
 fn join_filters_drop_probe_rows_that_cannot_match() {
@@ -1058,6 +1058,21 @@ fn join_filters_drop_probe_rows_that_cannot_match() {
         })
         .collect();
     assert_set(sql, q(&db, sql), want, 2);
+    // Through anti joins (NOT IN, NOT EXISTS) on the probe side, as in TPC-H Q16: the
+    // inner join's filter reaches t's scan under them.
+    let small: Vec<i64> = w.iter().filter_map(|c| c.x).filter(|&x| x < 100).collect();
+    assert!(!small.is_empty());
+    let sql = "SELECT t.id, w.id FROM t JOIN w ON t.k = w.k WHERE w.x > 800 AND t.x NOT IN (SELECT x FROM w WHERE x < 100)";
+    let before = strata::sql::join_filter_counters();
+    assert_set(sql, q(&db, sql), pairs(&|a, c| eq(&a.k, &c.k) && c.x.is_some_and(|x| x > 800) && a.x.is_some_and(|x| !small.contains(&x))), 2);
+    let after = strata::sql::join_filter_counters();
+    assert!(after.installed > before.installed && after.rows_dropped > before.rows_dropped, "{sql}: {before:?} -> {after:?}");
+    let sql = "SELECT t.id, w.id FROM t JOIN w ON t.k = w.k WHERE w.x > 800 AND NOT EXISTS (SELECT 1 FROM w AS v WHERE v.k = t.k AND v.x < 100)";
+    let before = strata::sql::join_filter_counters();
+    let none_small = |a: &R| !w.iter().any(|v| eq(&v.k, &a.k) && v.x.is_some_and(|x| x < 100));
+    assert_set(sql, q(&db, sql), pairs(&|a, c| eq(&a.k, &c.k) && c.x.is_some_and(|x| x > 800) && none_small(a)), 2);
+    let after = strata::sql::join_filter_counters();
+    assert!(after.installed > before.installed && after.rows_dropped > before.rows_dropped, "{sql}: {before:?} -> {after:?}");
     // Through a projection of plain columns (a derived table), grouped above the join.
     let sql = "SELECT count(*), sum(s.x) FROM (SELECT k, x FROM t) AS s JOIN w ON s.k = w.k WHERE w.x > 800";
     let m: Vec<(&R, &R)> = t.iter().flat_map(|a| w.iter().filter(move |c| eq(&a.k, &c.k) && c.x.is_some_and(|x| x > 800)).map(move |c| (a, c))).collect();

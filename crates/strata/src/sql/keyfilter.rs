@@ -17,7 +17,8 @@
 //! semi joins, and the joins that mark a left build side), on a scan whose key columns
 //! reach the join as they are: through projections, filters and groupings on them (a
 //! group whose key cannot match is dropped whole, as TPC-H Q20's sums per part and
-//! supplier of only the parts the join wants). The scan applies the filter to rows that
+//! supplier of only the parts the join wants) and through the left sides of anti joins
+//! (Q16's parts joined to the suppliers NOT IN a subquery's). The scan applies the filter to rows that
 //! passed its own conditions (so these fail on the same rows as without it); rows dropped
 //! there are not seen by the operators above the scan, so an expression there that would
 //! have failed on such a row (an overflow in a group that joins nothing) does not, as in
@@ -28,6 +29,7 @@ use std::sync::{Arc, Mutex};
 
 use super::exec::Plan;
 use super::expr::BExpr;
+use super::join::JoinKind;
 
 /// Bits of a filter at most (1 MiB).
 pub const MAX_BITS: usize = 8 << 20;
@@ -223,8 +225,9 @@ impl std::fmt::Debug for Slot {
 /// The scan under `plan` that a filter on the join keys `keys` (expressions over `plan`'s
 /// rows) can be pushed into, with the scan columns the keys are: every key a plain
 /// column, traced down through projections (a key must be a plain column of the input),
-/// filters, and groupings whose output key it is (a group key that is a plain column:
-/// dropping the rows of a group drops exactly the group) to a column scan.
+/// filters, groupings whose output key it is (a group key that is a plain column:
+/// dropping the rows of a group drops exactly the group) and the left sides of anti joins
+/// to a column scan.
 pub fn target<'p>(plan: &'p Plan, keys: &[BExpr]) -> Option<(&'p super::scan::ColScan, Vec<usize>)> {
     let mut cols = Vec::with_capacity(keys.len());
     for k in keys {
@@ -255,6 +258,11 @@ pub fn target<'p>(plan: &'p Plan, keys: &[BExpr]) -> Option<(&'p super::scan::Co
                 plan = input;
             }
             Plan::Filter { input, .. } => plan = input,
+            // An anti join (NOT IN, NOT EXISTS) passes on rows of its left input as they
+            // are, or drops them: a left row whose key cannot match above produces nothing
+            // there either way. (It installs no filter of its own on its left side, which
+            // it probes with or builds from; a semi join does, in the scan's one slot.)
+            Plan::HashJoin { left, kind: JoinKind::Anti | JoinKind::NotExists, .. } => plan = left,
             _ => return None,
         }
     }

@@ -864,8 +864,8 @@ fn is_null(nulls: Option<&[u8]>, i: usize) -> bool {
 /// Expands the packed leaf `page` into `out`: a plain PAX image of its rows (laid out for
 /// `cap = count`, long strings in the var area at the end, in column order; a dictionary's
 /// long entry once, where all its rows point), which every reader of plain leaves reads
-/// unchanged; returns its header. With `need`, only the
-/// columns it marks are filled (the others are left zeroed; the image keeps its layout).
+/// unchanged; returns its header. With `need`, only the columns it marks are filled (the
+/// others' bytes are left as `out` held them, never to be read; the image keeps its layout).
 pub fn expand(page: &[u8], schema: &Schema, need: Option<&[bool]>, out: &mut Vec<u8>) -> Result<Leaf, Restart> {
     let pl = PackedLeaf::open(page, schema)?;
     let fill: Vec<Fill> = (0..schema.len()).map(|c| if need.is_none_or(|m| m.get(c).copied().unwrap_or(true)) { Fill::All } else { Fill::No }).collect();
@@ -995,9 +995,10 @@ impl<'p> PackedLeaf<'p> {
         if total > max_expanded(self.size) {
             return Err(Restart);
         }
-        // Only the header and the filled columns are written (each zeroed first where it is
-        // filled whole); the bytes of the others are left as an earlier expansion left them,
-        // never read (readers of an expansion read only the rows and columns it was made for).
+        // Only the header and the filled columns are written (a fixed-width column's values
+        // whole, others zeroed first where they are filled whole); the bytes of the others
+        // are left as an earlier expansion left them, never read (readers of an expansion
+        // read only the rows and columns it was made for).
         out.resize(total, 0);
         out[..HDR].fill(0);
         let words = [(KIND_PAX as u64) | ((n as u64) << 32), fixed as u64, n as u64, self.header.first, schema.len() as u64];
@@ -1743,7 +1744,8 @@ pub(crate) mod tests {
         let h = header(&img[..], sc).unwrap();
         assert_eq!(h.used, p.bytes(), "the estimate is the encoded size");
         assert_eq!((h.count, h.first, h.full), (rows.len(), 42, false));
-        let mut out = Vec::new();
+        // Into a buffer an earlier expansion left dirty: every byte a reader reads is written.
+        let mut out = vec![0xA5u8; 2 * SIZE];
         let leaf = expand(&img, sc, None, &mut out).unwrap();
         assert_eq!(out.len(), p.expanded_bytes(sc));
         let plain = pax::build(out.len(), sc, 42, rows.len(), rows);
@@ -1810,7 +1812,7 @@ pub(crate) mod tests {
     /// front), with NULLs, and with a long entry.
     #[test]
     fn every_decoder_path_round_trips() {
-        let sc = Schema::parse("narrow:f64,narrow_null:f64,whole:f64,whole_wide:f64,wide:f64,short:str,short_null:str,long:str").unwrap();
+        let sc = Schema::parse("narrow:f64,narrow_null:f64,whole:f64,whole_wide:f64,wide:f64,short:str,short_null:str,long:str,negative:f64").unwrap();
         let mut r = SplitMix64(11);
         for n in [3, 40, 200, 1000] {
             let rows: Vec<_> = (0..n)
@@ -1825,6 +1827,7 @@ pub(crate) mod tests {
                         Value::Str(["A", "N", "R", "", "MAIL", "TRUCK"][i % 6].into()),
                         if k % 7 == 0 { Value::Null } else { Value::Str(["F", "O"][i % 2].into()) },
                         Value::Str(if i % 3 == 0 { "a string longer than twelve bytes".into() } else { "short".into() }),
+                        Value::F64([-1.0, -0.95, -0.9][i % 3]),
                     ]
                 })
                 .collect();
@@ -1836,8 +1839,9 @@ pub(crate) mod tests {
             let b = blocks(&img, &sc, &header(&img[..], &sc).unwrap()).unwrap();
             let tags: Vec<_> = b.iter().map(|b| b.tag).collect();
             assert_eq!(&tags[..5], &[TAG_DEC; 5], "n = {n}");
-            assert_eq!(&tags[5..], &[TAG_DICT; 3], "n = {n}");
+            assert_eq!(&tags[5..8], &[TAG_DICT; 3], "n = {n}");
             assert!(b[0].w <= TABLE_BITS && b[3].w > TABLE_BITS && b[3].aux == 0 && b[4].w > TABLE_BITS, "n = {n}");
+            assert!(b[8].tag == TAG_DEC && b[8].w <= TABLE_BITS && b[8].base < 0, "n = {n}");
         }
     }
 
