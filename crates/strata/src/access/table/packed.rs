@@ -1820,12 +1820,12 @@ pub(crate) mod tests {
                     let k = r.next_u64();
                     vec![
                         Value::F64([0.0, 0.01, 0.02, 0.05, 0.1, 0.07][i % 6]),
-                        if k % 5 == 0 { Value::Null } else { Value::F64((k % 9) as f64 / 100.0) },
+                        if k.is_multiple_of(5) { Value::Null } else { Value::F64((k % 9) as f64 / 100.0) },
                         Value::F64((1 + k % 50) as f64),
                         Value::F64((k % 10_000_000) as f64 - 5e6),
                         Value::F64((k % 10_000_000) as f64 / 100.0),
                         Value::Str(["A", "N", "R", "", "MAIL", "TRUCK"][i % 6].into()),
-                        if k % 7 == 0 { Value::Null } else { Value::Str(["F", "O"][i % 2].into()) },
+                        if k.is_multiple_of(7) { Value::Null } else { Value::Str(["F", "O"][i % 2].into()) },
                         Value::Str(if i % 3 == 0 { "a string longer than twelve bytes".into() } else { "short".into() }),
                         Value::F64([-1.0, -0.95, -0.9][i % 3]),
                     ]
