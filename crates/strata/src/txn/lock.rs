@@ -99,16 +99,26 @@ impl Table {
     /// through `txid` (only possible for a moment, before its own closer looks) cannot keep
     /// it going.
     fn cycle(&self, txid: u64, holder: u64) -> Option<Vec<u64>> {
-        let mut cycle = vec![txid];
+        // The walk allocates nothing (it runs under the table's mutex at every wait and
+        // wakeup); the cycle is written out only once found, by walking it again.
+        let next = |t: u64| self.waits.get(&t).and_then(|p| self.owners.get(p)).copied();
         let mut t = holder;
-        for _ in 0..=self.waits.len() {
-            if t == txid {
-                return Some(cycle);
+        let mut steps = 0;
+        while t != txid {
+            if steps > self.waits.len() {
+                return None;
             }
-            cycle.push(t);
-            t = *self.owners.get(self.waits.get(&t)?)?;
+            t = next(t)?;
+            steps += 1;
         }
-        None
+        let mut cycle = Vec::with_capacity(steps + 1);
+        cycle.push(txid);
+        let mut t = holder;
+        while t != txid {
+            cycle.push(t);
+            t = next(t)?;
+        }
+        Some(cycle)
     }
 }
 
@@ -342,27 +352,38 @@ mod tests {
         assert!(t.is_empty() && t.table.lock().waits.is_empty());
     }
 
-    /// 1 waits for 2, 2 for 3: 3 asking for 1's page closes a cycle of three.
-    #[test]
-    fn a_cycle_of_three_is_found() {
-        let t = Arc::new(LockTable::default());
-        let p = |i| PageId::new(0, false, i);
+    /// Page `i` of the chain tests.
+    fn page(i: u64) -> PageId {
+        PageId::new(0, false, i)
+    }
+
+    /// Transactions 1, 2 and 3 hold pages 1, 2 and 3; 1 waits for page 2 and 2 for page 3
+    /// (each in a thread that, once granted, releases both of its pages); returns the two
+    /// threads once both wait.
+    fn chain_of_two_waiters(t: &Arc<LockTable>) -> (std::thread::JoinHandle<Result<Grant>>, std::thread::JoinHandle<Result<Grant>>) {
         for me in 1..=3 {
-            t.acquire(p(me), me, Duration::ZERO, &any).unwrap();
+            t.acquire(page(me), me, Duration::ZERO, &any).unwrap();
         }
-        // Each waits for the next one's page, then releases both of its own.
         let waiter = |me: u64| {
             let t = t.clone();
             std::thread::spawn(move || {
-                let r = t.acquire(p(me + 1), me, LONG, &any);
-                t.release(me, &[p(me), p(me + 1)]);
+                let r = t.acquire(page(me + 1), me, LONG, &any);
+                t.release(me, &[page(me), page(me + 1)]);
                 r
             })
         };
         let one = waiter(1);
-        until_waiting(&t, 1);
+        until_waiting(t, 1);
         let two = waiter(2);
-        until_waiting(&t, 2);
+        until_waiting(t, 2);
+        (one, two)
+    }
+
+    /// 1 waits for 2, 2 for 3: 3 asking for 1's page closes a cycle of three.
+    #[test]
+    fn a_cycle_of_three_is_found() {
+        let (t, p) = (Arc::new(LockTable::default()), page);
+        let (one, two) = chain_of_two_waiters(&t);
         match t.acquire(p(1), 3, LONG, &any) {
             Err(Error::Deadlock { pid, txid: 3, cycle }) => {
                 assert_eq!(pid, p(1));
@@ -382,23 +403,8 @@ mod tests {
     /// being told of a deadlock, and once 3 releases, everyone is granted their lock.
     #[test]
     fn a_chain_is_not_a_deadlock() {
-        let t = Arc::new(LockTable::default());
-        let p = |i| PageId::new(0, false, i);
-        for me in 1..=3 {
-            t.acquire(p(me), me, Duration::ZERO, &any).unwrap();
-        }
-        let waiter = |me: u64| {
-            let t = t.clone();
-            std::thread::spawn(move || {
-                let r = t.acquire(p(me + 1), me, LONG, &any);
-                t.release(me, &[p(me), p(me + 1)]);
-                r
-            })
-        };
-        let one = waiter(1);
-        until_waiting(&t, 1);
-        let two = waiter(2);
-        until_waiting(&t, 2);
+        let (t, p) = (Arc::new(LockTable::default()), page);
+        let (one, two) = chain_of_two_waiters(&t);
         assert!(matches!(t.acquire(p(2), 4, Duration::from_millis(20), &any), Err(Error::LockTimeout { .. })));
         assert_eq!(t.acquire(p(4), 3, LONG, &any).unwrap(), Grant::Taken);
         t.release(3, &[p(3), p(4)]);
