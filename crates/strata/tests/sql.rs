@@ -332,6 +332,11 @@ fn where_clauses_match_the_reference() {
             }),
         ),
         ("SUBSTRING(s FROM 2 FOR 2) = 'ab'", Box::new(|r| r.s.as_ref().map(|s| substr(s, 2, 2) == "ab"))),
+        // A prefix IN a list is compared in the leaf (characters, not bytes: 'é' is two).
+        ("SUBSTRING(s FROM 1 FOR 2) IN ('ab', 'éa', 'c', '')", Box::new(|r| r.s.as_ref().map(|s| ["ab", "éa", "c", ""].contains(&substr(s, 1, 2).as_str())))),
+        ("SUBSTRING(s FOR 1) NOT IN ('a', 'é')", Box::new(|r| r.s.as_ref().map(|s| !["a", "é"].contains(&substr(s, 1, 1).as_str())))),
+        ("SUBSTRING(s FROM 1 FOR 3) IN ('abc', NULL)", Box::new(|r| r.s.as_ref().and_then(|s| if substr(s, 1, 3) == "abc" { Some(true) } else { None }))),
+        ("SUBSTRING(s FROM 1 FOR 0) IN ('')", Box::new(|r| r.s.as_ref().map(|_| true))),
         ("CAST(a AS DOUBLE) / 2 > 1.5", Box::new(|r| r.a.map(|a| a as f64 / 2.0 > 1.5))),
         ("a = a", Box::new(|r| r.a.map(|_| true))),
         ("NULL", Box::new(|_| None)),

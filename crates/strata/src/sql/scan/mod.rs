@@ -89,9 +89,13 @@ enum VPred {
         negated: bool,
     },
     BoolCol(usize),
-    /// `col [NOT] IN (constants)`: the non-NULL constants, whether one was NULL.
+    /// `col [NOT] IN (constants)`: the non-NULL constants, whether one was NULL. With
+    /// `prefix: Some(k)`, a string column's first `k` characters are compared
+    /// (`SUBSTRING(col FROM 1 FOR k) IN (...)`, as in TPC-H Q22), without making them a
+    /// string per row.
     InList {
         col: usize,
+        prefix: Option<usize>,
         lits: Vec<Value>,
         has_null: bool,
         negated: bool,
@@ -219,7 +223,20 @@ fn compile(e: &BExpr, schema: &Schema) -> Option<VPred> {
         BExpr::Not(a) => VPred::Not(Box::new(compile(a, schema)?)),
         BExpr::IsNull(x, negated) => VPred::IsNull { col: col_of(x, schema)?.0, negated: *negated },
         BExpr::InList(x, list, negated) => {
-            let (col, ty) = col_of(x, schema)?;
+            let (col, ty, prefix) = match &**x {
+                BExpr::Substring { expr, from, len: Some(len), .. } => {
+                    let (col, ty) = col_of(expr, schema)?;
+                    let from_one = matches!(from.as_deref(), None | Some(BExpr::Lit(Value::I64(1))));
+                    match (ty, &**len) {
+                        (ColumnType::Str, BExpr::Lit(Value::I64(k))) if from_one && *k >= 0 => (col, ty, Some(usize::try_from(*k).ok()?)),
+                        _ => return None,
+                    }
+                }
+                _ => {
+                    let (col, ty) = col_of(x, schema)?;
+                    (col, ty, None)
+                }
+            };
             let mut lits = Vec::new();
             let mut has_null = false;
             for e in list {
@@ -229,7 +246,7 @@ fn compile(e: &BExpr, schema: &Schema) -> Option<VPred> {
                     _ => return None,
                 }
             }
-            VPred::InList { col, lits, has_null, negated: *negated }
+            VPred::InList { col, prefix, lits, has_null, negated: *negated }
         }
         BExpr::Like { expr, pattern, escape, negated, .. } => {
             let (col, ty) = col_of(expr, schema)?;
@@ -1199,7 +1216,7 @@ impl VPred {
                 try_bits_by(n, &mut t, |i| Ok(!lf.is_null(col, i) && lf.bool_at(col, i)?))?;
                 nulls(&mut u, col);
             }
-            VPred::InList { col, lits, has_null, negated } => {
+            VPred::InList { col, prefix, lits, has_null, negated } => {
                 let col = *col;
                 // Bit set: the value equals a constant of the list.
                 let mut found = bits.take(words, 0);
@@ -1209,7 +1226,7 @@ impl VPred {
                         try_bits_by(n, &mut found, |i| {
                             Ok(!lf.is_null(col, i) && {
                                 let b = lf.bytes_at(col, i)?;
-                                keys.contains(&b)
+                                keys.contains(&char_prefix(b, *prefix))
                             })
                         })
                     }
@@ -1261,6 +1278,15 @@ impl VPred {
 }
 
 /// The string and byte constants of an `IN` list, as bytes.
+/// The first `k` characters of the UTF-8 string `b` (all of it if `k` is `None` or more
+/// than it has): what `SUBSTRING(b FROM 1 FOR k)` gives, found by counting the bytes that
+/// start characters.
+pub(super) fn char_prefix(b: &[u8], k: Option<usize>) -> &[u8] {
+    let Some(k) = k else { return b };
+    let end = b.iter().enumerate().filter(|(_, &c)| c & 0xC0 != 0x80).nth(k).map_or(b.len(), |(i, _)| i);
+    &b[..end]
+}
+
 fn byte_keys(lits: &[Value]) -> Vec<&[u8]> {
     lits.iter()
         .filter_map(|v| match v {

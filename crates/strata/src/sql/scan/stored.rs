@@ -362,14 +362,14 @@ impl VPred {
                     None => false,
                 }
             }
-            VPred::InList { col, lits, has_null, negated } => {
+            VPred::InList { col, prefix, lits, has_null, negated } => {
                 let c = *col;
                 let ty = schema.columns[c].ty;
                 let nulls = st.leaf.nulls(c);
                 let column = st.col(c, ty)?;
                 let mut found = bits.take(words, 0);
                 let ok = match column {
-                    Column::Ints { .. } | Column::Decimals { .. } => {
+                    Column::Ints { .. } | Column::Decimals { .. } if prefix.is_none() => {
                         let ranges: Option<Vec<URange>> = lits.iter().map(|l| num_range(column, ty, CmpOp::Eq, l)).collect();
                         match ranges {
                             Some(rs) => u_bits(column, n, &mut found, |x| rs.iter().any(|r| r.test(x))).map(|_| true),
@@ -378,7 +378,7 @@ impl VPred {
                     }
                     Column::Dict { .. } if matches!(ty, ColumnType::Str | ColumnType::Bytes) => {
                         let keys = byte_keys(lits);
-                        match dict_table(column, |e| Some(keys.contains(&e))) {
+                        match dict_table(column, |e| Some(keys.contains(&super::char_prefix(e, *prefix)))) {
                             Some(tab) => dict_bits(column, n, &tab, nulls, &mut found).map(|_| true),
                             None => Ok(false),
                         }
@@ -488,8 +488,16 @@ mod tests {
         match r.below(if depth == 0 { 6 } else { 9 }) {
             0 | 1 => VPred::CmpLit { col: c, op: ops[r.below(6) as usize], lit: literal(r, rows, c) },
             2 => {
-                let lits = (0..1 + r.below(4)).map(|_| literal(r, rows, c)).collect();
-                VPred::InList { col: c, lits, has_null: r.below(4) == 0, negated: r.below(2) == 0 }
+                // On a string column, half the time its first 0-3 characters (SUBSTRING),
+                // against such prefixes of its values.
+                let prefix = (c >= 6 && r.below(2) == 0).then(|| r.below(4) as usize);
+                let lits = (0..1 + r.below(4))
+                    .map(|_| match (literal(r, rows, c), prefix) {
+                        (Value::Str(s), Some(k)) => Value::Str(s.chars().take(k).collect()),
+                        (v, _) => v,
+                    })
+                    .collect();
+                VPred::InList { col: c, prefix, lits, has_null: r.below(4) == 0, negated: r.below(2) == 0 }
             }
             3 => {
                 let c = 6 + r.below(2) as usize;
