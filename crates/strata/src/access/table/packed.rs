@@ -1232,10 +1232,6 @@ fn decode_decimals(b: &Block<'_>, n: usize, dst: &mut [u8]) -> Result<(), Restar
         match (&table, magic) {
             // (`vals` are `w`-bit codes: every one indexes the table.)
             (Some(t), _) => out.iter_mut().zip(vals).for_each(|(o, &v)| *o = t[v as usize & (t.len() - 1)]),
-            // Whole numbers (scale 0): the division by 1 changes nothing.
-            (None, Some(m)) if p == 1.0 => {
-                out.iter_mut().zip(vals).for_each(|(o, &v)| *o = f64::from_bits(m.wrapping_add(base.wrapping_add(v as i64)) as u64) - MAGIC)
-            }
             (None, Some(m)) => {
                 out.iter_mut().zip(vals).for_each(|(o, &v)| *o = (f64::from_bits(m.wrapping_add(base.wrapping_add(v as i64)) as u64) - MAGIC) / p)
             }
@@ -1807,8 +1803,8 @@ pub(crate) mod tests {
 
     /// Each way `decode_decimals` and `decode_dict` take gives the stored values: decimals
     /// through the table of a narrow column's doubles (with and without NULLs, fewer rows
-    /// than table entries), whole numbers without the division (narrow and wide), wide
-    /// scaled decimals; dictionaries of short entries without NULLs (headers made up
+    /// than table entries, a negative base), whole numbers (narrow and wide), wide scaled
+    /// decimals; dictionaries of short entries without NULLs (headers made up
     /// front), with NULLs, and with a long entry.
     #[test]
     fn every_decoder_path_round_trips() {

@@ -504,27 +504,8 @@ fn key_filter(kf: &KeyFilter, lf: &LeafView<'_>, all: &mut [u64], kb: &mut Vec<u
     if let [c] = kf.cols[..] {
         let ty = lf.schema.columns[c].ty;
         if matches!(ty, ColumnType::I64 | ColumnType::Date) {
-            let value = |i: usize| if ty == ColumnType::I64 { lf.i64_at(c, i) } else { lf.date_at(c, i) as i64 };
-            let hash = |v: i64| if ty == ColumnType::I64 { i64_key_hash(v) } else { date_key_hash(v as i32) };
-            // The answer for the row before, reused while the key repeats (a table stored in
-            // the key's order, as line items by order key: a few rows per key, and each
-            // test is a cache miss in a filter larger than the cache).
-            let mut before: Option<(i64, bool)> = None;
-            return Ok(clear_unmatched(
-                all,
-                |w| lf.null_word(c, w),
-                |i| {
-                    let v = value(i);
-                    match before {
-                        Some((b, may)) if b == v => may,
-                        _ => {
-                            let may = kf.may_contain(hash(v));
-                            before = Some((v, may));
-                            may
-                        }
-                    }
-                },
-            ));
+            let hash = |i: usize| if ty == ColumnType::I64 { i64_key_hash(lf.i64_at(c, i)) } else { date_key_hash(lf.date_at(c, i)) };
+            return Ok(clear_unmatched(all, |w| lf.null_word(c, w), |i| kf.may_contain(hash(i))));
         }
     }
     // Integer, double and date columns: the key's encoding on the stack.
@@ -562,7 +543,7 @@ fn key_filter(kf: &KeyFilter, lf: &LeafView<'_>, all: &mut [u64], kb: &mut Vec<u
 /// Clears the bits of `all` whose rows are NULL (`nulls(w)`: the NULL bits of word `w`) or
 /// fail `test`; returns how many rows it tested and how many it cleared.
 #[inline]
-fn clear_unmatched(all: &mut [u64], nulls: impl Fn(usize) -> u64, mut test: impl FnMut(usize) -> bool) -> (u64, u64) {
+fn clear_unmatched(all: &mut [u64], nulls: impl Fn(usize) -> u64, test: impl Fn(usize) -> bool) -> (u64, u64) {
     let (mut tested, mut dropped) = (0, 0);
     for (w, x) in all.iter_mut().enumerate() {
         if *x == 0 {
