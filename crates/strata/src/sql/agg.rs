@@ -24,7 +24,7 @@
 
 use super::expr::{arith, compare, err, ArOp, Pos};
 use super::rows::{
-    corrupt, decode_value, encode_value, hash_bytes, not_temp, part_payload, pow2_floor, rd32, rd64, records, work_payload, wr32, wr64, Pending, RowRun,
+    corrupt, decode_value, encode_value, hash_bytes, not_temp, part_payload, pow2_floor, rd32, rd64, records, work_share, wr32, wr64, Pending, RowRun,
 };
 use crate::access::table::{ColumnType, Value};
 use crate::access::TempPage;
@@ -592,6 +592,9 @@ pub struct HashAgg<'a> {
     bm: &'a BufferManager,
     kinds: Vec<AggKind>,
     consumed: u32,
+    /// How many aggregations of one parallel pipeline share the pool (1: this one alone):
+    /// its table page and its partitions' tail pages take that share of theirs.
+    share: usize,
     table: Option<AggTable<'a>>,
     parts: Vec<RowRun<'a>>,
     /// Per partition, records not yet copied into its run (empty between calls of `push`,
@@ -673,11 +676,20 @@ impl<'a> HashAgg<'a> {
         Self::at(bm, kinds, 0)
     }
 
+    /// The partial aggregation of one of `workers` workers of a parallel pipeline: its
+    /// table page and partition tails take a `workers`th of an aggregation's (the workers'
+    /// tables are all in use at once; at a full share each, sixteen of them would take
+    /// twice a pool and evict one another's pages on every few pushes).
+    pub fn worker(bm: &'a BufferManager, kinds: Vec<AggKind>, workers: usize) -> HashAgg<'a> {
+        HashAgg { share: workers.max(1), ..Self::at(bm, kinds, 0) }
+    }
+
     fn at(bm: &'a BufferManager, kinds: Vec<AggKind>, consumed: u32) -> HashAgg<'a> {
         HashAgg {
             bm,
             kinds,
             consumed,
+            share: 1,
             table: None,
             parts: Vec::new(),
             part_bufs: Vec::new(),
@@ -739,7 +751,7 @@ impl<'a> HashAgg<'a> {
                 return self.part_record(hash, key, states);
             }
             if self.table.is_none() {
-                self.table = Some(AggTable::new(self.bm, work_payload(self.bm).max(room_for(key.len() + states.len())))?);
+                self.table = Some(AggTable::new(self.bm, work_share(self.bm, self.share).max(room_for(key.len() + states.len())))?);
             }
             let t = self.table.as_mut().ok_or_else(|| corrupt("no table"))?;
             let fit = t.upsert(key, hash, states, &self.kinds, &mut self.scratch)?;
@@ -826,7 +838,7 @@ impl<'a> HashAgg<'a> {
             return Err(Error::Inconsistent("hash aggregation: more groups with one 64-bit hash than a table holds".into()));
         }
         if self.parts.is_empty() {
-            let payload = part_payload(self.bm, 1 << BITS);
+            let payload = part_payload(self.bm, (1 << BITS) * self.share);
             self.parts = (0..1 << BITS).map(|_| RowRun::new(self.bm, payload)).collect();
             self.part_bufs = (0..1 << BITS).map(|_| Pending::new(PART_BUF)).collect();
         }
@@ -1047,6 +1059,67 @@ mod tests {
         assert_eq!(crate::testutil::temp_pages(&bm), 0);
     }
 
+    /// Sixteen workers' partial aggregations in use at once (pushed in turn, as the workers
+    /// of a parallel pipeline push), each over the same many groups: their tables and
+    /// partition tails share the pool, so they do not evict one another's pages (hardly
+    /// anything is read back while they are filled; at a full share each, sixteen tables of
+    /// an eighth of the pool evict one another at every turn), and merged in worker order
+    /// they give every group's totals.
+    #[test]
+    fn worker_aggregations_share_the_pool() {
+        let dir = tempfile::tempdir().unwrap();
+        let bm = BufferManager::create(Config::new(dir.path().join("db")).min_page(4096).pool_size(4 << 20)).unwrap();
+        let kinds = vec![AggKind { kind: Kind::Count, pos: None, label: "c".into() }, AggKind { kind: Kind::SumI, pos: None, label: "s".into() }];
+        let workers = 16;
+        let mut parts: Vec<HashAgg<'_>> = (0..workers).map(|_| HashAgg::worker(&bm, kinds.clone(), workers)).collect();
+        let mut want: BTreeMap<i64, (i64, i64)> = BTreeMap::new();
+        let mut r = crate::util::SplitMix64(11);
+        let (mut kb, mut sb) = (Vec::new(), Vec::new());
+        let before = bm.stats().pages_read;
+        for turn in 0..200 {
+            for (w, part) in parts.iter_mut().enumerate() {
+                for i in 0..100i64 {
+                    let k = r.below(20_000) as i64;
+                    let v = turn * 1000 + i + w as i64;
+                    kb.clear();
+                    encode_value(&Value::I64(k), &mut kb);
+                    sb.clear();
+                    encode_states(&[St::one(Kind::Count, Value::I64(1)), St::one(Kind::SumI, Value::I64(v))], &mut sb);
+                    part.push(&kb, hash_bytes(&kb), &sb).unwrap();
+                    let e = want.entry(k).or_insert((0, 0));
+                    e.0 += 1;
+                    e.1 += v;
+                }
+            }
+        }
+        assert!(parts.iter().all(|p| p.stats.flushes > 0), "every worker's table filled");
+        // (a few partition tails are evicted before they fill and read back: 30 reads for
+        // 2566 evictions here; at a full share each, 3093 for 3358)
+        let st = bm.stats();
+        assert!((st.pages_read - before) * 10 < st.evictions, "the workers evicted one another's pages: {st:?}");
+        let mut main = HashAgg::new(&bm, kinds.clone());
+        for part in parts {
+            part.finish(&mut |k, st| {
+                sb.clear();
+                encode_states(&st, &mut sb);
+                main.push(k, hash_bytes(k), &sb)?;
+                Ok(true)
+            })
+            .unwrap();
+        }
+        let mut got = BTreeMap::new();
+        main.finish(&mut |k, st| {
+            let Value::I64(k) = decode_row(k).unwrap().remove(0) else { panic!() };
+            let v: Vec<Value> = st.into_iter().map(St::finish).collect();
+            let (Value::I64(c), Value::I64(s)) = (&v[0], &v[1]) else { panic!("{v:?}") };
+            assert!(got.insert(k, (*c, *s)).is_none(), "a group came out twice");
+            Ok(true)
+        })
+        .unwrap();
+        assert_eq!(got, want);
+        assert_eq!(crate::testutil::temp_pages(&bm), 0);
+    }
+
     /// Batches through a 1 MiB pool: unique keys in order (the table merges nothing, so
     /// groups pass it by), then keys that repeat (in one batch too, side by side), string
     /// minima and maxima that grow (one group's beyond the table's page), NULL arguments,
@@ -1136,7 +1209,7 @@ mod tests {
         batch(&mut agg, &mut buf, &mut items);
         kb.clear();
         encode_value(&Value::I64(-1), &mut kb);
-        assert!(matches!(&want[&kb][5], St::Ext(Value::Str(s)) if s.len() > work_payload(&bm)), "the big group outgrows a table page");
+        assert!(matches!(&want[&kb][5], St::Ext(Value::Str(s)) if s.len() > crate::sql::rows::work_payload(&bm)), "the big group outgrows a table page");
         let mut got = BTreeMap::new();
         let (_, stats) = agg
             .finish_with_stats(&mut |k, st| {

@@ -84,6 +84,17 @@ pub(super) fn parallel_plan(bm: &BufferManager, plan: &Plan) -> Result<bool> {
     })
 }
 
+/// The most workers of a scan in `plan`'s pipeline (every scan of a query has the query's
+/// `--threads`; which side of a join is probed is decided only when it runs).
+fn driving_threads(plan: &Plan) -> usize {
+    match plan {
+        Plan::ColScan(s) => s.threads,
+        Plan::Filter { input, .. } | Plan::Project { input, .. } => driving_threads(input),
+        Plan::HashJoin { .. } => plan.join_args().map_or(1, |j| driving_threads(j.left).max(driving_threads(j.right))),
+        _ => 1,
+    }
+}
+
 /// `plan` with its joins' tables built; `None` if a join's build side did not fit a table.
 fn shape<'p, 'b>(bm: &'b BufferManager, plan: &'p Plan) -> Result<Option<Shape<'p, 'b>>> {
     Ok(match plan {
@@ -211,7 +222,8 @@ pub fn aggregate(bm: &BufferManager, input: &Plan, aggs: &[AggSpec], kinds: &[Ag
 /// `Ok(false)`: not applicable, nothing done.
 pub fn grouped(bm: &BufferManager, input: &Plan, keys: &[BExpr], aggs: &[AggSpec], kinds: &[AggKind], main: &mut HashAgg<'_>) -> Result<bool> {
     type Local<'b, 'k> = (GroupCache, HashAgg<'b>, RowGroups<'k>);
-    let init = || -> Local<'_, '_> { (GroupCache::new(kinds.to_vec()), HashAgg::new(bm, kinds.to_vec()), RowGroups::new(keys, aggs, kinds)) };
+    let threads = driving_threads(input);
+    let init = || -> Local<'_, '_> { (GroupCache::new(kinds.to_vec()), HashAgg::worker(bm, kinds.to_vec(), threads), RowGroups::new(keys, aggs, kinds)) };
     let row = |(cache, part, rg): &mut Local<'_, '_>, row: &[Value]| rg.push(Some(cache), part, None, row);
     let Some(parts) = run_parallel(bm, input, Into::Aggregation, &init, &row)? else { return Ok(false) };
     let mut sb = Vec::new();

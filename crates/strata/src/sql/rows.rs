@@ -318,8 +318,15 @@ pub(crate) fn part_payload(bm: &BufferManager, fanout: usize) -> usize {
 /// Payload bytes of one operator's working page (hash table, sort buffer, join build): an
 /// eighth of the pool, at least the smallest page.
 pub(crate) fn work_payload(bm: &BufferManager) -> usize {
+    work_share(bm, 1)
+}
+
+/// [`work_payload`] of each of `workers` operators that run at once (the workers of a
+/// parallel pipeline, each with its own hash table): together they take an eighth of the
+/// pool, each at least the smallest page.
+pub(crate) fn work_share(bm: &BufferManager, workers: usize) -> usize {
     let min = bm.classes().min_page();
-    (pow2_floor(bm.pool_size() / 8).max(min) as usize) - PAGE_HEADER_SIZE
+    (pow2_floor(bm.pool_size() / 8 / workers.max(1) as u64).max(min) as usize) - PAGE_HEADER_SIZE
 }
 
 pub(crate) fn not_temp() -> Error {

@@ -1042,7 +1042,7 @@ pub fn fused_grouped(bm: &BufferManager, input: &Plan, keys: &[BExpr], aggs: &[A
             (
                 Prog::new(aggs, schema),
                 GroupCache::new(g.kinds.clone()),
-                HashAgg::new(bm, g.kinds.clone()),
+                HashAgg::worker(bm, g.kinds.clone(), scan.threads),
                 Scratch::new(schema.len()),
                 stream.then(|| Runs::new(abm, date)),
             )
