@@ -105,10 +105,14 @@ pub(super) struct RingCache {
     bufs: Mutex<Vec<RingBuf>>,
     /// Bytes of every ring buffer that exists (in a ring or kept here), all charged.
     bytes: AtomicU64,
+    /// Rings that exist now: a new ring's share of the pool is divided by their number.
+    live: AtomicU64,
 }
 
-/// Buffers a [`RingCache`] keeps at most.
-const CACHED: usize = 2;
+/// Buffers a [`RingCache`] keeps at most: as many as the rings of the workers of a parallel
+/// scan (one each per morsel; with fewer kept, most of sixteen workers' rings were fresh
+/// mappings, zeroed by the kernel at their first reads).
+const CACHED: usize = 16;
 
 impl RingCache {
     /// A kept buffer of at least `bytes` (the smallest).
@@ -569,7 +573,12 @@ impl Drop for Ring<'_> {
         // The I/O threads have been joined (the ring is dropped after their scope), so
         // nobody uses the buffers any more: kept for the next ring (still charged), or freed.
         let Some(mem) = self.mem.take() else { return };
-        if let Err(mem) = self.bm.rings.put(mem) {
+        let live = self.bm.rings.live.fetch_sub(1, Ordering::AcqRel) - 1;
+        // A buffer over twice what the next ring would take (made while fewer rings
+        // existed) is freed rather than kept charged for a ring that uses a part of it.
+        let next = (self.bm.pool_size() / POOL_SHARE / (live + 1)).min(MAX_RING_BYTES).max((MIN_SLOTS * self.slot) as u64);
+        let kept = if mem.len as u64 > 2 * next { Err(mem) } else { self.bm.rings.put(mem) };
+        if let Err(mem) = kept {
             let len = mem.len as u64;
             // (Unmapped here: its ring's users are gone.)
             drop(mem);
@@ -610,7 +619,11 @@ impl<'a> Ring<'a> {
         }
         let first = pids.get(0);
         let slot = bm.addressable_space(first)?.page_size() as usize;
-        let bytes = (bm.pool_size() / POOL_SHARE).min(MAX_RING_BYTES);
+        // The rings that exist at once share a ring's share of the pool (the workers of a
+        // parallel scan have one each: at a full share each, sixteen of them took the whole
+        // pool and evicted the pages the workers probe).
+        let live = bm.rings.live.load(Ordering::Acquire) + 1;
+        let bytes = (bm.pool_size() / POOL_SHARE / live).min(MAX_RING_BYTES);
         let slots = (bytes as usize / slot).min(pids.len().max(MIN_SLOTS));
         if slots < MIN_SLOTS || slot < 4096 {
             return None;
@@ -635,6 +648,8 @@ impl<'a> Ring<'a> {
                 mem
             }
         };
+        // (Counted out again when the ring drops.)
+        bm.rings.live.fetch_add(1, Ordering::AcqRel);
         Some(Ring {
             bm,
             pids,
@@ -778,6 +793,39 @@ mod tests {
             drop(bm.alloc(100).unwrap());
         }
         assert_eq!(bm.stats().ring_bytes, 0);
+        bm.check_invariants().unwrap();
+    }
+
+    /// Rings that exist at once (the workers of a parallel scan have one each) share the
+    /// pool: the k-th takes at most an eighth of the pool divided by k, so sixteen take
+    /// under half of it (at an eighth each they would want twice the pool, and evict what
+    /// the workers read); all of them are had, and their buffers are kept for the next rings
+    /// only up to twice what those would take.
+    #[test]
+    fn rings_that_exist_at_once_share_the_pool() {
+        let pool = 16u64 << 20;
+        let (_dir, bm) = crate::testutil::bm(pool, 4096);
+        let pids: Vec<PageId> = (0..2000).map(|_| bm.alloc(100).unwrap().pid()).collect();
+        fn nest(bm: &BufferManager, pids: &[PageId], depth: usize, sizes: &mut Vec<Option<u64>>) {
+            bm.scan_ring(pids, |ring| {
+                sizes.push(ring.map(|r| (r.slots * r.slot) as u64));
+                assert!(bm.used_bytes() <= bm.pool_size());
+                if depth > 1 {
+                    nest(bm, pids, depth - 1, sizes);
+                }
+            });
+        }
+        let mut sizes = Vec::new();
+        nest(&bm, &pids, 16, &mut sizes);
+        let sizes: Vec<u64> = sizes.into_iter().map(|s| s.expect("every ring is had")).collect();
+        for (k, &s) in sizes.iter().enumerate() {
+            assert!(s <= pool / POOL_SHARE / (k as u64 + 1), "ring {k} takes {s} bytes: {sizes:?}");
+        }
+        assert!(sizes.iter().sum::<u64>() <= pool / 2, "{sizes:?}");
+        // Kept after they are gone: no buffer over twice what a next ring takes alone.
+        let kept = bm.rings.bufs.lock().iter().map(|b| b.len as u64).max().unwrap_or(0);
+        assert!(kept <= 2 * (pool / POOL_SHARE).min(MAX_RING_BYTES), "{kept}");
+        assert_eq!(bm.rings.live.load(Ordering::Acquire), 0);
         bm.check_invariants().unwrap();
     }
 
