@@ -49,6 +49,9 @@ const MAX_RUN_BYTES: usize = 1 << 20;
 const MAX_RING_BYTES: u64 = 4 << 20;
 /// A ring takes at most this share of the pool (1/8).
 const POOL_SHARE: u64 = 8;
+/// The rings that exist at once take about this share of the pool together (1/2): each
+/// new one at most that divided by their number.
+const RINGS_SHARE: u64 = 2;
 /// I/O threads per ring.
 const IO_THREADS: usize = 2;
 /// A ring needs at least this many buffers.
@@ -105,8 +108,10 @@ pub(super) struct RingCache {
     bufs: Mutex<Vec<RingBuf>>,
     /// Bytes of every ring buffer that exists (in a ring or kept here), all charged.
     bytes: AtomicU64,
-    /// Rings that exist now: a new ring's share of the pool is divided by their number.
+    /// Rings that exist now, and the bytes of their slots: a new ring's share of the pool
+    /// is divided by their number, and what they take together is bounded.
     live: AtomicU64,
+    live_bytes: AtomicU64,
 }
 
 /// Buffers a [`RingCache`] keeps at most: as many as the rings of the workers of a parallel
@@ -154,6 +159,12 @@ impl Drop for RingCache {
         // (The budget goes with the buffer manager.)
         self.drain();
     }
+}
+
+/// The most bytes a new ring takes in a pool of `pool` bytes when it is one of `live`
+/// rings that exist at once.
+fn ring_bytes(pool: u64, live: u64) -> u64 {
+    (pool / POOL_SHARE).min(pool / RINGS_SHARE / live.max(1)).min(MAX_RING_BYTES)
 }
 
 /// What the I/O thread made of a position.
@@ -574,9 +585,10 @@ impl Drop for Ring<'_> {
         // nobody uses the buffers any more: kept for the next ring (still charged), or freed.
         let Some(mem) = self.mem.take() else { return };
         let live = self.bm.rings.live.fetch_sub(1, Ordering::AcqRel) - 1;
+        self.bm.rings.live_bytes.fetch_sub((self.slots * self.slot) as u64, Ordering::AcqRel);
         // A buffer over twice what the next ring would take (made while fewer rings
         // existed) is freed rather than kept charged for a ring that uses a part of it.
-        let next = (self.bm.pool_size() / POOL_SHARE / (live + 1)).min(MAX_RING_BYTES).max((MIN_SLOTS * self.slot) as u64);
+        let next = ring_bytes(self.bm.pool_size(), live + 1).max((MIN_SLOTS * self.slot) as u64);
         let kept = if mem.len as u64 > 2 * next { Err(mem) } else { self.bm.rings.put(mem) };
         if let Err(mem) = kept {
             let len = mem.len as u64;
@@ -619,11 +631,12 @@ impl<'a> Ring<'a> {
         }
         let first = pids.get(0);
         let slot = bm.addressable_space(first)?.page_size() as usize;
-        // The rings that exist at once share a ring's share of the pool (the workers of a
-        // parallel scan have one each: at a full share each, sixteen of them took the whole
-        // pool and evicted the pages the workers probe).
+        // The rings that exist at once share half the pool (the workers of a parallel scan
+        // have one each: at a full ring's share each, sixteen of them took the whole pool
+        // and evicted the pages the workers probe).
         let live = bm.rings.live.load(Ordering::Acquire) + 1;
-        let bytes = (bm.pool_size() / POOL_SHARE / live).min(MAX_RING_BYTES);
+        let left = (bm.pool_size() / RINGS_SHARE).saturating_sub(bm.rings.live_bytes.load(Ordering::Acquire));
+        let bytes = ring_bytes(bm.pool_size(), live).min(left).max((MIN_SLOTS * slot) as u64);
         let slots = (bytes as usize / slot).min(pids.len().max(MIN_SLOTS));
         if slots < MIN_SLOTS || slot < 4096 {
             return None;
@@ -650,6 +663,7 @@ impl<'a> Ring<'a> {
         };
         // (Counted out again when the ring drops.)
         bm.rings.live.fetch_add(1, Ordering::AcqRel);
+        bm.rings.live_bytes.fetch_add(total as u64, Ordering::AcqRel);
         Some(Ring {
             bm,
             pids,
@@ -797,10 +811,10 @@ mod tests {
     }
 
     /// Rings that exist at once (the workers of a parallel scan have one each) share the
-    /// pool: the k-th takes at most an eighth of the pool divided by k, so sixteen take
-    /// under half of it (at an eighth each they would want twice the pool, and evict what
-    /// the workers read); all of them are had, and their buffers are kept for the next rings
-    /// only up to twice what those would take.
+    /// pool: the k-th takes at most half the pool divided by k, and all of them together
+    /// about half of it (at an eighth each sixteen would want twice the pool, and evict
+    /// what the workers read); all of them are had, and their buffers are kept for the next
+    /// rings only up to twice what those would take.
     #[test]
     fn rings_that_exist_at_once_share_the_pool() {
         let pool = 16u64 << 20;
@@ -818,14 +832,17 @@ mod tests {
         let mut sizes = Vec::new();
         nest(&bm, &pids, 16, &mut sizes);
         let sizes: Vec<u64> = sizes.into_iter().map(|s| s.expect("every ring is had")).collect();
+        let floor = (MIN_SLOTS * 4096) as u64;
         for (k, &s) in sizes.iter().enumerate() {
-            assert!(s <= pool / POOL_SHARE / (k as u64 + 1), "ring {k} takes {s} bytes: {sizes:?}");
+            assert!(s <= ring_bytes(pool, k as u64 + 1).max(floor), "ring {k} takes {s} bytes: {sizes:?}");
         }
-        assert!(sizes.iter().sum::<u64>() <= pool / 2, "{sizes:?}");
+        assert!(sizes.iter().sum::<u64>() <= pool / RINGS_SHARE + 16 * floor, "{sizes:?}");
+        assert!(sizes[4] < sizes[0], "{sizes:?}");
         // Kept after they are gone: no buffer over twice what a next ring takes alone.
         let kept = bm.rings.bufs.lock().iter().map(|b| b.len as u64).max().unwrap_or(0);
         assert!(kept <= 2 * (pool / POOL_SHARE).min(MAX_RING_BYTES), "{kept}");
         assert_eq!(bm.rings.live.load(Ordering::Acquire), 0);
+        assert_eq!(bm.rings.live_bytes.load(Ordering::Acquire), 0);
         bm.check_invariants().unwrap();
     }
 
