@@ -127,11 +127,14 @@ impl RingCache {
         Some(bufs.swap_remove(i))
     }
 
-    /// Keeps `buf`; `false` (and the buffer back) if the cache is full.
+    /// Keeps `buf`; if the cache is full, the smallest of the kept buffers and `buf` is
+    /// handed back instead (for the caller to free: small buffers of many rings at once do
+    /// not push out the large one that a lone scan's ring takes).
     fn put(&self, buf: RingBuf) -> Result<(), RingBuf> {
         let mut bufs = self.bufs.lock();
         if bufs.len() >= CACHED {
-            return Err(buf);
+            let Some(i) = (0..bufs.len()).min_by_key(|&i| bufs[i].len).filter(|&i| bufs[i].len < buf.len) else { return Err(buf) };
+            return Err(std::mem::replace(&mut bufs[i], buf));
         }
         bufs.push(buf);
         Ok(())
@@ -633,15 +636,27 @@ impl<'a> Ring<'a> {
         let slot = bm.addressable_space(first)?.page_size() as usize;
         // The rings that exist at once share half the pool (the workers of a parallel scan
         // have one each: at a full ring's share each, sixteen of them took the whole pool
-        // and evicted the pages the workers probe).
-        let live = bm.rings.live.load(Ordering::Acquire) + 1;
-        let left = (bm.pool_size() / RINGS_SHARE).saturating_sub(bm.rings.live_bytes.load(Ordering::Acquire));
-        let bytes = ring_bytes(bm.pool_size(), live).min(left).max((MIN_SLOTS * slot) as u64);
-        let slots = (bytes as usize / slot).min(pids.len().max(MIN_SLOTS));
-        if slots < MIN_SLOTS || slot < 4096 {
+        // and evicted the pages the workers probe). The count and the bytes are taken before
+        // the ring is made (rings made at the same moment see one another), and given back
+        // if it is not.
+        let live = bm.rings.live.fetch_add(1, Ordering::AcqRel) + 1;
+        let taken = bm.rings.live_bytes.fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+            let left = (bm.pool_size() / RINGS_SHARE).saturating_sub(used);
+            let bytes = ring_bytes(bm.pool_size(), live).min(left);
+            let slots = (bytes as usize / slot).min(pids.len().max(MIN_SLOTS));
+            (slots >= MIN_SLOTS && slot >= 4096).then(|| used + (slots * slot) as u64)
+        });
+        let Ok(used) = taken else {
+            bm.rings.live.fetch_sub(1, Ordering::AcqRel);
             return None;
-        }
+        };
+        let bytes = ring_bytes(bm.pool_size(), live).min((bm.pool_size() / RINGS_SHARE).saturating_sub(used));
+        let slots = (bytes as usize / slot).min(pids.len().max(MIN_SLOTS));
         let total = slots * slot;
+        let unclaim = || {
+            bm.rings.live.fetch_sub(1, Ordering::AcqRel);
+            bm.rings.live_bytes.fetch_sub(total as u64, Ordering::AcqRel);
+        };
         let mem = match bm.rings.take(total) {
             Some(mem) => mem,
             None => {
@@ -652,18 +667,20 @@ impl<'a> Ring<'a> {
                     _ => total,
                 };
                 // Charged first (evicting as needed), without waiting for pinned pages.
-                bm.try_reserve(size as u64).ok()?;
+                if bm.try_reserve(size as u64).is_err() {
+                    unclaim();
+                    return None;
+                }
                 let Some(mem) = RingBuf::alloc(size) else {
                     bm.release(size as u64);
+                    unclaim();
                     return None;
                 };
                 bm.rings.bytes.fetch_add(size as u64, Ordering::AcqRel);
                 mem
             }
         };
-        // (Counted out again when the ring drops.)
-        bm.rings.live.fetch_add(1, Ordering::AcqRel);
-        bm.rings.live_bytes.fetch_add(total as u64, Ordering::AcqRel);
+        // (`live` and `live_bytes` are counted out again when the ring drops.)
         Some(Ring {
             bm,
             pids,
@@ -811,19 +828,19 @@ mod tests {
     }
 
     /// Rings that exist at once (the workers of a parallel scan have one each) share the
-    /// pool: the k-th takes at most half the pool divided by k, and all of them together
-    /// about half of it (at an eighth each sixteen would want twice the pool, and evict
-    /// what the workers read); all of them are had, and their buffers are kept for the next
-    /// rings only up to twice what those would take.
+    /// pool: the k-th takes at most half the pool divided by k, and all of them together at
+    /// most half of it (at an eighth each sixteen would want twice the pool, and evict what
+    /// the workers read; a ring that finds no room left is not had: its scan fixes its
+    /// pages); their buffers are kept for the next rings only up to twice what those take.
     #[test]
     fn rings_that_exist_at_once_share_the_pool() {
         let pool = 16u64 << 20;
-        let (_dir, bm) = crate::testutil::bm(pool, 4096);
+        let dir = tempfile::tempdir().unwrap();
+        let bm = BufferManager::create(crate::Config::new(dir.path().join("db")).min_page(4096).pool_size(pool).scan_rings(true)).unwrap();
         let pids: Vec<PageId> = (0..2000).map(|_| bm.alloc(100).unwrap().pid()).collect();
         fn nest(bm: &BufferManager, pids: &[PageId], depth: usize, sizes: &mut Vec<Option<u64>>) {
             bm.scan_ring(pids, |ring| {
                 sizes.push(ring.map(|r| (r.slots * r.slot) as u64));
-                assert!(bm.used_bytes() <= bm.pool_size());
                 if depth > 1 {
                     nest(bm, pids, depth - 1, sizes);
                 }
@@ -831,19 +848,37 @@ mod tests {
         }
         let mut sizes = Vec::new();
         nest(&bm, &pids, 16, &mut sizes);
-        let sizes: Vec<u64> = sizes.into_iter().map(|s| s.expect("every ring is had")).collect();
-        let floor = (MIN_SLOTS * 4096) as u64;
-        for (k, &s) in sizes.iter().enumerate() {
-            assert!(s <= ring_bytes(pool, k as u64 + 1).max(floor), "ring {k} takes {s} bytes: {sizes:?}");
+        assert!(sizes[..4].iter().all(Option::is_some), "{sizes:?}");
+        for (k, s) in sizes.iter().enumerate() {
+            let s = s.unwrap_or(0);
+            assert!(s <= ring_bytes(pool, k as u64 + 1), "ring {k} takes {s} bytes: {sizes:?}");
         }
-        assert!(sizes.iter().sum::<u64>() <= pool / RINGS_SHARE + 16 * floor, "{sizes:?}");
-        assert!(sizes[4] < sizes[0], "{sizes:?}");
-        // Kept after they are gone: no buffer over twice what a next ring takes alone.
-        let kept = bm.rings.bufs.lock().iter().map(|b| b.len as u64).max().unwrap_or(0);
-        assert!(kept <= 2 * (pool / POOL_SHARE).min(MAX_RING_BYTES), "{kept}");
+        assert!(sizes.iter().map(|s| s.unwrap_or(0)).sum::<u64>() <= pool / RINGS_SHARE, "{sizes:?}");
+        // After they are gone: the buffers kept are all that is still charged for rings.
+        let kept: u64 = bm.rings.bufs.lock().iter().map(|b| b.len as u64).sum();
+        assert_eq!(bm.rings.bytes(), kept);
+        assert_eq!(bm.stats().ring_bytes, kept);
         assert_eq!(bm.rings.live.load(Ordering::Acquire), 0);
         assert_eq!(bm.rings.live_bytes.load(Ordering::Acquire), 0);
         bm.check_invariants().unwrap();
+    }
+
+    /// A full ring cache keeps the larger buffers: a small one put into it is handed back,
+    /// a large one takes the place of the smallest kept, which is handed back.
+    #[test]
+    fn a_full_ring_cache_keeps_the_larger_buffers() {
+        let cache = RingCache::default();
+        let small = 16 << 10;
+        for _ in 0..CACHED {
+            cache.put(RingBuf::alloc(small).unwrap()).ok().expect("room in the cache");
+        }
+        let back = cache.put(RingBuf::alloc(small).unwrap()).expect_err("the cache is full");
+        assert_eq!(back.len, small);
+        let back = cache.put(RingBuf::alloc(HUGE).unwrap()).expect_err("the cache is full");
+        assert_eq!(back.len, small, "the smallest kept buffer is handed back");
+        assert_eq!(cache.take(HUGE).map(|b| b.len), Some(HUGE), "the large buffer is kept");
+        // (The cache frees what it keeps when dropped; its byte count is the caller's.)
+        cache.bytes.store((CACHED as u64 - 1) * small as u64, Ordering::Release);
     }
 
     /// A shared ring's positions given back out of order free their buffers only once

@@ -1,7 +1,8 @@
 //! Hash aggregation whose state lives in temporary pages of the pool (`GROUP BY`,
 //! `DISTINCT`, `count(DISTINCT x)`).
 //!
-//! A group is an entry of a hash table that fills one temporary page (an eighth of the pool):
+//! A group is an entry of a hash table that fills one temporary page (an eighth of the pool;
+//! each worker of a parallel aggregation has its share of that, [`HashAgg::worker`]):
 //! a slot array of `u32` chain heads, then the entries, bump-allocated: the key's bytes (see
 //! [`super::rows::encode_value`]) and the partial aggregates' bytes. Every input row arrives
 //! as a partial aggregate of one row and is merged into its group. When the page is full,
@@ -593,7 +594,8 @@ pub struct HashAgg<'a> {
     kinds: Vec<AggKind>,
     consumed: u32,
     /// How many aggregations of one parallel pipeline share the pool (1: this one alone):
-    /// its table page and its partitions' tail pages take that share of theirs.
+    /// its table page takes that share of a table's, its partitions' tail pages at most
+    /// that share of theirs (they are at least the smallest page, at most 64 KiB).
     share: usize,
     table: Option<AggTable<'a>>,
     parts: Vec<RowRun<'a>>,
@@ -677,9 +679,9 @@ impl<'a> HashAgg<'a> {
     }
 
     /// The partial aggregation of one of `workers` workers of a parallel pipeline: its
-    /// table page and partition tails take a `workers`th of an aggregation's (the workers'
-    /// tables are all in use at once; at a full share each, sixteen of them would take
-    /// twice a pool and evict one another's pages on every few pushes).
+    /// table page takes a `workers`th of an aggregation's, its partition tails at most that
+    /// (the workers' tables are all in use at once; at a full share each, sixteen of them
+    /// would take twice a pool and evict one another's pages on every few pushes).
     pub fn worker(bm: &'a BufferManager, kinds: Vec<AggKind>, workers: usize) -> HashAgg<'a> {
         HashAgg { share: workers.max(1), ..Self::at(bm, kinds, 0) }
     }

@@ -85,7 +85,9 @@ pub(super) fn parallel_plan(bm: &BufferManager, plan: &Plan) -> Result<bool> {
 }
 
 /// The most workers of a scan in `plan`'s pipeline (every scan of a query has the query's
-/// `--threads`; which side of a join is probed is decided only when it runs).
+/// `--threads`; which side of a join is probed is decided only when it runs). A small
+/// driving table runs fewer workers than that: each then has a smaller table than it could
+/// (it may spill sooner; it never takes more memory).
 fn driving_threads(plan: &Plan) -> usize {
     match plan {
         Plan::ColScan(s) => s.threads,

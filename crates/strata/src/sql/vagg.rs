@@ -628,6 +628,19 @@ const MORSEL: u64 = 1 << 18;
 const MORSEL_MIN: u64 = 1 << 10;
 const MORSELS_PER_WORKER: u64 = 4;
 
+/// How [`morsels`] deals `rows` to `threads` workers: the morsel's rows, the number of
+/// morsels and of workers (fewer than `threads` when there are fewer morsels).
+fn dealing(threads: usize, rows: u64) -> (u64, u64, usize) {
+    let morsel = (rows / (threads.max(1) as u64 * MORSELS_PER_WORKER)).clamp(MORSEL_MIN, MORSEL);
+    let count = rows.div_ceil(morsel);
+    (morsel, count, threads.min(count as usize).max(1))
+}
+
+/// The workers [`morsels`] runs for `rows` rows on `threads` threads.
+pub(super) fn workers(threads: usize, rows: u64) -> usize {
+    dealing(threads, rows).2
+}
+
 /// Runs `work(from, to)` over morsels of `0..rows` on `threads` workers (fewer if there are
 /// fewer morsels), each with its own state made by `init`; returns the states in worker
 /// order. The morsels are dealt in turn
@@ -642,9 +655,7 @@ pub(super) fn morsels<T: Send>(
     init: &(dyn Fn() -> T + Sync),
     work: &(dyn Fn(&mut T, u64, u64) -> Result<()> + Sync),
 ) -> Result<Vec<T>> {
-    let morsel = (rows / (threads as u64 * MORSELS_PER_WORKER)).clamp(MORSEL_MIN, MORSEL);
-    let count = rows.div_ceil(morsel);
-    let threads = threads.min(count as usize).max(1);
+    let (morsel, count, threads) = dealing(threads, rows);
     // Set when a worker fails: the others stop at their next morsel.
     let failed = std::sync::atomic::AtomicBool::new(false);
     let run = |w: usize| -> Result<T> {
@@ -1038,11 +1049,13 @@ pub fn fused_grouped(bm: &BufferManager, input: &Plan, keys: &[BExpr], aggs: &[A
     let abm = main.buffer();
     if scan.threads > 1 {
         type Local<'b, 'c> = (Option<Prog>, GroupCache, HashAgg<'b>, Scratch, Option<Runs<'c>>);
+        let rows = scan.table.rows(bm)?;
+        let workers = workers(scan.threads, rows);
         let init = || -> Local<'_, '_> {
             (
                 Prog::new(aggs, schema),
                 GroupCache::new(g.kinds.clone()),
-                HashAgg::worker(bm, g.kinds.clone(), scan.threads),
+                HashAgg::worker(bm, g.kinds.clone(), workers),
                 Scratch::new(schema.len()),
                 stream.then(|| Runs::new(abm, date)),
             )
@@ -1055,7 +1068,7 @@ pub fn fused_grouped(bm: &BufferManager, input: &Plan, keys: &[BExpr], aggs: &[A
                 None => Ok(()),
             }
         };
-        let locals = morsels(scan.threads, scan.table.rows(bm)?, &init, &work)?;
+        let locals = morsels(scan.threads, rows, &init, &work)?;
         let proven = runs::proven(&locals.iter().filter_map(|l| l.4.as_ref()).collect::<Vec<_>>());
         let mut sb = Vec::new();
         for (_, c, m, _, r) in locals {
