@@ -121,6 +121,42 @@ fn rows_of_every_type_read_back_by_id_and_scan_through_a_tiny_pool() {
     db.check().unwrap();
 }
 
+/// A table written before the committed-row count was kept (its root's word is 0) counts
+/// every appended row as committed, across a reopen; its next committed append starts the
+/// count, after which an append in flight is no longer counted.
+#[test]
+fn a_table_from_before_the_committed_count_counts_every_appended_row() {
+    use strata::access::btree::node::W_COMMITTED;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("db");
+    let db = Database::create(config(&dir, 512 << 10)).unwrap();
+    let t = db.create_table("t", schema()).unwrap();
+    append_range(&db, &t, 0..300, 100);
+    // The root as such a table has it (a logged change: it survives the reopen).
+    let mut tx = db.begin();
+    tx.write_u64(t.root(), W_COMMITTED, 0).unwrap();
+    tx.commit().unwrap();
+    db.close().unwrap();
+    let db = Database::open(config(&dir, 512 << 10)).unwrap();
+    let t = db.table("t").unwrap();
+    assert_rows(&db, &t, 300);
+    // Without the count, an append in flight is counted (as such tables always did).
+    let mut tx = db.begin();
+    t.append(&mut tx, &(300..320).map(row).collect::<Vec<_>>()).unwrap();
+    assert_eq!(t.rows(db.buffer()).unwrap(), 320);
+    tx.abort().unwrap();
+    assert_rows(&db, &t, 300);
+    // A committed append starts the count.
+    append_range(&db, &t, 300..350, 50);
+    assert_rows(&db, &t, 350);
+    let mut tx = db.begin();
+    t.append(&mut tx, &(350..360).map(row).collect::<Vec<_>>()).unwrap();
+    assert_eq!((t.rows(db.buffer()).unwrap(), t.appended(db.buffer()).unwrap()), (350, 360), "readers see committed rows only");
+    tx.abort().unwrap();
+    assert_rows(&db, &t, 350);
+    db.check().unwrap();
+}
+
 #[test]
 fn a_rolled_back_append_leaves_the_table_as_it_was() {
     let tmp = tempfile::tempdir().unwrap();
