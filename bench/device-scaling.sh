@@ -14,12 +14,7 @@ OUT=$2
 OLD=${3:-}
 T=${THREADS:-1,4,8,16}
 mkdir -p "$OUT" .bench-scratch
-{
-    echo "cores: $(nproc)"
-    uname -r
-    lscpu | grep -E "Model name|NUMA node|Socket" || true
-    echo "unprivileged_userfaultfd: $(cat /proc/sys/vm/unprivileged_userfaultfd 2>/dev/null)"
-} > "$OUT/machine.txt" 2>&1
+"$(dirname "$0")/machine-info.sh" > "$OUT/machine.txt" 2>&1
 run() { # name bin args...
     local name=$1 bin=$2
     shift 2

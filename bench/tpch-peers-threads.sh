@@ -25,12 +25,7 @@ PY=${PYTHON:-python3}
 HERE=$(cd "$(dirname "$0")" && pwd)
 W=${WORK:-$(mktemp -d)}
 mkdir -p "$OUT"
-{
-    echo "cores: $(nproc)"
-    uname -r
-    lscpu | grep -E "Model name|NUMA node|Socket" || true
-    echo "sf: $SF, pool: $POOL, rounds: $ROUNDS, threads: $THREADS"
-} > "$OUT/machine.txt" 2>&1
+"$HERE/machine-info.sh" "sf: $SF, pool: $POOL, rounds: $ROUNDS, threads: $THREADS" > "$OUT/machine.txt" 2>&1
 for t in ${THREADS//,/ }; do
     t0=$SECONDS
     "$PY" "$HERE/peers.py" --tpch --sf "$SF" --pool "$POOL" --threads "$t" --rounds "$ROUNDS" \

@@ -23,12 +23,7 @@ ROUNDS=${ROUNDS:-3}
 HERE=$(cd "$(dirname "$0")" && pwd)
 W=${WORK:-$(mktemp -d)}
 mkdir -p "$OUT"
-{
-    echo "cores: $(nproc)"
-    uname -r
-    lscpu | grep -E "Model name|NUMA node|Socket" || true
-    echo "sf: $SF, pool: $POOL, rounds: $ROUNDS"
-} > "$OUT/machine.txt" 2>&1
+"$HERE/machine-info.sh" "sf: $SF, pool: $POOL, rounds: $ROUNDS" > "$OUT/machine.txt" 2>&1
 if [ ! -d "$W/db" ]; then
     t0=$SECONDS
     "$BIN" gen tpch --sf "$SF" --out "$W/csv" > /dev/null 2>&1 || exit 1

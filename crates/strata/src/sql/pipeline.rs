@@ -28,7 +28,7 @@ use super::expr::BExpr;
 use super::join::{self, Build, Built, Joined};
 use super::rows::corrupt;
 use super::scan::ColScan;
-use super::vagg::{merge_partial, morsels, GroupCache};
+use super::vagg::{merge_partial, morsels, workers, GroupCache};
 use crate::access::table::Value;
 use crate::buffer::BufferManager;
 use crate::error::Result;
@@ -82,19 +82,6 @@ pub(super) fn parallel_plan(bm: &BufferManager, plan: &Plan) -> Result<bool> {
         },
         _ => false,
     })
-}
-
-/// The most workers of a scan in `plan`'s pipeline (every scan of a query has the query's
-/// `--threads`; which side of a join is probed is decided only when it runs). A small
-/// driving table runs fewer workers than that: each then has a smaller table than it could
-/// (it may spill sooner; it never takes more memory).
-fn driving_threads(plan: &Plan) -> usize {
-    match plan {
-        Plan::ColScan(s) => s.threads,
-        Plan::Filter { input, .. } | Plan::Project { input, .. } => driving_threads(input),
-        Plan::HashJoin { .. } => plan.join_args().map_or(1, |j| driving_threads(j.left).max(driving_threads(j.right))),
-        _ => 1,
-    }
 }
 
 /// `plan` with its joins' tables built; `None` if a join's build side did not fit a table.
@@ -179,23 +166,26 @@ fn prepared<'p, 'b>(bm: &'b BufferManager, plan: &'p Plan) -> Result<Option<Shap
 }
 
 /// Runs `plan` on the workers of its driving scan if it is a parallel pipeline feeding
-/// `into`: each worker hands its rows to `row` with its own state, made by `init`; returns
-/// the states in worker order. `None`: not a parallel pipeline (nothing was run).
+/// `into`: each worker hands its rows to `row` with its own state, made by `init` (given
+/// the number of workers that run, for states that share the pool); returns the states in
+/// worker order. `None`: not a parallel pipeline (nothing was run).
 pub fn run_parallel<T: Send>(
     bm: &BufferManager,
     plan: &Plan,
     into: Into,
-    init: &(dyn Fn() -> T + Sync),
+    init: &(dyn Fn(usize) -> T + Sync),
     row: &(dyn Fn(&mut T, &[Value]) -> Result<()> + Sync),
 ) -> Result<Option<Vec<T>>> {
     let Some(shape) = prepared(bm, plan)? else { return Ok(None) };
     let scan = shape.scan();
-    let init = || (Stage::of(&shape), init());
+    let rows = scan.table.rows(bm)?;
+    let n = workers(scan.threads, rows);
+    let init = || (Stage::of(&shape), init(n));
     let work = |(stage, st): &mut (Stage<'_, '_, '_>, T), a: u64, z: u64| -> Result<()> {
         stage.run(bm, a, z, &mut |r| row(st, r).map(|_| true))?;
         Ok(())
     };
-    let states = morsels(scan.threads, scan.table.rows(bm)?, &init, &work)?;
+    let states = morsels(scan.threads, rows, &init, &work)?;
     if states.len() > 1 {
         PARALLEL.fetch_add(1, Relaxed);
         HERE.with(|h| {
@@ -209,7 +199,7 @@ pub fn run_parallel<T: Send>(
 /// A whole-table aggregation over a parallel pipeline, into `states`. `Ok(false)`: not
 /// applicable, nothing done.
 pub fn aggregate(bm: &BufferManager, input: &Plan, aggs: &[AggSpec], kinds: &[AggKind], states: &mut [St]) -> Result<bool> {
-    let init = || kinds.iter().map(|k| St::empty(k.kind)).collect::<Vec<St>>();
+    let init = |_| kinds.iter().map(|k| St::empty(k.kind)).collect::<Vec<St>>();
     let Some(parts) = run_parallel(bm, input, Into::Aggregation, &init, &|sts, row| agg_row(aggs, kinds, sts, row))? else { return Ok(false) };
     for part in parts {
         for ((s, p), k) in states.iter_mut().zip(part).zip(kinds) {
@@ -224,8 +214,8 @@ pub fn aggregate(bm: &BufferManager, input: &Plan, aggs: &[AggSpec], kinds: &[Ag
 /// `Ok(false)`: not applicable, nothing done.
 pub fn grouped(bm: &BufferManager, input: &Plan, keys: &[BExpr], aggs: &[AggSpec], kinds: &[AggKind], main: &mut HashAgg<'_>) -> Result<bool> {
     type Local<'b, 'k> = (GroupCache, HashAgg<'b>, RowGroups<'k>);
-    let threads = driving_threads(input);
-    let init = || -> Local<'_, '_> { (GroupCache::new(kinds.to_vec()), HashAgg::worker(bm, kinds.to_vec(), threads), RowGroups::new(keys, aggs, kinds)) };
+    let init =
+        |workers| -> Local<'_, '_> { (GroupCache::new(kinds.to_vec()), HashAgg::worker(bm, kinds.to_vec(), workers), RowGroups::new(keys, aggs, kinds)) };
     let row = |(cache, part, rg): &mut Local<'_, '_>, row: &[Value]| rg.push(Some(cache), part, None, row);
     let Some(parts) = run_parallel(bm, input, Into::Aggregation, &init, &row)? else { return Ok(false) };
     let mut sb = Vec::new();

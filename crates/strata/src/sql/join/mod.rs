@@ -482,7 +482,7 @@ pub(super) fn build_on<'p, 'b>(bm: &'b BufferManager, j: &JoinArgs<'p>, build_le
     let parallel = if hands_on {
         None
     } else {
-        super::pipeline::run_parallel(bm, bplan, super::pipeline::Into::Build, &|| side.local(bm), &|l, row| side.add(l, row).map(|_| ()))?
+        super::pipeline::run_parallel(bm, bplan, super::pipeline::Into::Build, &|_| side.local(bm), &|l, row| side.add(l, row).map(|_| ()))?
     };
     let brun = match parallel {
         Some(parts) => {
