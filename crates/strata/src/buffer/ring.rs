@@ -49,8 +49,8 @@ const MAX_RUN_BYTES: usize = 1 << 20;
 const MAX_RING_BYTES: u64 = 4 << 20;
 /// A ring takes at most this share of the pool (1/8).
 const POOL_SHARE: u64 = 8;
-/// The rings that exist at once take about this share of the pool together (1/2): each
-/// new one at most that divided by their number.
+/// The rings that exist at once take at most this share of the pool together (1/2), a new
+/// one at most that divided by their number.
 const RINGS_SHARE: u64 = 2;
 /// I/O threads per ring.
 const IO_THREADS: usize = 2;
