@@ -640,18 +640,17 @@ impl<'a> Ring<'a> {
         // the ring is made (rings made at the same moment see one another), and given back
         // if it is not.
         let live = bm.rings.live.fetch_add(1, Ordering::AcqRel) + 1;
+        let (mut bytes, mut slots) = (0, 0);
         let taken = bm.rings.live_bytes.fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
-            let left = (bm.pool_size() / RINGS_SHARE).saturating_sub(used);
-            let bytes = ring_bytes(bm.pool_size(), live).min(left);
-            let slots = (bytes as usize / slot).min(pids.len().max(MIN_SLOTS));
+            bytes = ring_bytes(bm.pool_size(), live).min((bm.pool_size() / RINGS_SHARE).saturating_sub(used));
+            slots = (bytes as usize / slot).min(pids.len().max(MIN_SLOTS));
             (slots >= MIN_SLOTS && slot >= 4096).then(|| used + (slots * slot) as u64)
         });
-        let Ok(used) = taken else {
+        if taken.is_err() {
             bm.rings.live.fetch_sub(1, Ordering::AcqRel);
             return None;
-        };
-        let bytes = ring_bytes(bm.pool_size(), live).min((bm.pool_size() / RINGS_SHARE).saturating_sub(used));
-        let slots = (bytes as usize / slot).min(pids.len().max(MIN_SLOTS));
+        }
+        // (`bytes` and `slots` are those of the claim that succeeded: the last call.)
         let total = slots * slot;
         let unclaim = || {
             bm.rings.live.fetch_sub(1, Ordering::AcqRel);

@@ -1258,7 +1258,6 @@ impl VPred {
     }
 }
 
-/// The string and byte constants of an `IN` list, as bytes.
 /// The first `k` characters of the UTF-8 string `b` (all of it if `k` is `None` or more
 /// than it has): what `SUBSTRING(b FROM 1 FOR k)` gives, found by counting the bytes that
 /// start characters.
@@ -1268,6 +1267,7 @@ pub(super) fn char_prefix(b: &[u8], k: Option<usize>) -> &[u8] {
     &b[..end]
 }
 
+/// The string and byte constants of an `IN` list, as bytes.
 fn byte_keys(lits: &[Value]) -> Vec<&[u8]> {
     lits.iter()
         .filter_map(|v| match v {
