@@ -118,6 +118,7 @@ pub struct BufferManager {
     pub(super) sequential_readahead: bool,
     /// Whether scans read cold pages into rings ([`super::ring`]).
     pub(super) scan_rings: bool,
+    pub(super) partial_reads: bool,
     /// The buffers of finished scan rings, kept for the next.
     pub(super) rings: super::ring::RingCache,
     /// Opened by [`BufferManager::open_read_only`]: nothing is ever written.
@@ -313,6 +314,7 @@ impl BufferManager {
             id: super::sequential::manager_id(),
             sequential_readahead: config.sequential_readahead,
             scan_rings: config.scan_rings,
+            partial_reads: config.partial_reads,
             rings: Default::default(),
             pin_wait: config.pin_wait,
             counters: Counters::default(),

@@ -37,6 +37,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use super::manager::BufferManager;
+use super::partial::{self, PartialRead, SectorPlan, SECTOR};
 use super::readahead::PageSource;
 use super::space::Space;
 use super::state::Word;
@@ -284,6 +285,10 @@ pub struct Ring<'a> {
     state: Mutex<State>,
     cv: Condvar,
     stop: AtomicBool,
+    /// Partial reads: what the consumer needs of each page ([`super::partial`]), and the
+    /// sectors predicted from the last batch.
+    partial: Option<&'a dyn PartialRead>,
+    plan: Mutex<SectorPlan>,
 }
 
 // SAFETY: the buffer behind `buf` is owned by the ring and handed between the I/O thread
@@ -529,6 +534,12 @@ impl<'a> Ring<'a> {
                 (!w.is_resident() && sp.is_allocated(index) && !bm.in_remote_tier(pid)).then_some(w)
             })
             .collect();
+        if let Some(partial) = self.partial {
+            let plan = self.plan.lock().get().map(<[bool]>::to_vec);
+            if let Some(plan) = plan {
+                return self.read_partial(sp, positions, seen, partial, &plan);
+            }
+        }
         // Runs of adjacent pages in adjacent buffers.
         let mut runs: Vec<(usize, usize)> = Vec::new(); // (first position, pages)
         for (k, pos) in positions.clone().enumerate() {
@@ -578,8 +589,143 @@ impl<'a> Ring<'a> {
             }
             bm.count_ring_read(got.min(n * self.slot) as u64, (got.min(n * self.slot) / self.slot) as u64);
         }
+        if let Some(partial) = self.partial {
+            // What the pages read whole needed: the prediction for the next batch.
+            let sectors = self.slot / SECTOR;
+            let mut ranges = Vec::new();
+            let needs: Vec<Option<Vec<bool>>> = positions
+                .clone()
+                .zip(&seen)
+                .filter(|(_, s)| s.is_some())
+                .map(|(pos, _)| {
+                    // SAFETY: this thread's buffer of `pos`, filled by the completed read and
+                    // not yet published.
+                    let image = unsafe { std::slice::from_raw_parts(self.slot_ptr(pos), self.slot) };
+                    needed_sectors(partial, image, image.len(), sectors, &mut ranges)
+                })
+                .collect();
+            self.plan.lock().learn(sectors, needs.iter().map(Option::as_deref));
+        }
         seen
     }
+
+    /// [`read`](Self::read) of pages of which the consumer needs parts: the `plan`'s sectors
+    /// of each page first, then the sectors a page needed beyond them (or all of it, if it
+    /// needed the whole page); a page is verified by its own checksum if read whole, else
+    /// by the consumer's ([`PartialRead::verify`]) after its header names it. The plan
+    /// learns from what the pages needed.
+    fn read_partial(&self, sp: &Space, positions: Range<usize>, mut seen: Vec<Option<Word>>, partial: &dyn PartialRead, plan: &[bool]) -> Vec<Option<Word>> {
+        let sectors = plan.len();
+        let n = positions.len();
+        let mut have = vec![vec![false; sectors]; n];
+        let first: Vec<(usize, Range<usize>)> = (0..n).filter(|&k| seen[k].is_some()).flat_map(|k| partial::runs(plan).map(move |r| (k, r))).collect();
+        let mut bytes = self.read_sectors(sp, positions.start, &first, &mut have);
+        // What each page needs: `None` for all of it.
+        let mut ranges = Vec::new();
+        let mut need: Vec<Option<Vec<bool>>> = vec![None; n];
+        let mut rest = Vec::new();
+        for k in (0..n).filter(|&k| seen[k].is_some()) {
+            let head = have[k].iter().take_while(|&&h| h).count() * SECTOR;
+            // SAFETY: this thread's buffer of the position, its first `head` bytes filled by
+            // the completed reads, not yet published.
+            let image = unsafe { std::slice::from_raw_parts(self.slot_ptr(positions.start + k), self.slot) };
+            need[k] = needed_sectors(partial, image, head, sectors, &mut ranges);
+            let wanted = need[k].as_deref();
+            let missing = (0..sectors).map(|i| wanted.is_none_or(|w| w[i]) && !have[k][i]).collect::<Vec<bool>>();
+            rest.extend(partial::runs(&missing).map(|r| (k, r)));
+        }
+        bytes += self.read_sectors(sp, positions.start, &rest, &mut have);
+        let mut pages = 0;
+        for k in 0..n {
+            if seen[k].is_none() {
+                continue;
+            }
+            let pid = self.pids.get(positions.start + k);
+            // SAFETY: as above; every read into the buffer has completed.
+            let image = unsafe { std::slice::from_raw_parts(self.slot_ptr(positions.start + k), self.slot) };
+            let complete = (0..sectors).all(|i| have[k][i] || need[k].as_deref().is_some_and(|w| !w[i]));
+            let same = seen[k].is_some_and(|w| sp.state(pid.index()).load() == w);
+            let verified = match need[k] {
+                None => page::verify(image, pid).is_ok(),
+                Some(_) => page::names(image, pid) && partial.verify(&image[page::PAGE_HEADER_SIZE..]),
+            };
+            if complete && same && verified {
+                pages += 1;
+            } else {
+                seen[k] = None;
+            }
+        }
+        self.bm.count_ring_read(bytes, pages);
+        self.plan.lock().learn(sectors, need.iter().zip(&seen).filter(|(_, s)| s.is_some()).map(|(w, _)| w.as_deref()));
+        seen
+    }
+
+    /// Reads the sector ranges `reads` (per entry: the position's index after `base`, and
+    /// a run of its sectors; in order of position, then sector) into the positions'
+    /// buffers, all in one batch; marks in `have` the sectors read. Runs apart by at most
+    /// [`partial::MERGE_GAP`] sectors, in one page or across adjacent pages in adjacent
+    /// buffers, are one request (the sectors between them are read too: a request costs
+    /// more than a few sectors). Returns the bytes read.
+    fn read_sectors(&self, sp: &Space, base: usize, reads: &[(usize, Range<usize>)], have: &mut [Vec<bool>]) -> u64 {
+        if reads.is_empty() {
+            return 0;
+        }
+        let sectors = self.slot / SECTOR;
+        // Requests as spans of "global" sectors (position index * sectors + sector).
+        let mut spans: Vec<Range<usize>> = Vec::new();
+        for (k, r) in reads {
+            let (from, to) = (k * sectors + r.start, k * sectors + r.end);
+            if let Some(last) = spans.last_mut() {
+                let (lk, pos) = ((last.end - 1) / sectors, base + k);
+                // Adjacent on the disk and in the ring, unless in the same page.
+                let joins = lk == *k || (lk + 1 == *k && pos % self.slots != 0 && self.pids.get(pos).index() == self.pids.get(pos - 1).index() + 1);
+                if joins && from >= last.end && from - last.end <= partial::MERGE_GAP && (to - last.start) * SECTOR <= MAX_RUN_BYTES {
+                    last.end = to;
+                    continue;
+                }
+            }
+            spans.push(from..to);
+        }
+        let mut reqs: Vec<ReadReq<'_>> = spans
+            .iter()
+            .map(|g| {
+                let (k, s) = (g.start / sectors, g.start % sectors);
+                let pos = base + k;
+                // SAFETY: the span starts at sector `s` of the buffer of `pos` and runs over
+                // whole sectors of that buffer and of the next positions' (adjacent: a span
+                // crosses into a position only if its buffer follows without wrapping around
+                // the ring), so it lies inside the allocation, 4 KiB aligned; the spans of one
+                // call do not overlap (they are made from runs in increasing order), and the
+                // buffers are this thread's until it publishes the positions (see `read`).
+                let buf = unsafe { std::slice::from_raw_parts_mut(self.slot_ptr(pos).add(s * SECTOR), g.len() * SECTOR) };
+                ReadReq::new(IoBufMut::from_slice(buf), sp.offset(self.pids.get(pos).index()) + (s * SECTOR) as u64)
+            })
+            .collect();
+        self.bm.read_batch(sp, &mut reqs);
+        let got: Vec<usize> = reqs.iter().map(|r| *r.result.as_ref().unwrap_or(&0)).collect();
+        drop(reqs);
+        let mut bytes = 0;
+        for (g, got) in spans.iter().zip(got) {
+            bytes += got.min(g.len() * SECTOR) as u64;
+            if got >= g.len() * SECTOR {
+                for x in g.clone() {
+                    have[x / sectors][x % sectors] = true;
+                }
+            }
+        }
+        bytes
+    }
+}
+
+/// The sectors of a page whose first `head` bytes of `image` were read that `partial` says
+/// its consumer needs (`None`: all of it).
+fn needed_sectors(partial: &dyn PartialRead, image: &[u8], head: usize, sectors: usize, ranges: &mut Vec<Range<usize>>) -> Option<Vec<bool>> {
+    if head <= page::PAGE_HEADER_SIZE {
+        return None;
+    }
+    ranges.clear();
+    let mut m = vec![false; sectors];
+    (partial.ranges(&image[page::PAGE_HEADER_SIZE..head], ranges) && partial::mark_sectors(ranges, page::PAGE_HEADER_SIZE, &mut m)).then_some(m)
 }
 
 impl Drop for Ring<'_> {
@@ -607,8 +753,12 @@ impl BufferManager {
     /// Runs `f` with a scan ring over `pids` (see [`super::ring`]), or with `None` where no
     /// ring can be had (rings off, too small a pool, no room, no thread, an empty list or
     /// one whose first page is not addressable): the caller then reads its pages as usual.
-    pub fn scan_ring<R>(&self, pids: &[PageId], f: impl FnOnce(Option<&Ring<'_>>) -> R) -> R {
+    ///
+    /// With `partial`, the ring reads of each page only what it says the scan needs, and
+    /// hands out images of which only those bytes are the page's ([`super::partial`]).
+    pub fn scan_ring<R>(&self, pids: &[PageId], partial: Option<&dyn PartialRead>, f: impl FnOnce(Option<&Ring<'_>>) -> R) -> R {
         let Some(ring) = Ring::new(Bm::Ref(self), Pages::Slice(pids), false) else { return f(None) };
+        let ring = ring.reading(partial);
         std::thread::scope(|scope| {
             ring.spawn_scoped(scope);
             // Stops the I/O threads however `f` ends (a panic too: the scope joins them).
@@ -701,7 +851,16 @@ impl<'a> Ring<'a> {
             }),
             cv: Condvar::new(),
             stop: AtomicBool::new(false),
+            partial: None,
+            plan: Mutex::new(SectorPlan::new(slot / SECTOR)),
         })
+    }
+
+    /// Reads only what `partial` says a page needs (pages of at least four sectors; see
+    /// [`super::partial`]). Before the I/O threads start.
+    fn reading(mut self, partial: Option<&'a dyn PartialRead>) -> Ring<'a> {
+        self.partial = partial.filter(|_| self.bm.partial_reads && self.slot >= 4 * SECTOR && self.slot.is_multiple_of(SECTOR));
+        self
     }
 
     /// Counts an I/O thread in before it is started (`started`: whether it was); a ring
@@ -789,7 +948,7 @@ mod tests {
         assert!(cold.len() >= 32, "{} evicted pages", cold.len());
         let mark = |payload: &[u8]| u64::from_le_bytes(payload[..8].try_into().unwrap());
         let before = bm.stats();
-        bm.scan_ring(&cold, |ring| {
+        bm.scan_ring(&cold, None, |ring| {
             let ring = ring.expect("a ring in a 1 MiB pool");
             assert_eq!(bm.stats().ring_bytes, (ring.slots * ring.slot) as u64);
             assert!(bm.used_bytes() <= bm.pool_size());
@@ -826,6 +985,90 @@ mod tests {
         bm.check_invariants().unwrap();
     }
 
+    /// A ring reading parts of pages: its consumer needs each page's first 16 bytes and 64
+    /// bytes at an offset they name (three offsets, in different sectors). The images hand
+    /// out those bytes as the pages hold them (the first batch reads the header sector, then
+    /// what each page needs; later ones what the batch before needed, and what a page needs
+    /// beyond it in a second round), the bytes read are a fraction of the pages', and a page
+    /// whose part was changed on the disk is not handed out (fixed, its checksum fails).
+    #[test]
+    fn a_ring_reads_the_parts_of_pages_its_consumer_needs() {
+        struct Parts;
+        fn far(p: &[u8]) -> usize {
+            u64::from_le_bytes(p[..8].try_into().unwrap()) as usize
+        }
+        fn pattern(mark: u64) -> Vec<u8> {
+            (0..64u64).map(|i| (mark.wrapping_mul(31) + i) as u8).collect()
+        }
+        impl PartialRead for Parts {
+            fn ranges(&self, head: &[u8], out: &mut Vec<Range<usize>>) -> bool {
+                if head.len() < 16 || far(head) > 60_000 {
+                    return false;
+                }
+                out.extend([0..16, far(head)..far(head) + 64]);
+                true
+            }
+            fn verify(&self, p: &[u8]) -> bool {
+                let mark = u64::from_le_bytes(p[8..16].try_into().unwrap());
+                p[far(p)..far(p) + 64] == pattern(mark)[..]
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let config = crate::buffer::Config::new(dir.path().join("db")).min_page(64 << 10).pool_size(4 << 20).partial_reads(true);
+        let bm = BufferManager::create(config).unwrap();
+        let mut pages = Vec::new();
+        for i in 0..160u64 {
+            let mut g = bm.alloc(60_000).unwrap();
+            let at = 20_000 + (i % 3) * 12_000;
+            g.write(0, &at.to_le_bytes());
+            g.write(8, &(i + 1).to_le_bytes());
+            g.write(at as usize, &pattern(i + 1));
+            pages.push((g.pid(), at as usize, i + 1));
+        }
+        let cold: Vec<(PageId, usize, u64)> = pages.iter().copied().filter(|&(p, ..)| !bm.is_resident(p)).collect();
+        assert!(cold.len() >= 64, "{} evicted pages", cold.len());
+        let pids: Vec<PageId> = cold.iter().map(|c| c.0).collect();
+        let read = |pids: &[PageId]| {
+            let before = bm.stats();
+            let mut got = Vec::new();
+            bm.scan_ring(pids, Some(&Parts), |ring| {
+                let ring = ring.expect("a ring in a 4 MiB pool");
+                for pos in 0..pids.len() {
+                    // SAFETY: the image is read before `pos` is given back.
+                    got.push(unsafe { ring.get(pos) }.map(|p| (far(p), u64::from_le_bytes(p[8..16].try_into().unwrap()), p[far(p)..far(p) + 64].to_vec())));
+                    ring.release(pos);
+                }
+            });
+            (got, bm.stats().bytes_read - before.bytes_read)
+        };
+        let (got, bytes) = read(&pids);
+        for ((_, at, mark), g) in cold.iter().zip(&got) {
+            let (f, m, part) = g.as_ref().expect("an evicted page's parts handed out");
+            assert_eq!((*f, *m, &part[..]), (*at, *mark, &pattern(*mark)[..]));
+        }
+        let whole = (pids.len() * (64 << 10)) as u64;
+        assert!(bytes * 3 < whole, "{bytes} bytes read of {whole}");
+        // A page's part changed on the disk: not handed out, and its checksum fails a fix.
+        let (bad, at, _) = cold[cold.len() / 2];
+        {
+            use std::io::{Seek, SeekFrom, Write};
+            let sp = bm.addressable_space(bad).unwrap();
+            let mut f = std::fs::OpenOptions::new().write(true).open(sp.path()).unwrap();
+            f.seek(SeekFrom::Start(sp.offset(bad.index()) + (page::PAGE_HEADER_SIZE + at) as u64)).unwrap();
+            f.write_all(&[0xEE; 8]).unwrap();
+            f.sync_all().unwrap();
+        }
+        let (got, _) = read(&pids);
+        for ((pid, _, mark), g) in cold.iter().zip(&got) {
+            if *pid == bad {
+                assert!(g.is_none(), "a changed part was handed out");
+            } else {
+                assert_eq!(g.as_ref().map(|g| g.1), Some(*mark));
+            }
+        }
+        assert!(bm.fix_shared(bad).is_err(), "the changed page fixed without an error");
+    }
+
     /// Rings that exist at once (the workers of a parallel scan have one each) share the
     /// pool: the k-th takes at most half the pool divided by k, and all of them together at
     /// most half of it (at an eighth each sixteen would want twice the pool, and evict what
@@ -838,7 +1081,7 @@ mod tests {
         let bm = BufferManager::create(crate::Config::new(dir.path().join("db")).min_page(4096).pool_size(pool).scan_rings(true)).unwrap();
         let pids: Vec<PageId> = (0..2000).map(|_| bm.alloc(100).unwrap().pid()).collect();
         fn nest(bm: &BufferManager, pids: &[PageId], depth: usize, sizes: &mut Vec<Option<u64>>) {
-            bm.scan_ring(pids, |ring| {
+            bm.scan_ring(pids, None, |ring| {
                 sizes.push(ring.map(|r| (r.slots * r.slot) as u64));
                 if depth > 1 {
                     nest(bm, pids, depth - 1, sizes);

@@ -117,6 +117,15 @@ pub fn seal(image: &mut [u8], pid: PageId, lsn: u64) {
     }
 }
 
+/// Whether the header of `image` (at least [`PAGE_HEADER_SIZE`] bytes) is a page's and
+/// names page `pid` (its checksum not verified: for partial reads, whose reader verifies
+/// the bytes it read with checksums of its own).
+pub fn names(image: &[u8], pid: PageId) -> bool {
+    let magic = u32::from_le_bytes(image[4..8].try_into().unwrap());
+    let id = u64::from_le_bytes(image[8..16].try_into().unwrap());
+    magic == MAGIC && id == pid.raw()
+}
+
 /// Verifies a page image read from disk as page `pid`.
 pub fn verify(image: &[u8], pid: PageId) -> Result<u64, PageFault> {
     let stored = u32::from_le_bytes(image[0..4].try_into().unwrap());

@@ -14,7 +14,7 @@
 
 use super::node::{self, HDR, KIND_LEAF, KIND_PACKED, SLOT, W_UPPER};
 use super::{BTree, LeafVisitor, Path, Step};
-use crate::buffer::{BufferManager, OptimisticGuard, ReadAhead, Ring};
+use crate::buffer::{BufferManager, OptimisticGuard, PartialRead, ReadAhead, Ring};
 use crate::error::{Error, Result};
 use crate::storage::PageId;
 
@@ -85,7 +85,7 @@ impl BTree {
     /// the next leaf is reached through the parent without a new descent. Do not change the
     /// tree from inside `f`.
     pub fn scan(&self, bm: &BufferManager, start: &[u8], f: &mut dyn FnMut(&[u8], &[u8]) -> bool) -> Result<()> {
-        self.scan_leaves(bm, start, None, &mut |pid, page, from| emit(bm, pid, page, from, f))
+        self.scan_leaves(bm, start, None, None, &mut |pid, page, from| emit(bm, pid, page, from, f))
     }
 
     /// Calls `f(page id, bytes, from)` with each leaf, in key order, from the one holding
@@ -96,7 +96,17 @@ impl BTree {
     /// reached through the parent without a new descent where possible. `end`, if given,
     /// is a key the caller will stop at (`f` returns false there): leaves beyond the one
     /// holding it are not read ahead.
-    pub(crate) fn scan_leaves(&self, bm: &BufferManager, start: &[u8], end: Option<&[u8]>, f: &mut LeafVisitor<'_>) -> Result<()> {
+    ///
+    /// With `partial`, leaves read ahead into a scan ring are read in part, as it says
+    /// ([`PartialRead`]): `f` then gets images of which only those bytes are the leaf's.
+    pub(crate) fn scan_leaves(
+        &self,
+        bm: &BufferManager,
+        start: &[u8],
+        end: Option<&[u8]>,
+        partial: Option<&dyn PartialRead>,
+        f: &mut LeafVisitor<'_>,
+    ) -> Result<()> {
         let mut from = start.to_vec();
         let mut scratch = ScanPage::take();
         let page = &mut scratch.0;
@@ -110,7 +120,7 @@ impl BTree {
             let mut parent = path.inner.pop().expect("a leaf has a parent");
             let leaf = path.leaf;
             let walk = match children_ahead(&parent, end, reading_ahead, &mut buf) {
-                Some(pids) => bm.scan_ring(&pids, |ring| match ring {
+                Some(pids) => bm.scan_ring(&pids, partial, |ring| match ring {
                     Some(ring) => {
                         let ahead = RingAhead { ring, first: parent.idx + 1 };
                         walk(bm, &mut parent, leaf, fence, &mut from, page, f, Ahead::Ring(&ahead))

@@ -311,7 +311,7 @@ impl Table {
     pub fn scan(&self, bm: &BufferManager, from: u64, f: &mut dyn FnMut(u64, &[Value]) -> bool) -> Result<()> {
         let mut row = Vec::with_capacity(self.schema.len());
         let mut img = Vec::new();
-        self.tree.scan_leaves(bm, &from.to_be_bytes(), None, &mut |pid, page, next| {
+        self.tree.scan_leaves(bm, &from.to_be_bytes(), None, None, &mut |pid, page, next| {
             let next = next.try_into().map(u64::from_be_bytes).unwrap_or(from).max(from);
             let (page, leaf) = self.plain_image(bm, pid, page, &mut img)?;
             for i in 0..leaf.count {
@@ -335,13 +335,17 @@ impl Table {
     /// leaf; rows below `start` were seen already). For readers that decode only some
     /// columns ([`crate::sql`]'s vectorized scan). Starts at the leaf holding row `from`
     /// (rows below it are not handed out). `to`, if given, is a row id the caller stops at
-    /// (`f` returns false there): leaves beyond it are not read ahead.
-    pub(crate) fn scan_pages(&self, bm: &BufferManager, from: u64, to: Option<u64>, f: &mut PageVisitor<'_>) -> Result<()> {
+    /// (`f` returns false there): leaves beyond it are not read ahead. `need`, if given,
+    /// marks the columns `f` reads: of packed leaves only those are opened, and cold ones
+    /// are read from the disk in part ([`packed::ColumnRead`]).
+    pub(crate) fn scan_pages(&self, bm: &BufferManager, from: u64, to: Option<u64>, need: Option<&[bool]>, f: &mut PageVisitor<'_>) -> Result<()> {
         let end = to.map(u64::to_be_bytes);
-        self.tree.scan_leaves(bm, &from.to_be_bytes(), end.as_ref().map(|k| &k[..]), &mut |pid, page, next| {
+        let partial = need.map(|need| packed::ColumnRead::new(&self.schema, need));
+        let partial = partial.as_ref().map(|p| p as &dyn crate::buffer::PartialRead);
+        self.tree.scan_leaves(bm, &from.to_be_bytes(), end.as_ref().map(|k| &k[..]), partial, &mut |pid, page, next| {
             let next = next.try_into().map(u64::from_be_bytes).unwrap_or(from).max(from);
             let leaf = if page[0] == KIND_PACKED {
-                LeafPage::Packed(packed::PackedLeaf::open(page, &self.schema).map_err(|_| self.corrupt(bm, pid, "impossible packed leaf"))?)
+                LeafPage::Packed(packed::PackedLeaf::open_columns(page, &self.schema, need).map_err(|_| self.corrupt(bm, pid, "impossible packed leaf"))?)
             } else {
                 LeafPage::Plain(page, pax::header(page, &self.schema).map_err(|_| self.corrupt(bm, pid, "impossible header"))?)
             };
@@ -366,7 +370,7 @@ impl Table {
     /// leaf).
     pub fn packed_leaves(&self, bm: &BufferManager) -> Result<(u64, u64)> {
         let (mut packed, mut all) = (0, 0);
-        self.tree.scan_leaves(bm, &0u64.to_be_bytes(), None, &mut |_, page, _| {
+        self.tree.scan_leaves(bm, &0u64.to_be_bytes(), None, None, &mut |_, page, _| {
             all += 1;
             packed += (page[0] == KIND_PACKED) as u64;
             Ok(true)
@@ -396,6 +400,9 @@ impl Table {
             let mut img = Vec::new();
             let (page, leaf) = if page[0] == KIND_PACKED {
                 packed::header(page, &self.schema).map_err(|_| bad("impossible packed header (or a schema that does not match)"))?;
+                if !packed::checksums_match(page, &self.schema).unwrap_or(false) {
+                    return Err(bad("a column block does not match its checksum in the leaf's directory"));
+                }
                 let leaf = packed::expand(page, &self.schema, None, &mut img).map_err(|_| bad("an impossible packed column"))?;
                 (&img[..], leaf)
             } else {

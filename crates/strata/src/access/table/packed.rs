@@ -2,13 +2,24 @@
 //! column by column, read by expanding them into the plain PAX layout.
 //!
 //! A packed leaf holds the rows with ids `first .. first + count` and is never changed in
-//! place (only rewritten whole). After the 64-byte node header come the columns' blocks,
-//! one after another, each 8-byte aligned:
+//! place (only rewritten whole). After the 64-byte node header come the column directory
+//! and the columns' blocks, one after another, each 8-byte aligned.
 //!
 //! Header words (little-endian): 0 kind ([`KIND_PACKED`]) and count (high 32 bits), 1 the
-//! bytes used (header and blocks), 2 flags ([`FLAG_FULL`]: the next row did not fit, so an
-//! append starts a new leaf instead of repacking this one), 3 `first`, 4 the number of
-//! columns (checked against the schema).
+//! bytes used (header, directory and blocks), 2 flags ([`FLAG_FULL`]: the next row did not
+//! fit, so an append starts a new leaf instead of repacking this one; [`FLAG_DIR`]: the
+//! leaf has a directory), 3 `first`, 4 the number of columns (checked against the schema).
+//!
+//! The directory ([`FLAG_DIR`]): the CRC-32C of the header and the directory (these 4
+//! bytes left out; 4 bytes, then 4 zero bytes), then per column (in schema order) 16 bytes: its
+//! block's start and end in the page (`u32` each), the CRC-32C of the block's bytes, 4 zero
+//! bytes. The blocks of the fixed-width columns come first (in schema order), then those of
+//! strings and bytes: a reader that needs a few columns reads the header, the directory
+//! and their blocks, not the page ([`ColumnRead`]: the scan rings read only those byte
+//! ranges, and verify them with the directory's checksums, as a whole page is verified
+//! with its own), and a table's long strings (comments) lie at the end where prefix reads
+//! leave them out. A leaf without a directory (written before there was one) has its
+//! blocks in column order right after the header, and is read whole.
 //!
 //! A block starts with a 32-byte header:
 //!
@@ -61,7 +72,7 @@ use super::fsst::{self, Symbols};
 use super::pax::{self, align8, Leaf};
 use super::schema::{ColumnType, Schema, Value};
 use crate::access::btree::node::{Src, HDR, KIND_PACKED, KIND_PAX};
-use crate::buffer::Restart;
+use crate::buffer::{PartialRead, Restart};
 
 const W_USED: usize = 8;
 const W_FLAGS: usize = 16;
@@ -70,6 +81,21 @@ const W_COLS: usize = 32;
 
 /// Header flag: the leaf was closed because the next row did not fit.
 pub const FLAG_FULL: u64 = 1;
+/// Header flag: a column directory follows the header (see the module doc); leaves written
+/// before it had none (their blocks follow the header in column order).
+pub const FLAG_DIR: u64 = 2;
+
+/// The directory's first bytes: the CRC-32C of the header and the directory (these 4 bytes
+/// left out), then 4 zero bytes.
+const DIR_PRE: usize = 8;
+/// A directory entry: a column's block start and end in the page (`u32` each), the CRC-32C
+/// of the block's bytes, 4 zero bytes.
+const DIR_ENTRY: usize = 16;
+
+/// Bytes of the column directory of a leaf with `cols` columns.
+fn dir_bytes(cols: usize) -> usize {
+    DIR_PRE + DIR_ENTRY * cols
+}
 
 const BLOCK_HDR: usize = 32;
 /// Block encodings (see the module doc).
@@ -137,6 +163,8 @@ pub struct Packed {
     pub first: u64,
     /// Whether the next row did not fit ([`FLAG_FULL`]).
     pub full: bool,
+    /// Whether the leaf has a column directory ([`FLAG_DIR`]).
+    pub dir: bool,
 }
 
 /// Reads and checks a packed leaf's header.
@@ -148,14 +176,22 @@ pub fn header<S: Src + ?Sized>(s: &S, schema: &Schema) -> Result<Packed, Restart
     let flags = s.word(W_FLAGS);
     let first = s.word(W_FIRST);
     let cols = s.word(W_COLS);
-    if kind != KIND_PACKED || cols != schema.len() as u64 || count > max_rows(size) || used > size || used < HDR + BLOCK_HDR * schema.len() || flags > FLAG_FULL
-    {
+    let dir = flags & FLAG_DIR != 0;
+    let least = HDR + if dir { dir_bytes(schema.len()) } else { 0 } + BLOCK_HDR * schema.len();
+    if kind != KIND_PACKED || cols != schema.len() as u64 || count > max_rows(size) || used > size || used < least || flags > FLAG_FULL | FLAG_DIR {
         return Err(Restart);
     }
     if first.checked_add(count as u64).is_none() {
         return Err(Restart);
     }
-    Ok(Packed { count, used, first, full: flags & FLAG_FULL != 0 })
+    Ok(Packed { count, used, first, full: flags & FLAG_FULL != 0, dir })
+}
+
+/// The order of a leaf's blocks: the fixed-width columns, then strings and bytes (each in
+/// schema order).
+fn block_order(schema: &Schema) -> impl Iterator<Item = usize> + '_ {
+    let var = |c: &usize| schema.columns[*c].ty.is_var();
+    (0..schema.len()).filter(move |c| !var(c)).chain((0..schema.len()).filter(var))
 }
 
 // ------------------------------------------------------------------ bit packing
@@ -640,7 +676,7 @@ impl<'a> Packer<'a> {
 
     /// Bytes of the packed leaf of the rows taken.
     pub fn bytes(&self) -> usize {
-        HDR + self.cols.iter().map(|c| c.block_bytes(self.n)).sum::<usize>()
+        HDR + dir_bytes(self.cols.len()) + self.cols.iter().map(|c| c.block_bytes(self.n)).sum::<usize>()
     }
 
     /// Bytes of the plain image the rows taken expand into.
@@ -672,25 +708,43 @@ pub fn fit<R: AsRef<[Value]>>(schema: &Schema, size: usize, rows: &[R]) -> (usiz
 /// `full` sets [`FLAG_FULL`]. The rows must fit (see [`fit`]).
 pub fn encode<R: AsRef<[Value]>>(size: usize, schema: &Schema, first: u64, rows: &[R], full: bool) -> Vec<u8> {
     let mut img = Vec::with_capacity(size);
-    img.resize(HDR, 0);
+    let cols = schema.len();
+    let dir = HDR + DIR_PRE;
+    img.resize(HDR + dir_bytes(cols), 0);
     let n = rows.len();
-    let words = [(KIND_PACKED as u64) | ((n as u64) << 32), 0, full as u64, first, schema.len() as u64];
+    let flags = FLAG_DIR | if full { FLAG_FULL } else { 0 };
+    let words = [(KIND_PACKED as u64) | ((n as u64) << 32), 0, flags, first, cols as u64];
     for (i, w) in words.iter().enumerate() {
         img[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
     }
-    for (c, def) in schema.columns.iter().enumerate() {
-        let mut st = ColStats::new(def.ty, size);
+    for c in block_order(schema) {
+        let mut st = ColStats::new(schema.columns[c].ty, size);
         st.keep = true;
         for row in rows {
             st.add(&row.as_ref()[c]);
         }
+        let start = img.len();
         encode_column(&mut img, &st, rows, c);
+        let crc = crc32c::crc32c(&img[start..]);
+        let e = dir + c * DIR_ENTRY;
+        img[e..e + 4].copy_from_slice(&(start as u32).to_le_bytes());
+        let end = img.len() as u32;
+        img[e + 4..e + 8].copy_from_slice(&end.to_le_bytes());
+        img[e + 8..e + 12].copy_from_slice(&crc.to_le_bytes());
     }
     let used = img.len();
     img[W_USED..W_USED + 8].copy_from_slice(&(used as u64).to_le_bytes());
+    let crc = dir_crc(&img, cols);
+    img[HDR..HDR + 4].copy_from_slice(&crc.to_le_bytes());
     debug_assert!(used <= size, "packed rows overflow the page: {used} > {size}");
     img.resize(size.max(used), 0);
     img
+}
+
+/// The checksum of a leaf's header and directory, the checksum's own 4 bytes left out
+/// (`page` holds at least the header and the directory).
+fn dir_crc(page: &[u8], cols: usize) -> u32 {
+    crc32c::crc32c_append(crc32c::crc32c(&page[..HDR]), &page[HDR + 4..HDR + dir_bytes(cols)])
 }
 
 /// Appends column `c`'s block.
@@ -816,45 +870,88 @@ struct Block<'p> {
     body: &'p [u8],
 }
 
-/// The blocks of a packed leaf (one per column), each checked against the page.
-fn blocks<'p>(page: &'p [u8], schema: &Schema, p: &Packed) -> Result<Vec<Block<'p>>, Restart> {
+impl Block<'_> {
+    /// The block of a column a reader did not ask for (no encoding: reading it is a
+    /// [`Restart`]).
+    const ABSENT: Block<'static> = Block { tag: 0, nulls: None, w: 0, aux: 0, base: 0, entries: 0, long: 0, body: &[] };
+}
+
+/// The blocks of a packed leaf (one per column, in schema order), each checked against the
+/// page. With `need`, a leaf with a directory has only the blocks of the columns it marks
+/// read (the others are [`Block::ABSENT`], their bytes never looked at: a partial read of
+/// the page may not hold them).
+fn blocks<'p>(page: &'p [u8], schema: &Schema, p: &Packed, need: Option<&[bool]>) -> Result<Vec<Block<'p>>, Restart> {
     let mut out = Vec::with_capacity(schema.len());
-    let mut at = HDR;
     let page = &page[..p.used];
-    for _ in &schema.columns {
-        let h = page.get(at..at + BLOCK_HDR).ok_or(Restart)?;
-        let len = u32::from_le_bytes(h[4..8].try_into().unwrap()) as usize;
-        if len < BLOCK_HDR || !len.is_multiple_of(8) || at + len > page.len() || h[1] > 1 || h[2] > 64 {
+    if !p.dir {
+        let mut at = HDR;
+        for _ in &schema.columns {
+            let (b, len) = block_at(page, at, p.count)?;
+            out.push(b);
+            at += len;
+        }
+        return Ok(out);
+    }
+    let blocks_from = HDR + dir_bytes(schema.len());
+    for c in 0..schema.len() {
+        if need.is_some_and(|m| !m.get(c).copied().unwrap_or(true)) {
+            out.push(Block::ABSENT);
+            continue;
+        }
+        let (start, end, _) = dir_entry(page, c)?;
+        if start < blocks_from || end > page.len() || start > end {
             return Err(Restart);
         }
-        let mut body = &page[at + BLOCK_HDR..at + len];
-        let nulls = if h[1] == 1 {
-            let nb = pax::bitmap_bytes(p.count);
-            let (b, rest) = body.split_at_checked(nb).ok_or(Restart)?;
-            body = rest;
-            Some(b)
-        } else {
-            None
-        };
-        out.push(Block {
-            tag: h[0],
-            nulls,
-            w: h[2] as u32,
-            aux: h[3] as u32,
-            base: i64::from_le_bytes(h[8..16].try_into().unwrap()),
-            entries: usize::try_from(u64::from_le_bytes(h[16..24].try_into().unwrap())).map_err(|_| Restart)?,
-            long: usize::try_from(u64::from_le_bytes(h[24..32].try_into().unwrap())).map_err(|_| Restart)?,
-            body,
-        });
-        at += len;
+        let (b, len) = block_at(page, start, p.count)?;
+        if start + len != end {
+            return Err(Restart);
+        }
+        out.push(b);
     }
     Ok(out)
+}
+
+/// Directory entry `c` of a leaf with a directory: its block's start, end and checksum.
+fn dir_entry(page: &[u8], c: usize) -> Result<(usize, usize, u32), Restart> {
+    let e = HDR + DIR_PRE + c * DIR_ENTRY;
+    let d = page.get(e..e + DIR_ENTRY).ok_or(Restart)?;
+    let word = |at: usize| u32::from_le_bytes(d[at..at + 4].try_into().unwrap());
+    Ok((word(0) as usize, word(4) as usize, word(8)))
+}
+
+/// The block at `at` of `page` (a leaf of `count` rows) and its length.
+fn block_at(page: &[u8], at: usize, count: usize) -> Result<(Block<'_>, usize), Restart> {
+    let h = page.get(at..at + BLOCK_HDR).ok_or(Restart)?;
+    let len = u32::from_le_bytes(h[4..8].try_into().unwrap()) as usize;
+    if len < BLOCK_HDR || !len.is_multiple_of(8) || at + len > page.len() || h[1] > 1 || h[2] > 64 {
+        return Err(Restart);
+    }
+    let mut body = &page[at + BLOCK_HDR..at + len];
+    let nulls = if h[1] == 1 {
+        let nb = pax::bitmap_bytes(count);
+        let (b, rest) = body.split_at_checked(nb).ok_or(Restart)?;
+        body = rest;
+        Some(b)
+    } else {
+        None
+    };
+    let block = Block {
+        tag: h[0],
+        nulls,
+        w: h[2] as u32,
+        aux: h[3] as u32,
+        base: i64::from_le_bytes(h[8..16].try_into().unwrap()),
+        entries: usize::try_from(u64::from_le_bytes(h[16..24].try_into().unwrap())).map_err(|_| Restart)?,
+        long: usize::try_from(u64::from_le_bytes(h[24..32].try_into().unwrap())).map_err(|_| Restart)?,
+        body,
+    };
+    Ok((block, len))
 }
 
 /// The encoding tag of each column's block of a packed leaf (for inspection and tests).
 pub fn encodings(page: &[u8], schema: &Schema) -> Result<Vec<u8>, Restart> {
     let p = header(page, schema)?;
-    Ok(blocks(page, schema, &p)?.iter().map(|b| b.tag).collect())
+    Ok(blocks(page, schema, &p, None)?.iter().map(|b| b.tag).collect())
 }
 
 fn is_null(nulls: Option<&[u8]>, i: usize) -> bool {
@@ -865,9 +962,10 @@ fn is_null(nulls: Option<&[u8]>, i: usize) -> bool {
 /// `cap = count`, long strings in the var area at the end, in column order; a dictionary's
 /// long entry once, where all its rows point), which every reader of plain leaves reads
 /// unchanged; returns its header. With `need`, only the columns it marks are filled (the
-/// others' bytes are left as `out` held them, never to be read; the image keeps its layout).
+/// others' bytes are left as `out` held them, never to be read; the fixed-width part keeps
+/// its layout, the var area holds the filled columns' long strings only).
 pub fn expand(page: &[u8], schema: &Schema, need: Option<&[bool]>, out: &mut Vec<u8>) -> Result<Leaf, Restart> {
-    let pl = PackedLeaf::open(page, schema)?;
+    let pl = PackedLeaf::open_columns(page, schema, need)?;
     let fill: Vec<Fill> = (0..schema.len()).map(|c| if need.is_none_or(|m| m.get(c).copied().unwrap_or(true)) { Fill::All } else { Fill::No }).collect();
     pl.expand(schema, &fill, &[], out)
 }
@@ -945,8 +1043,16 @@ impl Column<'_> {
 impl<'p> PackedLeaf<'p> {
     /// Opens the packed leaf `page` (header and blocks checked against the page).
     pub fn open(page: &'p [u8], schema: &Schema) -> Result<Self, Restart> {
+        PackedLeaf::open_columns(page, schema, None)
+    }
+
+    /// Opens the packed leaf `page` for reading the columns `need` marks (all without it):
+    /// the others' blocks are not looked at (a [`ColumnRead`] of the page may not have read
+    /// them), and reading them is a [`Restart`] (as for [`Fill::No`], they are not
+    /// expanded).
+    pub fn open_columns(page: &'p [u8], schema: &Schema, need: Option<&[bool]>) -> Result<Self, Restart> {
         let header = header(page, schema)?;
-        let blocks = blocks(page, schema, &header)?;
+        let blocks = blocks(page, schema, &header, need)?;
         Ok(PackedLeaf { header, blocks, size: page.len() })
     }
 
@@ -987,9 +1093,13 @@ impl<'p> PackedLeaf<'p> {
     pub fn expand(&self, schema: &Schema, fill: &[Fill], rows: &[u64], out: &mut Vec<u8>) -> Result<Leaf, Restart> {
         let n = self.header.count;
         let fixed = pax::fixed_end(schema, n);
+        let how = |c: usize| fill.get(c).copied().unwrap_or(Fill::All);
+        // The var area holds the long strings of the filled columns.
         let mut long = 0usize;
-        for b in &self.blocks {
-            long = long.checked_add(b.long).ok_or(Restart)?;
+        for (c, b) in self.blocks.iter().enumerate() {
+            if how(c) != Fill::No {
+                long = long.checked_add(b.long).ok_or(Restart)?;
+            }
         }
         let total = fixed.checked_add(long).ok_or(Restart)?;
         if total > max_expanded(self.size) {
@@ -1011,7 +1121,7 @@ impl<'p> PackedLeaf<'p> {
         for (c, (def, b)) in schema.columns.iter().zip(&self.blocks).enumerate() {
             let values = bitmap + pax::bitmap_bytes(n);
             let end = bitmap + pax::column_bytes(def.ty, n);
-            let how = fill.get(c).copied().unwrap_or(Fill::All);
+            let how = how(c);
             if how != Fill::No {
                 head[bitmap..values].fill(0);
                 if let Some(bits) = b.nulls {
@@ -1033,8 +1143,8 @@ impl<'p> PackedLeaf<'p> {
                     dst[whole..].fill(0);
                     decode_column(def.ty, b, n, dst, var_col, fixed + var_at)?;
                 }
+                var_at += b.long;
             }
-            var_at += b.long;
             bitmap = end;
         }
         Ok(Leaf { count: n, var: fixed, cap: n, first: self.header.first })
@@ -1510,6 +1620,69 @@ fn decode_rows(ty: ColumnType, b: &Block<'_>, n: usize, rows: &[u64], dst: &mut 
     Ok(())
 }
 
+// ------------------------------------------------------------------ partial reads
+
+/// What a scan of some columns needs of a packed leaf with a directory: its header, its
+/// directory and the blocks of those columns ([`PartialRead`]); verified with the
+/// directory's checksums. Any other page is read whole.
+pub struct ColumnRead<'a> {
+    schema: &'a Schema,
+    need: &'a [bool],
+}
+
+impl<'a> ColumnRead<'a> {
+    /// Partial reads for a scan of `schema`'s columns that `need` marks.
+    pub fn new(schema: &'a Schema, need: &'a [bool]) -> Self {
+        ColumnRead { schema, need }
+    }
+
+    fn needed(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.schema.len()).filter(|&c| self.need.get(c).copied().unwrap_or(true))
+    }
+}
+
+impl PartialRead for ColumnRead<'_> {
+    fn ranges(&self, head: &[u8], out: &mut Vec<std::ops::Range<usize>>) -> bool {
+        let cols = self.schema.len();
+        let dir_end = HDR + dir_bytes(cols);
+        let Some(h) = head.get(..dir_end) else { return false };
+        let word = |at: usize| u64::from_le_bytes(h[at..at + 8].try_into().unwrap());
+        let used = word(W_USED) as usize;
+        if word(0) as u8 != KIND_PACKED || word(W_FLAGS) & FLAG_DIR == 0 || word(W_COLS) != cols as u64 {
+            return false;
+        }
+        out.push(0..dir_end);
+        for c in self.needed() {
+            let Ok((start, end, _)) = dir_entry(h, c) else { return false };
+            if start > end || end > used {
+                return false;
+            }
+            out.push(start..end);
+        }
+        true
+    }
+
+    fn verify(&self, payload: &[u8]) -> bool {
+        let cols = self.schema.len();
+        if payload.len() < HDR + dir_bytes(cols) || u32::from_le_bytes(payload[HDR..HDR + 4].try_into().unwrap()) != dir_crc(payload, cols) {
+            return false;
+        }
+        self.needed()
+            .all(|c| dir_entry(payload, c).is_ok_and(|(start, end, crc)| start <= end && payload.get(start..end).is_some_and(|b| crc32c::crc32c(b) == crc)))
+    }
+}
+
+/// Whether every block of a packed leaf with a directory matches its checksum, and the
+/// directory its own (true for a leaf without one: the page's checksum covers it).
+pub fn checksums_match(page: &[u8], schema: &Schema) -> Result<bool, Restart> {
+    let p = header(page, schema)?;
+    if !p.dir {
+        return Ok(true);
+    }
+    let all = vec![true; schema.len()];
+    Ok(ColumnRead::new(schema, &all).verify(&page[..p.used]))
+}
+
 /// The rows of a packed leaf (for repacking it with more rows), via its plain image.
 pub fn rows(page: &[u8], schema: &Schema, out: &mut Vec<Vec<Value>>) -> Result<(), Restart> {
     let mut img = Vec::new();
@@ -1757,38 +1930,131 @@ pub(crate) mod tests {
             assert_eq!(format!("{row:?}"), format!("{want:?}"), "row {i}");
         }
         pax::verify(&out, sc, &leaf).unwrap();
+        // A leaf written before leaves had directories reads the same.
+        let old = without_directory(&img, sc);
+        let mut out2 = Vec::new();
+        assert_eq!(expand(&old, sc, None, &mut out2).unwrap(), leaf);
+        for (i, want) in rows.iter().enumerate() {
+            read_row(&old[..], sc, i, &mut row).unwrap();
+            assert_eq!(format!("{row:?}"), format!("{want:?}"), "row {i} without a directory");
+        }
+        assert!(checksums_match(&img, sc).unwrap() && checksums_match(&old, sc).unwrap());
         // With a mask: the needed columns' bytes are those of the plain image.
         for c in 0..sc.len() {
             let need: Vec<bool> = (0..sc.len()).map(|j| j == c || j == (c + 3) % sc.len()).collect();
             let leaf2 = expand(&img, sc, Some(&need), &mut out).unwrap();
             assert_eq!(leaf, leaf2);
-            assert_eq!(out.len(), plain.len());
-            for (j, def) in sc.columns.iter().enumerate().filter(|&(j, _)| need[j]) {
-                let (bm, _) = pax::column_at(sc, rows.len(), j);
-                let end = bm + pax::column_bytes(def.ty, rows.len());
-                if def.ty.is_var() {
-                    // Bitmap and headers; a long string's offset may differ (dictionary
-                    // entries are stored once), its bytes are compared below.
-                    let vals = bm + pax::bitmap_bytes(rows.len());
-                    assert_eq!(out[bm..vals], plain[bm..vals], "column {j}'s NULLs");
-                    for (i, row) in rows.iter().enumerate() {
-                        let v = vals + i * 16;
-                        let long = str_bytes(&row[j]).is_some_and(|s| s.len() > 12);
-                        let cmp = if long { 8 } else { 16 };
-                        assert_eq!(out[v..v + cmp], plain[v..v + cmp], "column {j} row {i}");
-                    }
-                } else {
-                    assert_eq!(out[bm..end], plain[bm..end], "column {j}");
+            assert_needed_columns(sc, rows, &out, &plain, &need);
+        }
+    }
+
+    /// The image of a packed leaf as leaves were written before they had a directory: the
+    /// blocks in column order right after the header.
+    fn without_directory(img: &[u8], sc: &Schema) -> Vec<u8> {
+        let p = header(img, sc).unwrap();
+        let mut old = img[..HDR].to_vec();
+        for c in 0..sc.len() {
+            let (start, end, _) = dir_entry(img, c).unwrap();
+            old.extend_from_slice(&img[start..end]);
+        }
+        let used = old.len() as u64;
+        old[W_USED..W_USED + 8].copy_from_slice(&used.to_le_bytes());
+        old[W_FLAGS..W_FLAGS + 8].copy_from_slice(&(p.full as u64).to_le_bytes());
+        old.resize(img.len(), 0);
+        old
+    }
+
+    /// The columns `need` marks in `out` (an expansion of `rows` with `need`) hold the
+    /// values they hold in `plain` (the plain image of `rows`).
+    fn assert_needed_columns(sc: &Schema, rows: &[Vec<Value>], out: &[u8], plain: &[u8], need: &[bool]) {
+        // (The var area holds the needed columns' long strings only.)
+        assert!(out.len() <= plain.len());
+        for (j, def) in sc.columns.iter().enumerate().filter(|&(j, _)| need[j]) {
+            let (bm, _) = pax::column_at(sc, rows.len(), j);
+            let end = bm + pax::column_bytes(def.ty, rows.len());
+            if def.ty.is_var() {
+                // Bitmap and headers; a long string's offset may differ (dictionary
+                // entries are stored once), its bytes are compared below.
+                let vals = bm + pax::bitmap_bytes(rows.len());
+                assert_eq!(out[bm..vals], plain[bm..vals], "column {j}'s NULLs");
+                for (i, row) in rows.iter().enumerate() {
+                    let v = vals + i * 16;
+                    let long = str_bytes(&row[j]).is_some_and(|s| s.len() > 12);
+                    let cmp = if long { 8 } else { 16 };
+                    assert_eq!(out[v..v + cmp], plain[v..v + cmp], "column {j} row {i}");
                 }
-                for i in 0..rows.len() {
-                    if let Some(s) = str_bytes(&rows[i][j]).filter(|s| s.len() > 12) {
-                        let v = (bm + pax::bitmap_bytes(rows.len())) + i * 16;
-                        let off = u64::from_le_bytes(out[v + 8..v + 16].try_into().unwrap()) as usize;
-                        assert_eq!(&out[off..off + s.len()], s);
-                    }
+            } else {
+                assert_eq!(out[bm..end], plain[bm..end], "column {j}");
+            }
+            for i in 0..rows.len() {
+                if let Some(s) = str_bytes(&rows[i][j]).filter(|s| s.len() > 12) {
+                    let v = (bm + pax::bitmap_bytes(rows.len())) + i * 16;
+                    let off = u64::from_le_bytes(out[v + 8..v + 16].try_into().unwrap()) as usize;
+                    assert_eq!(&out[off..off + s.len()], s);
                 }
             }
         }
+    }
+
+    /// A scan of some columns reads a leaf's header, directory and those columns' blocks
+    /// only ([`ColumnRead`]): with every other byte of the page garbled, the leaf opens for
+    /// those columns and expands them to the rows' values; the directory's checksums pass
+    /// what was read and catch a changed byte in it; a leaf without a directory, or any
+    /// other page, is read whole.
+    #[test]
+    fn a_leaf_read_in_part_gives_the_columns_it_was_read_for() {
+        let sc = schema();
+        let mut r = SplitMix64(31);
+        let rows: Vec<_> = (0..5000).map(|i| random_row(&mut r, i)).collect();
+        let (n, full) = fit(&sc, SIZE, &rows);
+        assert!(full, "the rows fill the leaf");
+        let rows = &rows[..n];
+        let img = encode(SIZE, &sc, 5, rows, full);
+        let mut out = Vec::new();
+        expand(&img, &sc, None, &mut out).unwrap();
+        let plain = pax::build(out.len(), &sc, 5, n, rows);
+        let dir_end = HDR + dir_bytes(sc.len());
+        let mut ranges = Vec::new();
+        for trial in 0..60 {
+            let need: Vec<bool> = (0..sc.len()).map(|_| r.below(3) == 0).collect();
+            let cr = ColumnRead::new(&sc, &need);
+            ranges.clear();
+            assert!(cr.ranges(&img[..dir_end], &mut ranges));
+            let blocks: usize = (0..sc.len()).filter(|&c| need[c]).map(|c| dir_entry(&img, c).map(|(s, e, _)| e - s).unwrap()).sum();
+            assert_eq!(ranges.iter().map(|g| g.len()).sum::<usize>(), dir_end + blocks, "trial {trial}");
+            // The page as a partial read leaves it: anything outside the ranges.
+            let mut part: Vec<u8> = (0..img.len()).map(|_| r.below(256) as u8).collect();
+            for g in &ranges {
+                part[g.clone()].copy_from_slice(&img[g.clone()]);
+            }
+            assert!(cr.verify(&part), "trial {trial}");
+            let pl = PackedLeaf::open_columns(&part, &sc, Some(&need)).unwrap();
+            let fill: Vec<Fill> = need.iter().map(|&x| if x { Fill::All } else { Fill::No }).collect();
+            let leaf = pl.expand(&sc, &fill, &[], &mut out).unwrap();
+            assert_eq!((leaf.count, leaf.first), (n, 5));
+            assert_needed_columns(&sc, rows, &out, &plain, &need);
+            // A column not asked for cannot be read.
+            if let Some(c) = need.iter().position(|&x| !x) {
+                assert!(pl.column(c, sc.columns[c].ty).is_err());
+            }
+            // A changed byte of the directory or of a block read is caught.
+            let g = &ranges[r.below(ranges.len() as u64) as usize];
+            if !g.is_empty() {
+                let at = g.start + r.below(g.len() as u64) as usize;
+                part[at] ^= 1 << r.below(8);
+                assert!(!cr.verify(&part), "trial {trial}: a flipped byte at {at} passed");
+            }
+        }
+        // Any other page: read whole.
+        ranges.clear();
+        assert!(!ColumnRead::new(&sc, &[true]).ranges(&without_directory(&img, &sc), &mut ranges));
+        assert!(!ColumnRead::new(&sc, &[true]).ranges(&plain, &mut ranges));
+        assert!(!ColumnRead::new(&sc, &[true]).ranges(&img[..dir_end - 1], &mut ranges));
+        // A block that does not match its checksum fails the table check's test.
+        let mut bad = img.clone();
+        let (start, _, _) = dir_entry(&img, 0).unwrap();
+        bad[start + BLOCK_HDR] ^= 1;
+        assert!(!checksums_match(&bad, &sc).unwrap());
     }
 
     #[test]
@@ -1832,7 +2098,7 @@ pub(crate) mod tests {
                 continue; // (too few rows for dictionaries)
             }
             let img = encode(SIZE, &sc, 0, &rows, false);
-            let b = blocks(&img, &sc, &header(&img[..], &sc).unwrap()).unwrap();
+            let b = blocks(&img, &sc, &header(&img[..], &sc).unwrap(), None).unwrap();
             let tags: Vec<_> = b.iter().map(|b| b.tag).collect();
             assert_eq!(&tags[..5], &[TAG_DEC; 5], "n = {n}");
             assert_eq!(&tags[5..8], &[TAG_DICT; 3], "n = {n}");
@@ -1861,7 +2127,7 @@ pub(crate) mod tests {
             .collect();
         round_trip(&sc, &rows);
         let img = encode(SIZE, &sc, 0, &rows, false);
-        let b = blocks(&img, &sc, &header(&img[..], &sc).unwrap()).unwrap();
+        let b = blocks(&img, &sc, &header(&img[..], &sc).unwrap(), None).unwrap();
         let tags: Vec<_> = b.iter().map(|b| (b.tag, b.w)).collect();
         assert_eq!(tags[0], (TAG_INT, 0));
         assert_eq!(tags[1], (TAG_INT, 64));
@@ -1879,7 +2145,7 @@ pub(crate) mod tests {
             let rows = vec![vec![Value::F64(1.5)], vec![Value::F64(v)], vec![Value::Null]];
             let img = encode(SIZE, &sc, 0, &rows, false);
             let h = header(&img[..], &sc).unwrap();
-            assert_eq!(blocks(&img, &sc, &h).unwrap()[0].tag, TAG_RAW, "{v}");
+            assert_eq!(blocks(&img, &sc, &h, None).unwrap()[0].tag, TAG_RAW, "{v}");
             let mut out = Vec::new();
             read_row(&img[..], &sc, 1, &mut out).unwrap();
             let Value::F64(got) = out[0] else { panic!() };
@@ -1954,11 +2220,11 @@ pub(crate) mod tests {
         let (k, _) = fit(&sc, SIZE, &rows);
         assert_eq!(k, rows.len());
         let img = encode(SIZE, &sc, 0, &rows, false);
-        assert_eq!(blocks(&img, &sc, &header(&img[..], &sc).unwrap()).unwrap()[0].tag, TAG_PLAIN);
+        assert_eq!(blocks(&img, &sc, &header(&img[..], &sc).unwrap(), None).unwrap()[0].tag, TAG_PLAIN);
         round_trip(&sc, &rows);
         let few: Vec<_> = (0..3000).map(|i| vec![Value::Str(format!("value number {}", i % 40))]).collect();
         let img = encode(SIZE, &sc, 0, &few, false);
-        assert_eq!(blocks(&img, &sc, &header(&img[..], &sc).unwrap()).unwrap()[0].tag, TAG_DICT);
+        assert_eq!(blocks(&img, &sc, &header(&img[..], &sc).unwrap(), None).unwrap()[0].tag, TAG_DICT);
         round_trip(&sc, &few);
     }
 
@@ -1973,7 +2239,7 @@ pub(crate) mod tests {
         let good = encode(size, &sc, 9, &rows[..n], false);
         let used = header(&good[..], &sc).unwrap().used;
         // The compressed comments' block (symbol table, lengths, codes), damaged more often.
-        let bl = blocks(&good, &sc, &header(&good[..], &sc).unwrap()).unwrap();
+        let bl = blocks(&good, &sc, &header(&good[..], &sc).unwrap(), None).unwrap();
         let fb = bl.iter().find(|b| b.tag == TAG_FSST).expect("the comments are compressed");
         let (f0, f1) = (fb.body.as_ptr() as usize - good.as_ptr() as usize, fb.body.len());
         let mut out = Vec::new();
@@ -2029,7 +2295,7 @@ pub(crate) mod tests {
     }
 
     fn tags(img: &[u8], sc: &Schema) -> Vec<u8> {
-        blocks(img, sc, &header(img, sc).unwrap()).unwrap().iter().map(|b| b.tag).collect()
+        blocks(img, sc, &header(img, sc).unwrap(), None).unwrap().iter().map(|b| b.tag).collect()
     }
 
     /// Comments from a small vocabulary (as TPC-H's): the leaf holds about 2.5 times the

@@ -322,7 +322,7 @@ impl ColScan {
         // JOIN_FILTER_MIN_DROP of the first JOIN_FILTER_PROBATION rows it tests).
         let mut jf = JoinFiltering::new(self.keys.get());
         let mut go = true;
-        self.table.scan_pages(bm, from, (to != u64::MAX).then_some(to), &mut |pid, leaf, start| {
+        self.table.scan_pages(bm, from, (to != u64::MAX).then_some(to), Some(&self.need), &mut |pid, leaf, start| {
             if leaf.first() >= to {
                 return Ok(false);
             }
@@ -616,7 +616,7 @@ impl ColScan {
         let mut sel: Vec<u32> = Vec::new();
         let mut go = true;
         let mut jf = JoinFiltering::new(self.keys.get());
-        self.table.scan_pages(bm, from, (to != u64::MAX).then_some(to), &mut |pid, leaf, start| {
+        self.table.scan_pages(bm, from, (to != u64::MAX).then_some(to), Some(&self.need), &mut |pid, leaf, start| {
             if leaf.first() >= to {
                 return Ok(false);
             }
