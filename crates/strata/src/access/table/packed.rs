@@ -1288,9 +1288,25 @@ fn decode_ints(ty: ColumnType, b: &Block<'_>, n: usize, dst: &mut [u8]) -> Resul
         ColumnType::Date => 4,
         _ => 1,
     };
+    // Whether every value the block can hold (`base + u` for `u` of `w` bits) is in the
+    // type's range: then no value is checked (the usual case, a loop the compiler
+    // vectorizes; checking each date cost a quarter of a date-heavy scan's time).
+    let top = base as i128 + if b.w >= 64 { u64::MAX as i128 } else { (1i128 << b.w) - 1 };
+    let fits = |lo: i128, hi: i128| base as i128 >= lo && top <= hi;
+    let (dates_fit, bools_fit) = (fits(i32::MIN as i128, i32::MAX as i128), fits(0, 1));
     for_each_chunk(b.body, b.w, n, |at, vals| {
         let dst = &mut dst[at * width..(at + vals.len()) * width];
         match ty {
+            ColumnType::Date if dates_fit => {
+                for (d, &v) in dst.chunks_exact_mut(4).zip(vals) {
+                    d.copy_from_slice(&(base.wrapping_add(v as i64) as i32).to_le_bytes());
+                }
+            }
+            ColumnType::Bool if bools_fit => {
+                for (d, &v) in dst.iter_mut().zip(vals) {
+                    *d = base.wrapping_add(v as i64) as u8;
+                }
+            }
             ColumnType::I64 => {
                 for (d, &v) in dst.chunks_exact_mut(8).zip(vals) {
                     d.copy_from_slice(&base.wrapping_add(v as i64).to_le_bytes());
