@@ -672,3 +672,49 @@ fn append_li(db: &Database, t: &Table, from: u64, n: u64) {
     t.append(&mut tx, &(from..from + n).map(lineitem_row).collect::<Vec<_>>()).unwrap();
     tx.commit().unwrap();
 }
+
+/// Packed leaves get a column directory in a database of format version 2 (what this build
+/// creates), and none in one of version 1 (which builds that know only version 1 read):
+/// appending to an old database keeps its format. Both read back every row, and
+/// `check` passes both.
+#[test]
+fn packed_leaves_follow_the_databases_format_version() {
+    use strata::access::table::packed;
+    use strata::storage::meta::{Meta, FORMAT_VERSION};
+    assert_eq!(FORMAT_VERSION, 2);
+    for version in [1, 2] {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = || Config::new(dir.path()).pool_size(8 << 20);
+        Database::create(cfg()).unwrap().close().unwrap();
+        if version == 1 {
+            let be = strata::storage::FileBackend::default();
+            let meta = Meta::load(&be, dir.path()).unwrap();
+            Meta { version: 1, ..meta }.store(&be, dir.path()).unwrap();
+        }
+        let db = Database::open(cfg()).unwrap();
+        assert_eq!(db.buffer().format_version(), version);
+        let t = db.create_table("t", schema()).unwrap();
+        append_range(&db, &t, 0..3000, 1000);
+        let (mut with, mut without) = (0, 0);
+        t.check(db.buffer(), &mut |pid| {
+            let g = db.buffer().fix_shared(pid).unwrap();
+            if let Ok(h) = packed::header(g.data(), &t.schema) {
+                if h.dir {
+                    with += 1;
+                } else {
+                    without += 1;
+                }
+            }
+        })
+        .unwrap();
+        if version == 1 {
+            assert!(with == 0 && without > 3, "version 1: {with} leaves with a directory, {without} without");
+        } else {
+            assert!(without == 0 && with > 3, "version 2: {with} leaves with a directory, {without} without");
+        }
+        for i in (0..3000).step_by(97) {
+            assert_eq!(t.get(db.buffer(), i).unwrap(), Some(row(i)), "version {version}, row {i}");
+        }
+        db.close().unwrap();
+    }
+}

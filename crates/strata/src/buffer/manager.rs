@@ -118,6 +118,8 @@ pub struct BufferManager {
     pub(super) sequential_readahead: bool,
     /// Whether scans read cold pages into rings ([`super::ring`]).
     pub(super) scan_rings: bool,
+    /// The database's format version (its meta file's).
+    format_version: u32,
     pub(super) partial_reads: bool,
     /// The buffers of finished scan rings, kept for the next.
     pub(super) rings: super::ring::RingCache,
@@ -314,6 +316,7 @@ impl BufferManager {
             id: super::sequential::manager_id(),
             sequential_readahead: config.sequential_readahead,
             scan_rings: config.scan_rings,
+            format_version: meta.version,
             partial_reads: config.partial_reads,
             rings: Default::default(),
             pin_wait: config.pin_wait,
@@ -438,6 +441,12 @@ impl BufferManager {
     /// [`super::ring`]).
     pub fn scan_rings(&self) -> bool {
         self.scan_rings
+    }
+
+    /// The database's format version ([`crate::storage::meta::FORMAT_VERSION`] for a
+    /// database this build created; older ones keep theirs).
+    pub fn format_version(&self) -> u32 {
+        self.format_version
     }
 
     /// The current cap in bytes.

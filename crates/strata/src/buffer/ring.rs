@@ -706,11 +706,11 @@ impl<'a> Ring<'a> {
         drop(reqs);
         let mut bytes = 0;
         for (g, got) in spans.iter().zip(got) {
-            bytes += got.min(g.len() * SECTOR) as u64;
-            if got >= g.len() * SECTOR {
-                for x in g.clone() {
-                    have[x / sectors][x % sectors] = true;
-                }
+            let got = got.min(g.len() * SECTOR);
+            bytes += got as u64;
+            // The whole sectors read (a short read, at the file's end, fills a prefix).
+            for x in g.start..g.start + got / SECTOR {
+                have[x / sectors][x % sectors] = true;
             }
         }
         bytes

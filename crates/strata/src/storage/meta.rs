@@ -19,8 +19,10 @@ use crate::error::{Error, Result};
 
 /// Name of the meta file inside the database directory.
 pub const META_FILE: &str = "strata.meta";
-/// The format version this build writes and the newest it reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// The format version this build writes and the newest it reads. Version 2: packed table
+/// leaves have a column directory (a database of version 1 keeps writing leaves without
+/// one, which builds that know only version 1 read; this build reads both).
+pub const FORMAT_VERSION: u32 = 2;
 const MAGIC: &[u8; 8] = b"STRATADB";
 const LEN: usize = 32;
 

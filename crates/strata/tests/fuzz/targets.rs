@@ -1075,11 +1075,11 @@ fn packed_leaf(data: &[u8], schema: &Schema, size: usize, rows: &[Vec<Value>]) {
 }
 
 fn packed_leaf_of(data: &[u8], schema: &Schema, size: usize, rows: &[Vec<Value>]) {
-    let (n, _) = packed::fit(schema, size, rows);
+    let (n, _) = packed::fit(schema, size, rows, true);
     if n == 0 {
         return;
     }
-    let good = packed::encode(size, schema, 3, &rows[..n], n < rows.len());
+    let good = packed::encode(size, schema, 3, &rows[..n], n < rows.len(), true);
     let mut out = Vec::new();
     let leaf = packed::expand(&good, schema, None, &mut out).expect("a packed image expands");
     let mut row = Vec::new();
@@ -1358,11 +1358,11 @@ pub fn column(data: &[u8]) -> Verdict {
                     ColumnDamage::Duplicate(page) if len > 0 => {
                         let p = c.pages[*page as usize % len];
                         c.pages.push(p);
-                        c.count += p.count as u64;
+                        c.count = c.count.wrapping_add(p.count as u64);
                     }
                     ColumnDamage::Drop(page) if len > 0 => {
                         let p = c.pages.remove(*page as usize % len);
-                        c.count -= p.count as u64;
+                        c.count = c.count.wrapping_sub(p.count as u64);
                     }
                     _ => {}
                 }

@@ -186,6 +186,8 @@ impl Table {
         }
         Table::check_row_size(bm, largest, || format!("row {largest_at}"))?;
         let root = self.tree.root();
+        // Packed leaves get a column directory in databases of format version 2 on.
+        let dir = bm.format_version() >= 2;
         tx.lock(root)?;
         let first = tx.read_u64(root, W_TREE)?;
         let end = first.checked_add(rows.len() as u64).ok_or_else(|| Error::InvalidInput("row ids exhausted".into()))?;
@@ -207,9 +209,12 @@ impl Table {
                     // Packed unless every remaining row fits one plain leaf (the table's tail,
                     // extended in place by later small appends), and only if packing holds
                     // more rows than a plain leaf would.
-                    let (k, full) = if n < rest.len() { packed::fit(&self.schema, small, rest) } else { (0, false) };
-                    let img =
-                        if k > n { packed::encode(small, &self.schema, id, &rest[..k], full) } else { pax::build(small, &self.schema, id, cap, &rest[..n]) };
+                    let (k, full) = if n < rest.len() { packed::fit(&self.schema, small, rest, dir) } else { (0, false) };
+                    let img = if k > n {
+                        packed::encode(small, &self.schema, id, &rest[..k], full, dir)
+                    } else {
+                        pax::build(small, &self.schema, id, cap, &rest[..n])
+                    };
                     (tx.alloc_latched(small)?, img, k.max(n))
                 }
             };
@@ -232,6 +237,7 @@ impl Table {
     /// than plain in-place appends would); else the plain leaf is filled in place.
     fn append_last_leaf(&self, tx: &mut Transaction<'_>, first: u64, rows: &[Vec<Value>]) -> Result<usize> {
         let bm = tx.buffer();
+        let dir = bm.format_version() >= 2;
         let mut g = self.tree.lock_leaf(tx, &first.to_be_bytes())?;
         let pid = g.pid();
         let (leaf, plain) = match g.data()[0] {
@@ -266,11 +272,11 @@ impl Table {
             }
             let new = &rows[..rows.len().min(packed::max_rows(g.len()))];
             let all: Vec<&[Value]> = old.iter().chain(new).map(Vec::as_slice).collect();
-            let (k, full) = packed::fit(&self.schema, g.len(), &all);
+            let (k, full) = packed::fit(&self.schema, g.len(), &all, dir);
             let (plain_rows, _) = pax::plan(&self.schema, g.len(), &all);
             if k > plain_rows.max(leaf.count + in_place) {
                 tx.begin_section();
-                let img = packed::encode(g.len(), &self.schema, leaf.first, &all[..k], full);
+                let img = packed::encode(g.len(), &self.schema, leaf.first, &all[..k], full, dir);
                 write_image(tx, &mut g, &img)?;
                 return Ok(k - leaf.count);
             }

@@ -653,12 +653,14 @@ impl<'a> ColStats<'a> {
 pub struct Packer<'a> {
     cols: Vec<ColStats<'a>>,
     n: usize,
+    dir: bool,
 }
 
 impl<'a> Packer<'a> {
-    /// An empty packer for `schema` and leaves of `size` bytes.
-    pub fn new(schema: &Schema, size: usize) -> Self {
-        Packer { cols: schema.columns.iter().map(|c| ColStats::new(c.ty, size)).collect(), n: 0 }
+    /// An empty packer for `schema` and leaves of `size` bytes (with a column directory if
+    /// `dir`).
+    pub fn new(schema: &Schema, size: usize, dir: bool) -> Self {
+        Packer { cols: schema.columns.iter().map(|c| ColStats::new(c.ty, size)).collect(), n: 0, dir }
     }
 
     /// Takes `row` (of the schema's types).
@@ -676,7 +678,8 @@ impl<'a> Packer<'a> {
 
     /// Bytes of the packed leaf of the rows taken.
     pub fn bytes(&self) -> usize {
-        HDR + dir_bytes(self.cols.len()) + self.cols.iter().map(|c| c.block_bytes(self.n)).sum::<usize>()
+        let dir = if self.dir { dir_bytes(self.cols.len()) } else { 0 };
+        HDR + dir + self.cols.iter().map(|c| c.block_bytes(self.n)).sum::<usize>()
     }
 
     /// Bytes of the plain image the rows taken expand into.
@@ -685,10 +688,15 @@ impl<'a> Packer<'a> {
     }
 }
 
-/// How many of `rows` (from the first) a packed leaf of `size` bytes holds, and whether a
-/// row was left out because it did not fit (rather than for want of rows).
-pub fn fit<R: AsRef<[Value]>>(schema: &Schema, size: usize, rows: &[R]) -> (usize, bool) {
-    let mut p = Packer::new(schema, size);
+/// How many of `rows` (from the first) a packed leaf of `size` bytes (with a column
+/// directory if `dir`) holds, and whether a row was left out because it did not fit
+/// (rather than for want of rows). None in a page of 4 GiB or more with a directory (its
+/// offsets are 32-bit).
+pub fn fit<R: AsRef<[Value]>>(schema: &Schema, size: usize, rows: &[R], dir: bool) -> (usize, bool) {
+    if dir && u32::try_from(size).is_err() {
+        return (0, false);
+    }
+    let mut p = Packer::new(schema, size, dir);
     let limit = max_rows(size);
     for (i, row) in rows.iter().enumerate() {
         if i == limit {
@@ -705,19 +713,20 @@ pub fn fit<R: AsRef<[Value]>>(schema: &Schema, size: usize, rows: &[R]) -> (usiz
 // ------------------------------------------------------------------ encoding
 
 /// The packed image (of `size` bytes, zero padded) of `rows`, with ids from `first` on;
-/// `full` sets [`FLAG_FULL`]. The rows must fit (see [`fit`]).
-pub fn encode<R: AsRef<[Value]>>(size: usize, schema: &Schema, first: u64, rows: &[R], full: bool) -> Vec<u8> {
+/// `full` sets [`FLAG_FULL`], `dir` gives it a column directory ([`FLAG_DIR`]; without, the
+/// format of databases of format version 1). The rows must fit (see [`fit`]).
+pub fn encode<R: AsRef<[Value]>>(size: usize, schema: &Schema, first: u64, rows: &[R], full: bool, dir: bool) -> Vec<u8> {
     let mut img = Vec::with_capacity(size);
     let cols = schema.len();
-    let dir = HDR + DIR_PRE;
-    img.resize(HDR + dir_bytes(cols), 0);
+    img.resize(HDR + if dir { dir_bytes(cols) } else { 0 }, 0);
     let n = rows.len();
-    let flags = FLAG_DIR | if full { FLAG_FULL } else { 0 };
+    let flags = if dir { FLAG_DIR } else { 0 } | if full { FLAG_FULL } else { 0 };
     let words = [(KIND_PACKED as u64) | ((n as u64) << 32), 0, flags, first, cols as u64];
     for (i, w) in words.iter().enumerate() {
         img[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
     }
-    for c in block_order(schema) {
+    let order: Vec<usize> = if dir { block_order(schema).collect() } else { (0..cols).collect() };
+    for c in order {
         let mut st = ColStats::new(schema.columns[c].ty, size);
         st.keep = true;
         for row in rows {
@@ -725,8 +734,11 @@ pub fn encode<R: AsRef<[Value]>>(size: usize, schema: &Schema, first: u64, rows:
         }
         let start = img.len();
         encode_column(&mut img, &st, rows, c);
+        if !dir {
+            continue;
+        }
         let crc = crc32c::crc32c(&img[start..]);
-        let e = dir + c * DIR_ENTRY;
+        let e = HDR + DIR_PRE + c * DIR_ENTRY;
         img[e..e + 4].copy_from_slice(&(start as u32).to_le_bytes());
         let end = img.len() as u32;
         img[e + 4..e + 8].copy_from_slice(&end.to_le_bytes());
@@ -734,8 +746,10 @@ pub fn encode<R: AsRef<[Value]>>(size: usize, schema: &Schema, first: u64, rows:
     }
     let used = img.len();
     img[W_USED..W_USED + 8].copy_from_slice(&(used as u64).to_le_bytes());
-    let crc = dir_crc(&img, cols);
-    img[HDR..HDR + 4].copy_from_slice(&crc.to_le_bytes());
+    if dir {
+        let crc = dir_crc(&img, cols);
+        img[HDR..HDR + 4].copy_from_slice(&crc.to_le_bytes());
+    }
     debug_assert!(used <= size, "packed rows overflow the page: {used} > {size}");
     img.resize(size.max(used), 0);
     img
@@ -883,18 +897,21 @@ impl Block<'_> {
 fn blocks<'p>(page: &'p [u8], schema: &Schema, p: &Packed, need: Option<&[bool]>) -> Result<Vec<Block<'p>>, Restart> {
     let mut out = Vec::with_capacity(schema.len());
     let page = &page[..p.used];
+    let absent = |c: usize| need.is_some_and(|m| !m.get(c).copied().unwrap_or(true));
     if !p.dir {
+        // (All parsed, one after another; those not asked for are left out as for a leaf
+        // with a directory.)
         let mut at = HDR;
-        for _ in &schema.columns {
+        for c in 0..schema.len() {
             let (b, len) = block_at(page, at, p.count)?;
-            out.push(b);
+            out.push(if absent(c) { Block::ABSENT } else { b });
             at += len;
         }
         return Ok(out);
     }
     let blocks_from = HDR + dir_bytes(schema.len());
     for c in 0..schema.len() {
-        if need.is_some_and(|m| !m.get(c).copied().unwrap_or(true)) {
+        if absent(c) {
             out.push(Block::ABSENT);
             continue;
         }
@@ -1056,9 +1073,14 @@ impl<'p> PackedLeaf<'p> {
         Ok(PackedLeaf { header, blocks, size: page.len() })
     }
 
-    /// The NULL bitmap of column `c` (bit `i` of byte `i / 8` set for NULL), if it has one.
-    pub fn nulls(&self, c: usize) -> Option<&'p [u8]> {
-        self.blocks[c].nulls
+    /// The NULL bitmap of column `c` (bit `i` of byte `i / 8` set for NULL), if it has one;
+    /// `Err` for a column the leaf was not opened for ([`open_columns`](Self::open_columns)).
+    pub fn nulls(&self, c: usize) -> Result<Option<&'p [u8]>, Restart> {
+        let b = &self.blocks[c];
+        if b.tag == Block::ABSENT.tag {
+            return Err(Restart);
+        }
+        Ok(b.nulls)
     }
 
     /// Column `c` (of type `ty`) as stored; `Err` if its block does not hold the leaf's rows.
@@ -1765,8 +1787,8 @@ pub(crate) mod tests {
             let rows_wanted = 50 + r.below(700) as usize;
             let (schema, rows) = mixed_rows(&mut r, rows_wanted, trial % 2 == 0);
             let size = 64 << 10;
-            let (n, _) = fit(&schema, size, &rows);
-            let page = encode(size, &schema, 7, &rows[..n], false);
+            let (n, _) = fit(&schema, size, &rows, true);
+            let page = encode(size, &schema, 7, &rows[..n], false, true);
             tags.extend(encodings(&page, &schema).unwrap());
             let mut whole = Vec::new();
             let leaf = expand(&page, &schema, None, &mut whole).unwrap();
@@ -1919,13 +1941,13 @@ pub(crate) mod tests {
     /// Packs `rows`, checks the size estimate, expands (whole and per mask) and compares with
     /// the plain image of the same rows.
     fn round_trip(sc: &Schema, rows: &[Vec<Value>]) {
-        let (k, _) = fit(sc, SIZE, rows);
+        let (k, _) = fit(sc, SIZE, rows, true);
         assert_eq!(k, rows.len(), "the test rows fit one leaf");
-        let mut p = Packer::new(sc, SIZE);
+        let mut p = Packer::new(sc, SIZE, true);
         for r in rows {
             p.add(r);
         }
-        let img = encode(SIZE, sc, 42, rows, false);
+        let img = encode(SIZE, sc, 42, rows, false, true);
         let h = header(&img[..], sc).unwrap();
         assert_eq!(h.used, p.bytes(), "the estimate is the encoded size");
         assert_eq!((h.count, h.first, h.full), (rows.len(), 42, false));
@@ -1946,8 +1968,9 @@ pub(crate) mod tests {
             assert_eq!(format!("{row:?}"), format!("{want:?}"), "row {i}");
         }
         pax::verify(&out, sc, &leaf).unwrap();
-        // A leaf written before leaves had directories reads the same.
-        let old = without_directory(&img, sc);
+        // A leaf without a directory (a database of format version 1) reads the same.
+        let old = encode(SIZE, sc, 42, rows, false, false);
+        assert!(!header(&old[..], sc).unwrap().dir && header(&img[..], sc).unwrap().dir);
         let mut out2 = Vec::new();
         assert_eq!(expand(&old, sc, None, &mut out2).unwrap(), leaf);
         for (i, want) in rows.iter().enumerate() {
@@ -1962,22 +1985,6 @@ pub(crate) mod tests {
             assert_eq!(leaf, leaf2);
             assert_needed_columns(sc, rows, &out, &plain, &need);
         }
-    }
-
-    /// The image of a packed leaf as leaves were written before they had a directory: the
-    /// blocks in column order right after the header.
-    fn without_directory(img: &[u8], sc: &Schema) -> Vec<u8> {
-        let p = header(img, sc).unwrap();
-        let mut old = img[..HDR].to_vec();
-        for c in 0..sc.len() {
-            let (start, end, _) = dir_entry(img, c).unwrap();
-            old.extend_from_slice(&img[start..end]);
-        }
-        let used = old.len() as u64;
-        old[W_USED..W_USED + 8].copy_from_slice(&used.to_le_bytes());
-        old[W_FLAGS..W_FLAGS + 8].copy_from_slice(&(p.full as u64).to_le_bytes());
-        old.resize(img.len(), 0);
-        old
     }
 
     /// The columns `need` marks in `out` (an expansion of `rows` with `need`) hold the
@@ -2022,10 +2029,10 @@ pub(crate) mod tests {
         let sc = schema();
         let mut r = SplitMix64(31);
         let rows: Vec<_> = (0..5000).map(|i| random_row(&mut r, i)).collect();
-        let (n, full) = fit(&sc, SIZE, &rows);
+        let (n, full) = fit(&sc, SIZE, &rows, true);
         assert!(full, "the rows fill the leaf");
         let rows = &rows[..n];
-        let img = encode(SIZE, &sc, 5, rows, full);
+        let img = encode(SIZE, &sc, 5, rows, full, true);
         let mut out = Vec::new();
         expand(&img, &sc, None, &mut out).unwrap();
         let plain = pax::build(out.len(), &sc, 5, n, rows);
@@ -2049,9 +2056,13 @@ pub(crate) mod tests {
             let leaf = pl.expand(&sc, &fill, &[], &mut out).unwrap();
             assert_eq!((leaf.count, leaf.first), (n, 5));
             assert_needed_columns(&sc, rows, &out, &plain, &need);
-            // A column not asked for cannot be read.
+            // A column not asked for cannot be read (nor its NULLs); nor of a leaf without
+            // a directory opened for those columns.
             if let Some(c) = need.iter().position(|&x| !x) {
-                assert!(pl.column(c, sc.columns[c].ty).is_err());
+                assert!(pl.column(c, sc.columns[c].ty).is_err() && pl.nulls(c).is_err());
+                let old = encode(SIZE, &sc, 5, rows, full, false);
+                let po = PackedLeaf::open_columns(&old, &sc, Some(&need)).unwrap();
+                assert!(po.column(c, sc.columns[c].ty).is_err() && po.nulls(c).is_err());
             }
             // A changed byte of the directory or of a block read is caught.
             let g = &ranges[r.below(ranges.len() as u64) as usize];
@@ -2063,7 +2074,7 @@ pub(crate) mod tests {
         }
         // Any other page: read whole.
         ranges.clear();
-        assert!(!ColumnRead::new(&sc, &[true]).ranges(&without_directory(&img, &sc), &mut ranges));
+        assert!(!ColumnRead::new(&sc, &[true]).ranges(&encode(SIZE, &sc, 5, rows, full, false), &mut ranges));
         assert!(!ColumnRead::new(&sc, &[true]).ranges(&plain, &mut ranges));
         assert!(!ColumnRead::new(&sc, &[true]).ranges(&img[..dir_end - 1], &mut ranges));
         // A block that does not match its checksum fails the table check's test.
@@ -2113,7 +2124,7 @@ pub(crate) mod tests {
             if n < 200 {
                 continue; // (too few rows for dictionaries)
             }
-            let img = encode(SIZE, &sc, 0, &rows, false);
+            let img = encode(SIZE, &sc, 0, &rows, false, true);
             let b = blocks(&img, &sc, &header(&img[..], &sc).unwrap(), None).unwrap();
             let tags: Vec<_> = b.iter().map(|b| b.tag).collect();
             assert_eq!(&tags[..5], &[TAG_DEC; 5], "n = {n}");
@@ -2142,7 +2153,7 @@ pub(crate) mod tests {
             })
             .collect();
         round_trip(&sc, &rows);
-        let img = encode(SIZE, &sc, 0, &rows, false);
+        let img = encode(SIZE, &sc, 0, &rows, false, true);
         let b = blocks(&img, &sc, &header(&img[..], &sc).unwrap(), None).unwrap();
         let tags: Vec<_> = b.iter().map(|b| (b.tag, b.w)).collect();
         assert_eq!(tags[0], (TAG_INT, 0));
@@ -2159,7 +2170,7 @@ pub(crate) mod tests {
         let sc = Schema::parse("x:f64").unwrap();
         for v in [1.0 / 3.0, f64::NAN, -0.0, f64::INFINITY, f64::NEG_INFINITY, 1e300, 5e-324] {
             let rows = vec![vec![Value::F64(1.5)], vec![Value::F64(v)], vec![Value::Null]];
-            let img = encode(SIZE, &sc, 0, &rows, false);
+            let img = encode(SIZE, &sc, 0, &rows, false, true);
             let h = header(&img[..], &sc).unwrap();
             assert_eq!(blocks(&img, &sc, &h, None).unwrap()[0].tag, TAG_RAW, "{v}");
             let mut out = Vec::new();
@@ -2174,12 +2185,12 @@ pub(crate) mod tests {
         let sc = schema();
         let mut r = SplitMix64(11);
         let rows: Vec<_> = (0..20_000).map(|i| random_row(&mut r, i)).collect();
-        let (k, full) = fit(&sc, SIZE, &rows);
+        let (k, full) = fit(&sc, SIZE, &rows, true);
         assert!(full && k > 0 && k < rows.len());
-        let img = encode(SIZE, &sc, 0, &rows[..k], true);
+        let img = encode(SIZE, &sc, 0, &rows[..k], true, true);
         let h = header(&img[..], &sc).unwrap();
         assert!(h.used <= SIZE && h.full);
-        let mut p = Packer::new(&sc, SIZE);
+        let mut p = Packer::new(&sc, SIZE, true);
         for row in &rows[..=k] {
             p.add(row);
         }
@@ -2198,7 +2209,7 @@ pub(crate) mod tests {
                 ]
             })
             .collect();
-        let (k2, _) = fit(&sc2, SIZE, &rows2);
+        let (k2, _) = fit(&sc2, SIZE, &rows2, true);
         let (plain2, _) = pax::plan(&sc2, SIZE, &rows2);
         assert!(k2 > 3 * plain2, "packed {k2} rows, plain {plain2}");
         round_trip(&sc2, &rows2[..k2.min(3000)]);
@@ -2233,13 +2244,13 @@ pub(crate) mod tests {
     fn dictionary_limit_falls_back_to_plain() {
         let sc = Schema::parse("s:str").unwrap();
         let rows: Vec<_> = (0..DICT_MAX + 10).map(|i| vec![Value::Str(format!("{i}"))]).collect();
-        let (k, _) = fit(&sc, SIZE, &rows);
+        let (k, _) = fit(&sc, SIZE, &rows, true);
         assert_eq!(k, rows.len());
-        let img = encode(SIZE, &sc, 0, &rows, false);
+        let img = encode(SIZE, &sc, 0, &rows, false, true);
         assert_eq!(blocks(&img, &sc, &header(&img[..], &sc).unwrap(), None).unwrap()[0].tag, TAG_PLAIN);
         round_trip(&sc, &rows);
         let few: Vec<_> = (0..3000).map(|i| vec![Value::Str(format!("value number {}", i % 40))]).collect();
-        let img = encode(SIZE, &sc, 0, &few, false);
+        let img = encode(SIZE, &sc, 0, &few, false, true);
         assert_eq!(blocks(&img, &sc, &header(&img[..], &sc).unwrap(), None).unwrap()[0].tag, TAG_DICT);
         round_trip(&sc, &few);
     }
@@ -2251,8 +2262,10 @@ pub(crate) mod tests {
         let mut r = SplitMix64(5);
         let rows: Vec<_> = (0..120).map(|i| random_row(&mut r, i)).collect();
         let size = 16384 - 32;
-        let (n, _) = fit(&sc, size, &rows);
-        let good = encode(size, &sc, 9, &rows[..n], false);
+        let (n, _) = fit(&sc, size, &rows, true);
+        let good = encode(size, &sc, 9, &rows[..n], false, true);
+        // A third of the trials damage a leaf without a directory.
+        let old = encode(size, &sc, 9, &rows[..n], false, false);
         let used = header(&good[..], &sc).unwrap().used;
         // The compressed comments' block (symbol table, lengths, codes), damaged more often.
         let bl = blocks(&good, &sc, &header(&good[..], &sc).unwrap(), None).unwrap();
@@ -2262,7 +2275,11 @@ pub(crate) mod tests {
         let mut row = Vec::new();
         let mut expanded = 0;
         for i in 0..20_000u64 {
-            let mut img = if i % 10 == 0 { (0..size).map(|_| r.below(256) as u8).collect() } else { good.clone() };
+            let mut img = match i % 10 {
+                0 => (0..size).map(|_| r.below(256) as u8).collect(),
+                _ if i % 3 == 2 => old.clone(),
+                _ => good.clone(),
+            };
             for _ in 0..1 + r.below(4) {
                 match r.below(6) {
                     0 => {
@@ -2298,6 +2315,12 @@ pub(crate) mod tests {
                 img[..8].copy_from_slice(&((KIND_PACKED as u64) | ((r.below(5000)) << 32)).to_le_bytes());
             }
             let need: Vec<bool> = (0..sc.len()).map(|_| r.below(2) == 1).collect();
+            // What partial reads do with a page: its ranges from a prefix, its checksums.
+            let cr = ColumnRead::new(&sc, &need);
+            let mut rg = Vec::new();
+            let _ = cr.ranges(&img[..r.below(size as u64) as usize], &mut rg);
+            let _ = cr.verify(&img);
+            let _ = checksums_match(&img, &sc);
             if let Ok(leaf) = expand(&img, &sc, if i % 2 == 0 { None } else { Some(&need) }, &mut out) {
                 assert!(out.len() <= max_expanded(size));
                 expanded += 1;
@@ -2321,9 +2344,9 @@ pub(crate) mod tests {
         let sc = Schema::parse("c:str").unwrap();
         let mut r = SplitMix64(23);
         let rows: Vec<_> = (0..50_000).map(|_| vec![Value::Str(comment(&mut r))]).collect();
-        let (k, full) = fit(&sc, SIZE, &rows);
+        let (k, full) = fit(&sc, SIZE, &rows, true);
         assert!(full);
-        let img = encode(SIZE, &sc, 0, &rows[..k], true);
+        let img = encode(SIZE, &sc, 0, &rows[..k], true, true);
         assert_eq!(tags(&img, &sc), [TAG_FSST]);
         let raw: usize = rows[..k].iter().map(|r| str_bytes(&r[0]).unwrap().len()).sum();
         let plain = HDR + BLOCK_HDR + packed_bytes(k, 6) + align8(raw);
@@ -2370,17 +2393,17 @@ pub(crate) mod tests {
         let mut compressed = 0;
         for (seed, every) in [(1, 7), (2, 3), (3, 50), (4, 2)] {
             let rows = odd_rows(seed, 20_000, every);
-            let (k, full) = fit(&sc, SIZE, &rows);
+            let (k, full) = fit(&sc, SIZE, &rows, true);
             assert!(full && k > 0);
             for n in [1, 2, 40, 300, 1000, k / 2, k] {
                 let n = n.min(k);
                 round_trip(&sc, &rows[..n]);
-                let img = encode(SIZE, &sc, 0, &rows[..n], false);
+                let img = encode(SIZE, &sc, 0, &rows[..n], false, true);
                 compressed += tags(&img, &sc).iter().filter(|&&t| t == TAG_FSST).count();
             }
             // In a larger page class, with a long string every few rows.
-            let (k4, _) = fit(&sc, 4 * SIZE, &rows);
-            let img = encode(4 * SIZE, &sc, 0, &rows[..k4], true);
+            let (k4, _) = fit(&sc, 4 * SIZE, &rows, true);
+            let img = encode(4 * SIZE, &sc, 0, &rows[..k4], true, true);
             assert!(header(&img[..], &sc).unwrap().used <= 4 * SIZE);
             let mut out = Vec::new();
             let leaf = expand(&img, &sc, None, &mut out).unwrap();
@@ -2395,9 +2418,9 @@ pub(crate) mod tests {
         // Random bytes do not compress: stored plain.
         let mut r = SplitMix64(9);
         let rows: Vec<_> = (0..3000).map(|_| vec![Value::Null, Value::Bytes((0..r.below(60)).map(|_| r.below(256) as u8).collect())]).collect();
-        let (k, _) = fit(&sc, SIZE, &rows);
+        let (k, _) = fit(&sc, SIZE, &rows, true);
         round_trip(&sc, &rows[..k]);
-        assert_eq!(tags(&encode(SIZE, &sc, 0, &rows[..k], false), &sc)[1], TAG_PLAIN);
+        assert_eq!(tags(&encode(SIZE, &sc, 0, &rows[..k], false, true), &sc)[1], TAG_PLAIN);
     }
 
     /// The estimate `fit` uses is the encoded size after every row, for every page class.
@@ -2406,14 +2429,14 @@ pub(crate) mod tests {
         let sc = Schema::parse("c:str,b:bytes").unwrap();
         let rows = odd_rows(5, 6000, 5);
         for size in [4096 - 32, 16384 - 32, SIZE, 4 * SIZE] {
-            let mut p = Packer::new(&sc, size);
+            let mut p = Packer::new(&sc, size, true);
             for (i, row) in rows.iter().enumerate() {
                 p.add(row);
                 if p.bytes() > size || p.expanded_bytes(&sc) > max_expanded(size) || i + 1 == max_rows(size) {
                     break;
                 }
                 if i % 97 == 0 || i < 20 {
-                    let img = encode(size, &sc, 0, &rows[..=i], false);
+                    let img = encode(size, &sc, 0, &rows[..=i], false, true);
                     assert_eq!(header(&img[..], &sc).unwrap().used, p.bytes(), "size {size}, {} rows", i + 1);
                 }
             }

@@ -220,7 +220,7 @@ pub(super) fn eval_range<'v>(
     let c = *c;
     let ty = schema.columns[c].ty;
     let n = st.leaf.header.count;
-    let nulls = st.leaf.nulls(c);
+    let nulls = st.leaf.nulls(c).map_err(|_| Bad)?;
     let column = st.col(c, ty)?;
     let universe = match *column {
         Column::Ints { w, .. } | Column::Decimals { w, .. } => 1u128 << w,
@@ -313,7 +313,7 @@ impl VPred {
             VPred::CmpLit { col, op, lit } => {
                 let (c, op) = (*col, *op);
                 let ty = schema.columns[c].ty;
-                let nulls = st.leaf.nulls(c);
+                let nulls = st.leaf.nulls(c).map_err(|_| Bad)?;
                 let column = st.col(c, ty)?;
                 let ok = match column {
                     Column::Ints { .. } | Column::Decimals { .. } => match num_range(column, ty, op, lit) {
@@ -344,14 +344,14 @@ impl VPred {
             }
             VPred::CmpCols { .. } => false,
             VPred::IsNull { col, negated } => {
-                nulls_into(&mut t, st.leaf.nulls(*col));
+                nulls_into(&mut t, st.leaf.nulls(*col).map_err(|_| Bad)?);
                 if *negated {
                     t.iter_mut().for_each(|x| *x = !*x);
                 }
                 true
             }
             VPred::BoolCol(c) => {
-                let nulls = st.leaf.nulls(*c);
+                let nulls = st.leaf.nulls(*c).map_err(|_| Bad)?;
                 let column = st.col(*c, ColumnType::Bool)?;
                 match num_range(column, ColumnType::Bool, CmpOp::Eq, &Value::Bool(true)) {
                     Some(r) => {
@@ -365,7 +365,7 @@ impl VPred {
             VPred::InList { col, prefix, lits, has_null, negated } => {
                 let c = *col;
                 let ty = schema.columns[c].ty;
-                let nulls = st.leaf.nulls(c);
+                let nulls = st.leaf.nulls(c).map_err(|_| Bad)?;
                 let column = st.col(c, ty)?;
                 let mut found = bits.take(words, 0);
                 let ok = match column {
@@ -403,7 +403,7 @@ impl VPred {
             }
             VPred::Like { col, pattern, negated } => {
                 let c = *col;
-                let nulls = st.leaf.nulls(c);
+                let nulls = st.leaf.nulls(c).map_err(|_| Bad)?;
                 let column = st.col(c, schema.columns[c].ty)?;
                 match dict_table(column, |e| pattern.matches(e).map(|m| m != *negated)) {
                     Some(tab) => {
@@ -527,9 +527,9 @@ mod tests {
             let rows_wanted = 1 + r.below(900) as usize;
             let (schema, rows) = mixed_rows(&mut r, rows_wanted, trial % 3 == 0);
             let size = 64 << 10;
-            let (n, _) = packed::fit(&schema, size, &rows);
+            let (n, _) = packed::fit(&schema, size, &rows, true);
             let rows = &rows[..n];
-            let page = packed::encode(size, &schema, 0, rows, false);
+            let page = packed::encode(size, &schema, 0, rows, false, true);
             let mut img = Vec::new();
             let leaf = packed::expand(&page, &schema, None, &mut img).unwrap();
             let mut at = Vec::new();
