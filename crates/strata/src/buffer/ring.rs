@@ -1014,7 +1014,7 @@ mod tests {
             }
         }
         let dir = tempfile::tempdir().unwrap();
-        let config = crate::buffer::Config::new(dir.path().join("db")).min_page(64 << 10).pool_size(4 << 20).partial_reads(true);
+        let config = crate::buffer::Config::new(dir.path().join("db")).min_page(64 << 10).pool_size(4 << 20).scan_rings(true).partial_reads(true);
         let bm = BufferManager::create(config).unwrap();
         let mut pages = Vec::new();
         for i in 0..160u64 {
