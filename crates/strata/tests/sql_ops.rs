@@ -1036,6 +1036,12 @@ fn join_filters_drop_probe_rows_that_cannot_match() {
     assert_set(sql, q(&db, sql), pairs(&|a, c| eq(&a.g, &c.g) && c.x.is_some_and(|x| x > 0)), 2);
     let sql = "SELECT t.id, w.id FROM t JOIN w ON t.k = w.k AND t.g = w.g";
     assert_set(sql, q(&db, sql), pairs(&|a, c| eq(&a.k, &c.k) && eq(&a.g, &c.g)), 2);
+    // Two integer columns (hashed from the values), NULLs in both.
+    let sql = "SELECT t.id, w.id FROM t JOIN w ON t.k = w.k AND t.x = w.x WHERE w.id < 300";
+    let pair = strata::sql::join_filter_counters();
+    assert_set(sql, q(&db, sql), pairs(&|a, c| eq(&a.k, &c.k) && eq(&a.x, &c.x) && c.id < 300), 2);
+    let after_pair = strata::sql::join_filter_counters();
+    assert!(after_pair.installed > pair.installed && after_pair.rows_dropped > pair.rows_dropped, "{pair:?} -> {after_pair:?}");
     // Semi join (IN), NOT EXISTS, and the joins whose unmatched probe rows are results.
     let inw: Vec<i64> = w.iter().filter(|c| c.x.is_some_and(|x| x > 800)).filter_map(|c| c.k).collect();
     let sql = "SELECT id FROM t WHERE k IN (SELECT k FROM w WHERE x > 800)";

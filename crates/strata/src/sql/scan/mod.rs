@@ -25,7 +25,7 @@ use std::cmp::Ordering;
 use super::exec::{Plan, Sink};
 use super::expr::{compare, like, BExpr, CmpOp};
 use super::join::JoinKind;
-use super::keyfilter::{date_key_hash, fixed_date, fixed_f64, fixed_i64, i64_key_hash, key_hash, FixedKeyHash, KeyFilter};
+use super::keyfilter::{date_key_hash, fixed_date, fixed_f64, fixed_i64, i64_key_hash, i64_pair_key_hash, key_hash, FixedKeyHash, KeyFilter};
 use super::rows::{encode_ref, encode_str_bytes, ValueRef};
 use crate::access::table::packed::Fill;
 use crate::access::table::pax::{self, Leaf};
@@ -506,6 +506,13 @@ fn key_filter(kf: &KeyFilter, lf: &LeafView<'_>, all: &mut [u64], kb: &mut Vec<u
         if matches!(ty, ColumnType::I64 | ColumnType::Date) {
             let hash = |i: usize| if ty == ColumnType::I64 { i64_key_hash(lf.i64_at(c, i)) } else { date_key_hash(lf.date_at(c, i)) };
             return Ok(clear_unmatched(all, |w| lf.null_word(c, w), |i| kf.may_contain(hash(i))));
+        }
+    }
+    // Two integer columns: the hash from the values.
+    if let [c, d] = kf.cols[..] {
+        if lf.schema.columns[c].ty == ColumnType::I64 && lf.schema.columns[d].ty == ColumnType::I64 {
+            let nulls = |w: usize| lf.null_word(c, w) | lf.null_word(d, w);
+            return Ok(clear_unmatched(all, nulls, |i| kf.may_contain(i64_pair_key_hash(lf.i64_at(c, i), lf.i64_at(d, i)))));
         }
     }
     // Integer, double and date columns: the key's encoding on the stack.
