@@ -74,9 +74,12 @@ pub(super) fn parallel_plan(bm: &BufferManager, plan: &Plan) -> Result<bool> {
         Plan::ColScan(s) => s.threads > 1,
         Plan::Filter { input, .. } | Plan::Project { input, .. } => parallel_plan(bm, input)?,
         Plan::HashJoin { .. } => match plan.join_args() {
+            // (A build side estimated larger than a table can hold is left to the serial
+            // executor from the start: found while the tables were built, it made the
+            // pipeline fall back and build every table again, TPC-H Q9's line items twice.)
             Some(j) => match join::parallel_probe_side(bm, &j)? {
-                Some((p, _)) => parallel_plan(bm, p)?,
-                None => false,
+                Some((p, _)) if !join::build_too_large(bm, &j)? => parallel_plan(bm, p)?,
+                _ => false,
             },
             None => false,
         },

@@ -461,6 +461,14 @@ pub(super) fn parallel_probe_side<'p>(bm: &BufferManager, j: &JoinArgs<'p>) -> R
     Ok((!marks).then_some((if build_left { j.right } else { j.left }, build_left)))
 }
 
+/// Whether join `j`'s build side is estimated ([`build_side`]) to take more bytes than a
+/// table of a work share of the pool holds: it will be a grace join.
+pub(super) fn build_too_large(bm: &BufferManager, j: &JoinArgs<'_>) -> Result<bool> {
+    let (build_left, l, r) = build_side(bm, j.left, j.right, j.kind, j.keep)?;
+    let bytes = if build_left { l } else { r };
+    Ok(bytes > work_payload(bm) as f64)
+}
+
 /// Builds join `j`'s table from its build side, if it fits a work share of the pool.
 pub(super) fn build<'p, 'b>(bm: &'b BufferManager, j: &JoinArgs<'p>, sink: &mut Sink<'_>) -> Result<Build<'p, 'b>> {
     let (build_left, _, _) = build_side(bm, j.left, j.right, j.kind, j.keep)?;
