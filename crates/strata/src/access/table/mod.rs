@@ -91,6 +91,12 @@ impl LeafPage<'_> {
     }
 }
 
+/// Whether packed leaves written into `bm`'s database get a column directory: from format
+/// version 2 on (a database of version 1 keeps the leaves its builds read).
+fn with_directory(bm: &BufferManager) -> bool {
+    bm.format_version() >= 2
+}
+
 /// A table: its schema and the tree of its rows.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Table {
@@ -186,8 +192,7 @@ impl Table {
         }
         Table::check_row_size(bm, largest, || format!("row {largest_at}"))?;
         let root = self.tree.root();
-        // Packed leaves get a column directory in databases of format version 2 on.
-        let dir = bm.format_version() >= 2;
+        let dir = with_directory(bm);
         tx.lock(root)?;
         let first = tx.read_u64(root, W_TREE)?;
         let end = first.checked_add(rows.len() as u64).ok_or_else(|| Error::InvalidInput("row ids exhausted".into()))?;
@@ -237,7 +242,7 @@ impl Table {
     /// than plain in-place appends would); else the plain leaf is filled in place.
     fn append_last_leaf(&self, tx: &mut Transaction<'_>, first: u64, rows: &[Vec<Value>]) -> Result<usize> {
         let bm = tx.buffer();
-        let dir = bm.format_version() >= 2;
+        let dir = with_directory(bm);
         let mut g = self.tree.lock_leaf(tx, &first.to_be_bytes())?;
         let pid = g.pid();
         let (leaf, plain) = match g.data()[0] {
