@@ -78,7 +78,7 @@ pub(super) fn parallel_plan(bm: &BufferManager, plan: &Plan) -> Result<bool> {
             // executor from the start: found while the tables were built, it made the
             // pipeline fall back and build every table again, TPC-H Q9's line items twice.)
             Some(j) => match join::parallel_probe_side(bm, &j)? {
-                Some((p, _)) if !join::build_too_large(bm, &j)? => parallel_plan(bm, p)?,
+                Some((p, _, false)) => parallel_plan(bm, p)?,
                 _ => false,
             },
             None => false,
@@ -97,7 +97,7 @@ fn shape<'p, 'b>(bm: &'b BufferManager, plan: &'p Plan) -> Result<Option<Shape<'
             let j = plan.join_args().ok_or_else(|| corrupt("join plan"))?;
             // The side is decided here once more (estimates are cached, but a commit in
             // between may change them): a join that marks is left to the serial executor.
-            let Some((_, build_left)) = join::parallel_probe_side(bm, &j)? else { return Ok(None) };
+            let Some((_, build_left, _)) = join::parallel_probe_side(bm, &j)? else { return Ok(None) };
             // Only NOT EXISTS joins that mark their left side hand rows on while they build.
             let mut no_rows = |_: &[Value]| Err(corrupt("a parallel join's build handed on a row"));
             let built = match join::build_on(bm, &j, build_left, &mut no_rows)? {

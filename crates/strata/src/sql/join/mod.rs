@@ -454,19 +454,14 @@ pub(super) enum Build<'p, 'b> {
 /// The probe side of join `j`, if its rows could flow through a [`Built`] table from
 /// several threads at once: its probe rows need nothing of each other (every kind but a
 /// semi join or NOT EXISTS that builds on its left: their probe rows mark the table, and
-/// the marked rows come after the probe).
-pub(super) fn parallel_probe_side<'p>(bm: &BufferManager, j: &JoinArgs<'p>) -> Result<Option<(&'p Plan, bool)>> {
-    let (build_left, _, _) = build_side(bm, j.left, j.right, j.kind, j.keep)?;
-    let marks = build_left && matches!(j.kind, JoinKind::Semi | JoinKind::NotExists);
-    Ok((!marks).then_some((if build_left { j.right } else { j.left }, build_left)))
-}
-
-/// Whether join `j`'s build side is estimated ([`build_side`]) to take more bytes than a
-/// table of a work share of the pool holds: it will be a grace join.
-pub(super) fn build_too_large(bm: &BufferManager, j: &JoinArgs<'_>) -> Result<bool> {
+/// the marked rows come after the probe). With it: whether the join builds on its left,
+/// and whether its build side is estimated ([`build_side`]) to take more bytes than a
+/// table of a work share of the pool holds (it will be a grace join).
+pub(super) fn parallel_probe_side<'p>(bm: &BufferManager, j: &JoinArgs<'p>) -> Result<Option<(&'p Plan, bool, bool)>> {
     let (build_left, l, r) = build_side(bm, j.left, j.right, j.kind, j.keep)?;
-    let bytes = if build_left { l } else { r };
-    Ok(bytes > work_payload(bm) as f64)
+    let marks = build_left && matches!(j.kind, JoinKind::Semi | JoinKind::NotExists);
+    let too_large = (if build_left { l } else { r }) > work_payload(bm) as f64;
+    Ok((!marks).then_some((if build_left { j.right } else { j.left }, build_left, too_large)))
 }
 
 /// Builds join `j`'s table from its build side, if it fits a work share of the pool.
