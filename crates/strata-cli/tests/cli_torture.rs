@@ -88,8 +88,12 @@ fn num(v: &Value, key: &str) -> u64 {
     v[key].as_u64().unwrap_or_else(|| panic!("{key} missing or not a u64 in {v}"))
 }
 
+/// Copies `from` (absent: an empty directory, as a kill before the run created it leaves).
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
+    if !from.exists() {
+        return;
+    }
     for e in std::fs::read_dir(from).unwrap() {
         let e = e.unwrap();
         let target = to.join(e.file_name());
@@ -127,15 +131,24 @@ fn kill_trials(workload: &str, trials: u64) {
     let stderr_file = t.path().join("run.stderr");
     let started = Instant::now();
     let (mut kills, mut max_seq, mut commits, mut bank_exists) = (0u64, 0u64, 0u64, false);
-    let mut early_kills = 0;
+    let (mut early_kills, mut database_exists) = (0, false);
     for trial in 0..trials {
         let r = mix(trial ^ 0x5EED);
         // A quarter of the kills land early (opening, recovering the previous trial's
         // state, setting up); the rest mostly during transfers.
-        let delay_ms = if r.is_multiple_of(4) { 30 + (r >> 8) % 60 } else { 90 + (r >> 8) % 511 };
+        // The first kills come within milliseconds: before the directory exists, while the
+        // database is created (a create without its meta file must be repeatable), while
+        // the bank is set up.
+        let delay_ms = if trial < 3 {
+            2 + 8 * trial + (r >> 8) % 4
+        } else if r.is_multiple_of(4) {
+            30 + (r >> 8) % 60
+        } else {
+            90 + (r >> 8) % 511
+        };
         // The tree workload starts by verifying the whole tree (larger after each trial), so
         // its kills come later to land among transactions as often.
-        let delay_ms = if workload == "tree" { delay_ms * 3 } else { delay_ms };
+        let delay_ms = if workload == "tree" && trial > 0 { delay_ms * 3 } else { delay_ms };
         let mut child = spawn_run(&dir, &["--seed", &trial.to_string(), "--workload", workload], &stderr_file);
         let reader = read_commits(&mut child);
         std::thread::sleep(Duration::from_millis(delay_ms));
@@ -157,16 +170,20 @@ fn kill_trials(workload: &str, trials: u64) {
         copy_dir(&dir, &before);
         let (success, v, err) = verify(&dir);
         let Some(v) = v else {
+            let no_database = !database_exists && err.contains("is not a strata database");
+            database_exists |= !no_database;
             // No bank yet: acceptable only when the kill came before the bank's creation
-            // committed, so that no commit was ever acknowledged.
+            // committed, so that no commit was ever acknowledged. A kill before or during the
+            // create leaves no meta file (no database yet); the next trial's run
+            // creates the database again. Once one existed, it must stay one.
             assert!(
-                !success && !bank_exists && seen.count == 0 && (err.contains("no bank") || err.contains("no torture bank")),
+                !success && !bank_exists && seen.count == 0 && (err.contains("no bank") || err.contains("no torture bank") || no_database),
                 "trial {trial} (seed {trial}, delay {delay_ms} ms, {status}): verify failed: {err} (failed state kept in {})",
                 keep_failure(&before).display()
             );
             continue;
         };
-        bank_exists = true;
+        (bank_exists, database_exists) = (true, true);
         let last = num(&v, "last_committed");
         let ok = v["ok"] == Value::Bool(true) && success && (workload == "tree" || num(&v, "total") == num(&v, "expected_total"));
         assert_eq!(v["workload"] == "tree", workload == "tree", "verify recognised the workload: {v}");

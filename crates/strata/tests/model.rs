@@ -103,7 +103,7 @@ impl StorageBackend for NoSync {
         self.0.read_file(path)
     }
     fn write_atomic(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
-        let tmp = path.with_extension("tmp-write");
+        let tmp = strata::storage::atomic_write_temp(path);
         std::fs::write(&tmp, bytes)?;
         std::fs::rename(&tmp, path)
     }

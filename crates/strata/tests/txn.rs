@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use strata::ops::torture::{self, Bank, Outcome, Rng};
-use strata::storage::{FaultyBackend, FileBackend, PageId};
+use strata::storage::{atomic_write_temp, FaultyBackend, FileBackend, PageId};
 use strata::{Config, Database, Error};
 
 fn config(dir: &std::path::Path, pool: u64) -> Config {
@@ -359,14 +359,24 @@ fn corrupt_record_in_the_middle_of_the_log_is_a_typed_error() {
 fn a_create_interrupted_before_the_meta_file_can_be_repeated() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("db");
-    // What a create killed just before writing strata.meta leaves behind.
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("alloc.table"), b"partial").unwrap();
-    std::fs::write(dir.join("catalog.json.tmp-write"), b"partial").unwrap();
-    assert!(matches!(Database::open(config(&dir, 1 << 20)), Err(Error::NotADatabase { .. })));
-    let db = Database::create(config(&dir, 1 << 20)).unwrap();
-    db.close().unwrap();
-    Database::open(config(&dir, 1 << 20)).unwrap().close().unwrap();
+    // What creates killed at each step before writing the meta file leave behind: the lock
+    // file, then a half-written allocation table (its temporary file, named as the
+    // filesystem backend names it), then the table and a half-written catalog.
+    let alloc = dir.join("alloc.table");
+    let catalog = dir.join(strata::access::catalog::CATALOG_FILE);
+    let leftovers: [&[&std::path::Path]; 3] = [&[], &[&atomic_write_temp(&alloc)], &[&alloc, &atomic_write_temp(&catalog)]];
+    for files in leftovers {
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(strata::storage::dirlock::LOCK_FILE), b"1234\n").unwrap();
+        for f in files {
+            std::fs::write(f, b"partial").unwrap();
+        }
+        assert!(matches!(Database::open(config(&dir, 1 << 20)), Err(Error::NotADatabase { .. })));
+        let db = Database::create(config(&dir, 1 << 20)).unwrap_or_else(|e| panic!("create over {files:?}: {e}"));
+        db.close().unwrap();
+        Database::open(config(&dir, 1 << 20)).unwrap().close().unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
     // Anyone else's file still makes it refuse.
     let other = tmp.path().join("other");
     std::fs::create_dir_all(&other).unwrap();

@@ -339,6 +339,17 @@ pub(crate) fn first_write_error(reqs: &[WriteReq<'_>]) -> io::Result<()> {
     }
 }
 
+/// The temporary file [`StorageBackend::write_atomic`] of a filesystem writes before renaming
+/// it over `path`: `path` with `.tmp-write` appended, so that files differing only in their
+/// extension (`alloc.table`, `alloc.json`) never share one, and so that what a killed write
+/// leaves is recognisably `path`'s (an interrupted create is told apart from foreign files by
+/// the names it leaves).
+pub fn atomic_write_temp(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".tmp-write");
+    PathBuf::from(name)
+}
+
 /// A filesystem as strata sees it.
 pub trait StorageBackend: Send + Sync + fmt::Debug {
     /// Opens (and with `create`, creates) a file.
@@ -517,7 +528,7 @@ impl StorageBackend for FileBackend {
 
     fn write_atomic(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
         let dir = path.parent().unwrap_or(Path::new("."));
-        let tmp = path.with_extension("tmp-write");
+        let tmp = atomic_write_temp(path);
         let written = File::create(&tmp).and_then(|mut f| {
             f.write_all(bytes)?;
             f.sync_all()
@@ -582,6 +593,14 @@ mod tests {
     }
 
     #[test]
+    fn atomic_write_temp_names_are_the_paths_own() {
+        let t = atomic_write_temp(Path::new("/db/alloc.table"));
+        assert_eq!(t, Path::new("/db/alloc.table.tmp-write"));
+        assert_ne!(t, atomic_write_temp(Path::new("/db/alloc.json")));
+        assert_eq!(atomic_write_temp(Path::new("meta")), Path::new("meta.tmp-write"));
+    }
+
+    #[test]
     fn atomic_write_replaces_whole_file() {
         let dir = tempfile::tempdir().unwrap();
         let be = FileBackend::default();
@@ -589,12 +608,12 @@ mod tests {
         be.write_atomic(&p, b"one").unwrap();
         be.write_atomic(&p, b"two!").unwrap();
         assert_eq!(be.read_file(&p).unwrap(), b"two!");
-        assert!(!be.exists(&p.with_extension("tmp-write")));
+        assert!(!be.exists(&atomic_write_temp(&p)));
         // A replacement that fails (here the rename: the target is a non-empty directory;
         // on a full disk, the write) leaves no temporary file behind.
         let d = dir.path().join("taken");
         std::fs::create_dir_all(d.join("inside")).unwrap();
         assert!(be.write_atomic(&d, b"three").is_err());
-        assert!(!be.exists(&d.with_extension("tmp-write")));
+        assert!(!be.exists(&atomic_write_temp(&d)));
     }
 }

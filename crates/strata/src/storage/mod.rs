@@ -32,7 +32,7 @@ pub mod uring;
 pub mod wal;
 
 pub use alloc_table::{AllocTable, ClassBitmap};
-pub use backend::{AlignedBuf, FileBackend, IoBufMut, StorageBackend, StorageFile};
+pub use backend::{atomic_write_temp, AlignedBuf, FileBackend, IoBufMut, StorageBackend, StorageFile};
 pub use backend::{ReadReq, WriteReq};
 pub use dirlock::DirLock;
 #[cfg(any(test, feature = "testing"))]
