@@ -694,7 +694,7 @@ fn runs_of_equal_keys_stream_and_merge() {
 #[test]
 fn a_scan_reads_only_the_columns_it_names() {
     let dir = tempfile::tempdir().unwrap();
-    let config = || Config::new(dir.path()).pool_size(2 << 20).scan_rings(true).partial_reads(true);
+    let config = || Config::new(dir.path()).pool_size(2 << 20).scan_rings(true).partial_reads(strata::buffer::PartialReads::Always);
     let mut r = SplitMix64(11);
     let rows: Vec<(i64, f64, String)> = (0..60_000)
         .map(|_| {

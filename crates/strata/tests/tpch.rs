@@ -809,7 +809,7 @@ fn tpch_queries_at_sf_001_match_a_naive_evaluation() {
     // Again with scans that read of each cold leaf only the columns they name (a pool with
     // room for scan rings, reopened: every leaf cold).
     db.close().unwrap();
-    let db = Database::open(Config::new(dbdir.path()).pool_size(2 * POOL).scan_rings(true).partial_reads(true)).unwrap();
+    let db = Database::open(Config::new(dbdir.path()).pool_size(2 * POOL).scan_rings(true).partial_reads(strata::buffer::PartialReads::Always)).unwrap();
     for (name, sql, reference, ordered) in queries {
         let want = reference(&d);
         check(&format!("{name} (partial reads)"), &run(&db, sql), &want, ordered);

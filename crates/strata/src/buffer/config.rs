@@ -43,12 +43,42 @@ pub struct Config {
     pub(crate) sequential_readahead: bool,
     /// Whether scans read cold pages into rings instead of frames.
     pub(crate) scan_rings: bool,
-    /// Whether scan rings read only the parts of pages a scan needs.
-    pub(crate) partial_reads: bool,
+    /// When scan rings read only the parts of pages a scan needs.
+    pub(crate) partial_reads: PartialReads,
     /// Smallest page size whose frames are recycled; `None`: recycling off.
     pub(crate) frame_recycling: Option<u64>,
     /// Partitions of the resident set and clock; `None`: chosen at open.
     pub(crate) clock_partitions: Option<usize>,
+}
+
+/// When scan rings read only the parts of pages their scan needs
+/// ([`Config::partial_reads`]). Fewer bytes (measured at TPC-H SF 1: 1.6-2.8x fewer on the
+/// line-item queries), more requests (a page's parts are read apart, where whole adjacent
+/// pages are one request): worth it while the scan waits for its reads, a cost (CPU of the
+/// I/O threads, requests) while it does not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PartialReads {
+    /// Whole pages always.
+    Off,
+    /// The default: the batches after the scan waited for its ring (it is bound by the
+    /// reads) are read in parts, for a while after each wait; whole pages while it keeps up
+    /// (it is bound by its own work; the whole pages also keep the ring's prediction of
+    /// the parts up to date).
+    WhenWaiting,
+    /// Every batch in parts, as far as the parts save enough of a page (measured: slower
+    /// than whole pages where the scan is bound by its own work, Q1 and Q21 of TPC-H).
+    Always,
+}
+
+impl PartialReads {
+    /// The default, or what `STRATA_PARTIAL_READS` says.
+    fn from_env() -> PartialReads {
+        match std::env::var("STRATA_PARTIAL_READS").as_deref() {
+            Ok("1" | "on" | "true" | "always") => PartialReads::Always,
+            Ok("0" | "off" | "false") => PartialReads::Off,
+            _ => PartialReads::WhenWaiting,
+        }
+    }
 }
 
 impl Config {
@@ -68,7 +98,7 @@ impl Config {
             cleaner: None,
             sequential_readahead: true,
             scan_rings: !matches!(std::env::var("STRATA_SCAN_RINGS").as_deref(), Ok("0" | "off" | "false")),
-            partial_reads: matches!(std::env::var("STRATA_PARTIAL_READS").as_deref(), Ok("1" | "on" | "true")),
+            partial_reads: PartialReads::from_env(),
             frame_recycling: match std::env::var("STRATA_FRAME_RECYCLING").as_deref() {
                 Ok("0" | "off" | "false") => None,
                 Ok("1" | "on" | "true" | "all") => Some(0),
@@ -194,16 +224,13 @@ impl Config {
         self
     }
 
-    /// Whether scan rings read of each page only the parts the scan needs, where its reader
+    /// When scan rings read of each page only the parts the scan needs, where its reader
     /// says which ([`crate::buffer::partial`]: a table scan reads the blocks of the columns
-    /// its query names of packed leaves with a column directory), instead of whole pages.
-    /// Fewer bytes (measured at TPC-H SF 1: 1.6-2.8x fewer on the line-item queries), more
-    /// requests (a page's parts are read apart). Default off (on the 2-core development VM
-    /// the time was the same within its noise, Q1 10-30% slower at one thread: the I/O
-    /// threads' requests cost CPU there); the environment variable `STRATA_PARTIAL_READS=1`
-    /// turns it on.
-    pub fn partial_reads(mut self, on: bool) -> Config {
-        self.partial_reads = on;
+    /// its query names of packed leaves with a column directory), instead of whole pages;
+    /// see [`PartialReads`]. Default [`PartialReads::WhenWaiting`]; the environment
+    /// variable `STRATA_PARTIAL_READS` changes it: `0`/`off`, `1`/`on`/`always`.
+    pub fn partial_reads(mut self, mode: PartialReads) -> Config {
+        self.partial_reads = mode;
         self
     }
 

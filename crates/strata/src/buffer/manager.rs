@@ -120,7 +120,7 @@ pub struct BufferManager {
     pub(super) scan_rings: bool,
     /// The database's format version (its meta file's).
     format_version: u32,
-    pub(super) partial_reads: bool,
+    pub(super) partial_reads: super::PartialReads,
     /// The buffers of finished scan rings, kept for the next.
     pub(super) rings: super::ring::RingCache,
     /// Opened by [`BufferManager::open_read_only`]: nothing is ever written.

@@ -32,7 +32,7 @@ pub mod tier;
 mod writeback;
 
 pub use cleaner::{Cleaner, CleanerOptions, CleanerStats};
-pub use config::{default_backend, Config, DEFAULT_MIN_PAGE, DEFAULT_POOL, DEFAULT_RECYCLE_MIN_PAGE};
+pub use config::{default_backend, Config, PartialReads, DEFAULT_MIN_PAGE, DEFAULT_POOL, DEFAULT_RECYCLE_MIN_PAGE};
 pub use guard::{ExclusiveGuard, OptimisticGuard, Restart, SharedGuard};
 pub use manager::{BufferManager, ClassAllocation, PageInspection, RecoveryReport};
 pub use partial::PartialRead;

@@ -41,6 +41,7 @@ use super::partial::{self, PartialRead, SectorPlan, SECTOR};
 use super::readahead::PageSource;
 use super::space::Space;
 use super::state::Word;
+use super::PartialReads;
 use crate::storage::page;
 use crate::storage::{IoBufMut, PageId, ReadReq};
 
@@ -57,6 +58,12 @@ const RINGS_SHARE: u64 = 2;
 const IO_THREADS: usize = 2;
 /// A ring needs at least this many buffers.
 const MIN_SLOTS: usize = 4;
+/// Batches read in parts after a consumer waited for the ring ([`PartialReads::WhenWaiting`]):
+/// two windows of the ring (four batches each). Reading in parts makes the reads catch
+/// up, after which the consumer may not wait for a while: one batch per wait would switch
+/// back and forth between whole pages and parts while the scan is bound by its reads.
+const WAIT_CREDIT: u32 = 8;
+
 /// The longest a consumer of a shared ring waits for its page's image before fixing the
 /// page instead (a consumer that never gives its positions back cannot stall the others).
 const SHARED_WAIT: Duration = Duration::from_secs(1);
@@ -198,6 +205,10 @@ struct State {
     running: usize,
     /// Whether the I/O thread has stopped (no further position will be filled).
     finished: bool,
+    /// Batches still to be read in parts because a consumer waited for a position not yet
+    /// read ([`PartialReads::WhenWaiting`]): set to [`WAIT_CREDIT`] at each wait, one used
+    /// per batch claimed.
+    in_parts: u32,
 }
 
 /// The buffer manager of a ring: borrowed (a scan's ring) or shared (a stream that
@@ -374,14 +385,19 @@ impl<'a> Ring<'a> {
                 match st.ready[pos % self.slots] {
                     Some(f) if f.pos == pos => break f,
                     _ if st.finished => return None,
-                    _ => match deadline {
-                        Some(d) => {
-                            if self.cv.wait_until(&mut st, d).timed_out() {
-                                return None;
+                    _ => {
+                        // The scan is ahead of the reads: the next batches are read in
+                        // parts.
+                        st.in_parts = WAIT_CREDIT;
+                        match deadline {
+                            Some(d) => {
+                                if self.cv.wait_until(&mut st, d).timed_out() {
+                                    return None;
+                                }
                             }
+                            None => self.cv.wait(&mut st),
                         }
-                        None => self.cv.wait(&mut st),
-                    },
+                    }
                 }
             };
             // A held position is not given back (`release_range` skips it), so `released`
@@ -492,13 +508,22 @@ impl<'a> Ring<'a> {
                     if end <= free {
                         st.claimed = end;
                         st.reading.push(start);
-                        break Some(start..end);
+                        let in_parts = match self.bm.partial_reads {
+                            PartialReads::Off => false,
+                            PartialReads::WhenWaiting => {
+                                let credit = st.in_parts;
+                                st.in_parts = credit.saturating_sub(1);
+                                credit > 0
+                            }
+                            PartialReads::Always => true,
+                        };
+                        break Some((start..end, in_parts));
                     }
                     self.cv.wait(&mut st);
                 }
             };
-            let Some(range) = range else { break };
-            let results = self.read(range.clone());
+            let Some((range, in_parts)) = range else { break };
+            let results = self.read(range.clone(), in_parts);
             let mut st = self.state.lock();
             st.reading.retain(|&s| s != range.start);
             for (pos, seen) in range.zip(results) {
@@ -516,9 +541,10 @@ impl<'a> Ring<'a> {
         self.cv.notify_all();
     }
 
-    /// Reads the pages at `positions` into their buffers (which this thread owns): per
+    /// Reads the pages at `positions` into their buffers (which this thread owns), in the
+    /// parts the plan names if `in_parts` (and the ring reads partially), else whole: per
     /// position, the state word the page kept across its read, if the image is the page.
-    fn read(&self, positions: std::ops::Range<usize>) -> Vec<Option<Word>> {
+    fn read(&self, positions: std::ops::Range<usize>, in_parts: bool) -> Vec<Option<Word>> {
         let bm = &*self.bm;
         let Some(sp) = self.space() else { return vec![None; positions.len()] };
         // Which positions can be read, with their state words.
@@ -534,7 +560,7 @@ impl<'a> Ring<'a> {
                 (!w.is_resident() && sp.is_allocated(index) && !bm.in_remote_tier(pid)).then_some(w)
             })
             .collect();
-        if let Some(partial) = self.partial {
+        if let Some(partial) = self.partial.filter(|_| in_parts) {
             let plan = self.plan.lock().get().map(<[bool]>::to_vec);
             if let Some(plan) = plan {
                 return self.read_partial(sp, positions, seen, partial, &plan);
@@ -848,6 +874,7 @@ impl<'a> Ring<'a> {
                 claimed: 0,
                 running: 0,
                 finished: false,
+                in_parts: 0,
             }),
             cv: Condvar::new(),
             stop: AtomicBool::new(false),
@@ -859,7 +886,7 @@ impl<'a> Ring<'a> {
     /// Reads only what `partial` says a page needs (pages of at least four sectors; see
     /// [`super::partial`]). Before the I/O threads start.
     fn reading(mut self, partial: Option<&'a dyn PartialRead>) -> Ring<'a> {
-        self.partial = partial.filter(|_| self.bm.partial_reads && self.slot >= 4 * SECTOR && self.slot.is_multiple_of(SECTOR));
+        self.partial = partial.filter(|_| self.bm.partial_reads != PartialReads::Off && self.slot >= 4 * SECTOR && self.slot.is_multiple_of(SECTOR));
         self
     }
 
@@ -985,36 +1012,36 @@ mod tests {
         bm.check_invariants().unwrap();
     }
 
-    /// A ring reading parts of pages: its consumer needs each page's first 16 bytes and 64
-    /// bytes at an offset they name (three offsets, in different sectors). The images hand
-    /// out those bytes as the pages hold them (the first batch reads the header sector, then
-    /// what each page needs; later ones what the batch before needed, and what a page needs
-    /// beyond it in a second round), the bytes read are a fraction of the pages', and a page
-    /// whose part was changed on the disk is not handed out (fixed, its checksum fails).
-    #[test]
-    fn a_ring_reads_the_parts_of_pages_its_consumer_needs() {
-        struct Parts;
-        fn far(p: &[u8]) -> usize {
-            u64::from_le_bytes(p[..8].try_into().unwrap()) as usize
-        }
-        fn pattern(mark: u64) -> Vec<u8> {
-            (0..64u64).map(|i| (mark.wrapping_mul(31) + i) as u8).collect()
-        }
-        impl PartialRead for Parts {
-            fn ranges(&self, head: &[u8], out: &mut Vec<Range<usize>>) -> bool {
-                if head.len() < 16 || far(head) > 60_000 {
-                    return false;
-                }
-                out.extend([0..16, far(head)..far(head) + 64]);
-                true
+    /// The reader of [`a_ring_reads_the_parts_of_pages_its_consumer_needs`]: it needs each
+    /// page's first 16 bytes and 64 bytes at an offset they name.
+    struct Parts;
+
+    fn far(p: &[u8]) -> usize {
+        u64::from_le_bytes(p[..8].try_into().unwrap()) as usize
+    }
+
+    fn pattern(mark: u64) -> Vec<u8> {
+        (0..64u64).map(|i| (mark.wrapping_mul(31) + i) as u8).collect()
+    }
+
+    impl PartialRead for Parts {
+        fn ranges(&self, head: &[u8], out: &mut Vec<Range<usize>>) -> bool {
+            if head.len() < 16 || far(head) > 60_000 {
+                return false;
             }
-            fn verify(&self, p: &[u8]) -> bool {
-                let mark = u64::from_le_bytes(p[8..16].try_into().unwrap());
-                p[far(p)..far(p) + 64] == pattern(mark)[..]
-            }
+            out.extend([0..16, far(head)..far(head) + 64]);
+            true
         }
-        let dir = tempfile::tempdir().unwrap();
-        let config = crate::buffer::Config::new(dir.path().join("db")).min_page(64 << 10).pool_size(4 << 20).scan_rings(true).partial_reads(true);
+        fn verify(&self, p: &[u8]) -> bool {
+            let mark = u64::from_le_bytes(p[8..16].try_into().unwrap());
+            p[far(p)..far(p) + 64] == pattern(mark)[..]
+        }
+    }
+
+    /// A manager of 64 KiB pages in a 4 MiB pool reading partially in `mode`, and the
+    /// evicted ones of 160 pages that [`Parts`] reads: (page, offset of its part, mark).
+    fn parts_pages(dir: &std::path::Path, mode: crate::buffer::PartialReads) -> (BufferManager, Vec<(PageId, usize, u64)>) {
+        let config = crate::buffer::Config::new(dir.join("db")).min_page(64 << 10).pool_size(4 << 20).scan_rings(true).partial_reads(mode);
         let bm = BufferManager::create(config).unwrap();
         let mut pages = Vec::new();
         for i in 0..160u64 {
@@ -1027,6 +1054,20 @@ mod tests {
         }
         let cold: Vec<(PageId, usize, u64)> = pages.iter().copied().filter(|&(p, ..)| !bm.is_resident(p)).collect();
         assert!(cold.len() >= 64, "{} evicted pages", cold.len());
+        (bm, cold)
+    }
+
+    /// A ring reading parts of pages: its consumer ([`Parts`]) needs each page's first 16
+    /// bytes and 64 bytes at an offset they name (three offsets, in different sectors). The
+    /// images hand out those bytes as the pages hold them (the first batch reads the header
+    /// sector, then what each page needs; later ones what the batch before needed, and what
+    /// a page needs beyond it in a second round), the bytes read are a fraction of the
+    /// pages', and a page whose part was changed on the disk is not handed out (fixed, its
+    /// checksum fails).
+    #[test]
+    fn a_ring_reads_the_parts_of_pages_its_consumer_needs() {
+        let dir = tempfile::tempdir().unwrap();
+        let (bm, cold) = parts_pages(dir.path(), crate::buffer::PartialReads::Always);
         let pids: Vec<PageId> = cold.iter().map(|c| c.0).collect();
         let read = |pids: &[PageId]| {
             let before = bm.stats();
@@ -1067,6 +1108,36 @@ mod tests {
             }
         }
         assert!(bm.fix_shared(bad).is_err(), "the changed page fixed without an error");
+    }
+
+    /// [`PartialReads::WhenWaiting`]: a consumer that takes each image as soon as it can
+    /// (it waits for the reads all along) gets the pages read in parts; one that works on
+    /// each page for longer than its read takes (10 ms; it waits for the first batch only)
+    /// gets the batches after its wait's credit read whole.
+    #[test]
+    fn a_ring_reads_in_parts_only_while_its_consumer_waits_for_the_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let (bm, cold) = parts_pages(dir.path(), crate::buffer::PartialReads::WhenWaiting);
+        let pids: Vec<PageId> = cold.iter().map(|c| c.0).collect();
+        let read = |pause: Duration| {
+            let before = bm.stats();
+            bm.scan_ring(&pids, Some(&Parts), |ring| {
+                let ring = ring.expect("a ring in a 4 MiB pool");
+                for (pos, &(_, at, mark)) in cold.iter().enumerate() {
+                    std::thread::sleep(pause);
+                    // SAFETY: the image is read before `pos` is given back.
+                    let part = unsafe { ring.get(pos) }.map(|p| p[at..at + 64].to_vec());
+                    assert_eq!(part.as_deref(), Some(&pattern(mark)[..]), "page {pos}");
+                    ring.release(pos);
+                }
+            });
+            bm.stats().bytes_read - before.bytes_read
+        };
+        let whole = (pids.len() * (64 << 10)) as u64;
+        let eager = read(Duration::ZERO);
+        let busy = read(Duration::from_millis(10));
+        assert!(eager * 3 < whole, "a consumer waiting for the reads: {eager} bytes read of {whole}");
+        assert!(busy > 2 * eager && busy * 2 > whole, "a consumer slower than the reads: {busy} bytes read of {whole} (waiting: {eager})");
     }
 
     /// Rings that exist at once (the workers of a parallel scan have one each) share the
