@@ -124,6 +124,7 @@ struct IoOutput {
     ring_pages: u64,
     ring_hits: u64,
     ring_bytes: u64,
+    ring_threads_started: u64,
 }
 
 impl IoOutput {
@@ -152,6 +153,7 @@ impl IoOutput {
             ring_pages: st.ring_pages,
             ring_hits: st.ring_hits,
             ring_bytes: st.ring_bytes,
+            ring_threads_started: st.ring_threads_started,
         }
     }
 }

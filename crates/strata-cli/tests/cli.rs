@@ -236,7 +236,7 @@ fn query_reports_io_and_runs_with_a_cleaner() {
     // The sort's evictions returned every frame's memory: no madvise failed.
     assert_eq!(plain["io"]["madvise_failures"], 0, "{}", plain["io"]);
     // Scan-ring counters are part of the object (a sort over column files reads no table).
-    for k in ["ring_pages", "ring_hits", "ring_bytes"] {
+    for k in ["ring_pages", "ring_hits", "ring_bytes", "ring_threads_started"] {
         assert!(plain["io"][k].is_u64(), "{k}: {}", plain["io"]);
     }
     assert!(cleaned["peak_resident_bytes"].as_u64().unwrap() <= 512 << 10);

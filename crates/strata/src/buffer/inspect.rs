@@ -97,6 +97,7 @@ impl BufferManager {
             ring_pages: c.ring_pages.get(),
             ring_hits: c.ring_hits.get(),
             ring_bytes: self.rings.bytes(),
+            ring_threads_started: self.io_workers.started(),
             io: {
                 let (read_queue_depth, read_request_bytes) = c.read_io.snapshot();
                 let (write_queue_depth, write_request_bytes) = c.write_io.snapshot();

@@ -123,6 +123,8 @@ pub struct BufferManager {
     pub(super) partial_reads: super::PartialReads,
     /// The buffers of finished scan rings, kept for the next.
     pub(super) rings: super::ring::RingCache,
+    /// The threads scan rings read with.
+    pub(super) io_workers: super::io_workers::IoWorkers,
     /// Opened by [`BufferManager::open_read_only`]: nothing is ever written.
     pub(super) read_only: bool,
     /// What recovery did when this manager was opened.
@@ -319,6 +321,7 @@ impl BufferManager {
             format_version: meta.version,
             partial_reads: config.partial_reads,
             rings: Default::default(),
+            io_workers: Default::default(),
             pin_wait: config.pin_wait,
             counters: Counters::default(),
             // Closed until fully opened: if setting up a space fails below, dropping the

@@ -11,6 +11,7 @@ mod fix;
 mod guard;
 pub mod hotset;
 mod inspect;
+mod io_workers;
 mod load;
 mod logged;
 mod manager;

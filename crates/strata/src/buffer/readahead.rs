@@ -354,14 +354,18 @@ impl ReadAhead<'static> {
             return ReadAhead::spawn(bm, source);
         };
         let ring = Arc::new(ring);
-        let owned = ring.spawn();
-        ReadAhead { shared: new_stream(&bm, &*source), owned, ring: Some(ring), _source: std::marker::PhantomData }
+        ring.start_io_owned();
+        ReadAhead { shared: new_stream(&bm, &*source), owned: Vec::new(), ring: Some(ring), _source: std::marker::PhantomData }
     }
 }
 
 impl Drop for ReadAhead<'_> {
     fn drop(&mut self) {
         self.stop();
+        if let Some(ring) = &self.ring {
+            // Halted by `stop`: its loops return promptly (a panic in one is resumed here).
+            ring.wait_io();
+        }
         for h in self.owned.drain(..) {
             // The thread only ends by returning; a panic in it is a bug worth seeing.
             if let Err(p) = h.join() {
@@ -532,13 +536,12 @@ impl BufferManager {
             return self.read_ahead(source, f);
         };
         let ring = Arc::new(ring);
-        std::thread::scope(|scope| {
-            ring.spawn_scoped(scope);
-            let ra = ReadAhead { shared: new_stream(self, source), owned: Vec::new(), ring: Some(ring.clone()), _source: std::marker::PhantomData };
-            f(&ra)
-            // `ra` is dropped here (halting the ring, a panic too), then the scope joins
-            // the ring's threads.
-        })
+        let ra = ReadAhead { shared: new_stream(self, source), owned: Vec::new(), ring: Some(ring.clone()), _source: std::marker::PhantomData };
+        // SAFETY: `ra` holds the ring and is dropped before this returns (also when `f`
+        // panics), and its drop halts the ring's loops and waits until they returned: no
+        // loop outlives the borrow of `self` the ring holds.
+        unsafe { ring.start_io() };
+        f(&ra)
     }
 
     /// Prefetched pages evicted before use, so far.

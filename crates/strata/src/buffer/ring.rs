@@ -205,6 +205,8 @@ struct State {
     running: usize,
     /// Whether the I/O thread has stopped (no further position will be filled).
     finished: bool,
+    /// What an I/O loop panicked with: resumed by [`Ring::wait_io`].
+    panic: Option<Box<dyn std::any::Any + Send>>,
     /// Batches still to be read in parts because a consumer waited for a position not yet
     /// read ([`PartialReads::WhenWaiting`]): set to [`WAIT_CREDIT`] at each wait, one used
     /// per batch claimed.
@@ -484,10 +486,25 @@ impl<'a> Ring<'a> {
         (self.slots / 4).max(1)
     }
 
-    /// An I/O thread: claims the next batch of positions once their buffers are free (a
-    /// quarter of the ring, so that several reads are in flight), fills them with coalesced
-    /// reads, publishes them, until the list is done or the ring stops.
+    /// An I/O loop (on one of the manager's I/O threads, [`super::io_workers`]): claims the
+    /// next batch of positions once their buffers are free (a quarter of the ring, so that
+    /// several reads are in flight), fills them with coalesced reads, publishes them, until
+    /// the list is done or the ring stops. However it ends (a panic is kept for
+    /// [`wait_io`](Self::wait_io)), it counts itself out and wakes the consumers.
     fn io(&self) {
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.io_loop())).err();
+        let mut st = self.state.lock();
+        st.running -= 1;
+        if st.running == 0 {
+            st.finished = true;
+        }
+        if st.panic.is_none() {
+            st.panic = panicked;
+        }
+        self.cv.notify_all();
+    }
+
+    fn io_loop(&self) {
         loop {
             let range = {
                 let mut st = self.state.lock();
@@ -533,12 +550,22 @@ impl<'a> Ring<'a> {
             }
             self.cv.notify_all();
         }
+    }
+
+    /// Waits until every I/O loop of the ring has returned (after [`halt`](Self::halt),
+    /// promptly), then resumes the panic of one that panicked, unless this thread is
+    /// unwinding already.
+    pub(super) fn wait_io(&self) {
         let mut st = self.state.lock();
-        st.running -= 1;
-        if st.running == 0 {
-            st.finished = true;
+        while st.running > 0 {
+            self.cv.wait(&mut st);
         }
-        self.cv.notify_all();
+        if let Some(p) = st.panic.take() {
+            drop(st);
+            if !std::thread::panicking() {
+                std::panic::resume_unwind(p);
+            }
+        }
     }
 
     /// Reads the pages at `positions` into their buffers (which this thread owns), in the
@@ -785,18 +812,24 @@ impl BufferManager {
     pub fn scan_ring<R>(&self, pids: &[PageId], partial: Option<&dyn PartialRead>, f: impl FnOnce(Option<&Ring<'_>>) -> R) -> R {
         let Some(ring) = Ring::new(Bm::Ref(self), Pages::Slice(pids), false) else { return f(None) };
         let ring = ring.reading(partial);
-        std::thread::scope(|scope| {
-            ring.spawn_scoped(scope);
-            // Stops the I/O threads however `f` ends (a panic too: the scope joins them).
-            struct Stop<'r, 'a>(&'r Ring<'a>);
-            impl Drop for Stop<'_, '_> {
-                fn drop(&mut self) {
-                    self.0.halt();
-                }
-            }
-            let _stop = Stop(&ring);
-            f(Some(&ring))
-        })
+        let stop = StopIo(&ring);
+        // SAFETY: `stop`, dropped before `ring` and whatever the ring borrows (it was
+        // declared after them), also when `f` panics, halts the loops and waits until they
+        // returned.
+        unsafe { ring.start_io() };
+        let r = f(Some(&ring));
+        drop(stop);
+        r
+    }
+}
+
+/// Halts a ring's I/O loops and waits for them when dropped (see [`Ring::start_io`]).
+pub(super) struct StopIo<'r, 'a>(pub(super) &'r Ring<'a>);
+
+impl Drop for StopIo<'_, '_> {
+    fn drop(&mut self) {
+        self.0.halt();
+        self.0.wait_io();
     }
 }
 
@@ -875,6 +908,7 @@ impl<'a> Ring<'a> {
                 running: 0,
                 finished: false,
                 in_parts: 0,
+                panic: None,
             }),
             cv: Condvar::new(),
             stop: AtomicBool::new(false),
@@ -890,8 +924,8 @@ impl<'a> Ring<'a> {
         self
     }
 
-    /// Counts an I/O thread in before it is started (`started`: whether it was); a ring
-    /// none of whose threads started is finished (its consumers fix every page).
+    /// Counts an I/O loop in before it is started (`started`: whether it was); a ring none
+    /// of whose loops started is finished (its consumers fix every page).
     fn count_thread(&self, started: impl FnOnce() -> bool) {
         self.state.lock().running += 1;
         if !started() {
@@ -901,33 +935,31 @@ impl<'a> Ring<'a> {
         }
     }
 
-    /// Starts the I/O threads in `scope` (which joins them; [`halt`](Self::halt) stops them).
-    pub(super) fn spawn_scoped<'scope>(&'scope self, scope: &'scope std::thread::Scope<'scope, '_>)
-    where
-        'a: 'scope,
-    {
+    /// Starts the ring's I/O loops on the manager's I/O threads ([`super::io_workers`]).
+    ///
+    /// # Safety
+    /// The loops borrow the ring: it must not be dropped (nor anything it borrows end)
+    /// before [`wait_io`](Self::wait_io) returned, after a [`halt`](Self::halt) or the end
+    /// of its list (a [`StopIo`] does both when dropped).
+    pub(super) unsafe fn start_io(&self) {
+        // SAFETY: only the lifetimes change (same type, same layout); by the contract the
+        // reference is not used after `wait_io` returned, which is before the ring and what
+        // it borrows end.
+        let ring = unsafe { std::mem::transmute::<&Ring<'_>, &'static Ring<'static>>(self) };
         for _ in 0..IO_THREADS {
-            self.count_thread(|| std::thread::Builder::new().name("strata-ring".into()).spawn_scoped(scope, move || self.io()).is_ok());
+            self.count_thread(|| self.bm.io_workers.run(Box::new(move || ring.io())));
         }
     }
 }
 
 impl Ring<'static> {
-    /// Starts the I/O threads of a ring that owns what it reads; the caller
-    /// [`halt`](Ring::halt)s it and joins the handles.
-    pub(super) fn spawn(self: &Arc<Self>) -> Vec<std::thread::JoinHandle<()>> {
-        let mut handles = Vec::new();
+    /// Starts the I/O loops of a ring that owns what it reads; the owner
+    /// [`halt`](Ring::halt)s it and [`wait_io`](Ring::wait_io)s.
+    pub(super) fn start_io_owned(self: &Arc<Self>) {
         for _ in 0..IO_THREADS {
             let r = self.clone();
-            self.count_thread(|| match std::thread::Builder::new().name("strata-ring".into()).spawn(move || r.io()) {
-                Ok(h) => {
-                    handles.push(h);
-                    true
-                }
-                Err(_) => false,
-            });
+            self.count_thread(|| self.bm.io_workers.run(Box::new(move || r.io())));
         }
-        handles
     }
 }
 
@@ -1108,6 +1140,60 @@ mod tests {
             }
         }
         assert!(bm.fix_shared(bad).is_err(), "the changed page fixed without an error");
+    }
+
+    /// Rings one after another read with the same threads (kept by the manager's I/O
+    /// workers), and a ring whose consumer panics leaves none of its loops running.
+    #[test]
+    fn rings_reuse_their_io_threads() {
+        let dir = tempfile::tempdir().unwrap();
+        let (bm, cold) = parts_pages(dir.path(), crate::buffer::PartialReads::Always);
+        let pids: Vec<PageId> = cold.iter().map(|c| c.0).collect();
+        let rings = 10;
+        for _ in 0..rings {
+            let marks = bm.scan_ring(&pids, None, |ring| {
+                let ring = ring.expect("a ring in a 4 MiB pool");
+                (0..pids.len())
+                    .map(|pos| {
+                        // SAFETY: the image is read before `pos` is given back.
+                        let mark = unsafe { ring.get(pos) }.map(|p| u64::from_le_bytes(p[8..16].try_into().unwrap()));
+                        ring.release(pos);
+                        mark
+                    })
+                    .collect::<Vec<_>>()
+            });
+            assert_eq!(marks, cold.iter().map(|c| Some(c.2)).collect::<Vec<_>>());
+        }
+        let started = bm.stats().ring_threads_started;
+        assert!(started >= IO_THREADS as u64 && started * 2 <= (rings * IO_THREADS) as u64, "{started} threads for {rings} rings");
+        // A consumer's panic ends the scan; its loops are halted and waited for.
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            bm.scan_ring(&pids, None, |ring| {
+                // SAFETY: as above.
+                assert!(unsafe { ring.unwrap().get(0) }.is_some());
+                panic!("the consumer's own panic");
+            })
+        }));
+        assert!(r.is_err());
+        bm.check_invariants().unwrap();
+        // A panic in a loop (here the reader's, asked what a page needs) reaches the
+        // consumer when the scan ends, and the thread goes on serving rings.
+        struct Broken;
+        impl PartialRead for Broken {
+            fn ranges(&self, _: &[u8], _: &mut Vec<Range<usize>>) -> bool {
+                panic!("a broken reader");
+            }
+            fn verify(&self, _: &[u8]) -> bool {
+                true
+            }
+        }
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| bm.scan_ring(&pids, Some(&Broken), |ring| ring.is_some())));
+        let p = r.expect_err("the loop's panic was not resumed");
+        assert_eq!(p.downcast_ref::<&str>(), Some(&"a broken reader"));
+        let before = bm.stats().ring_threads_started;
+        // SAFETY: the image is looked at before the ring ends.
+        assert!(bm.scan_ring(&pids, None, |ring| unsafe { ring.unwrap().get(0) }.is_some()));
+        assert!(bm.stats().ring_threads_started <= before + IO_THREADS as u64);
     }
 
     /// [`PartialReads::WhenWaiting`]: a consumer that takes each image as soon as it can

@@ -155,6 +155,9 @@ pub struct Stats {
     pub ring_hits: u64,
     /// Bytes of scan rings (in use or kept for the next scan; charged to the pool).
     pub ring_bytes: u64,
+    /// Threads started for the I/O of scan rings (kept for the next rings; a thread ends
+    /// after two seconds without work).
+    pub ring_threads_started: u64,
     /// Read and write requests: queue depth and size histograms, and the I/O backend.
     pub io: IoStats,
     /// Pages written to disk.
