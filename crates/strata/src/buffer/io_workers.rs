@@ -43,6 +43,8 @@ struct State {
     jobs: VecDeque<Job>,
     /// Threads waiting for a job.
     idle: usize,
+    /// Threads running (working or waiting).
+    threads: usize,
     /// The manager is gone: threads end when there is no job left.
     closed: bool,
 }
@@ -74,9 +76,15 @@ impl IoWorkers {
         }
         let inner = self.inner.clone();
         let idle_for = self.idle_for;
-        let spawned = std::thread::Builder::new().name("strata-ring".into()).spawn(move || work(&inner, job, idle_for));
+        self.inner.state.lock().threads += 1;
+        let spawned = std::thread::Builder::new().name("strata-ring".into()).spawn(move || {
+            work(&inner, job, idle_for);
+            inner.state.lock().threads -= 1;
+        });
         if spawned.is_ok() {
             self.inner.started.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.inner.state.lock().threads -= 1;
         }
         spawned.is_ok()
     }
@@ -84,6 +92,23 @@ impl IoWorkers {
     /// Threads started so far.
     pub(super) fn started(&self) -> u64 {
         self.inner.started.load(Ordering::Relaxed)
+    }
+
+    /// (Threads running, threads idle) now.
+    #[cfg(test)]
+    pub(super) fn threads(&self) -> (usize, usize) {
+        let st = self.inner.state.lock();
+        (st.threads, st.idle)
+    }
+
+    /// Waits (at most 20 s, else panics) until `done(threads running, threads idle)`.
+    #[cfg(test)]
+    pub(super) fn wait_until(&self, done: impl Fn(usize, usize) -> bool) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !done(self.threads().0, self.threads().1) {
+            assert!(std::time::Instant::now() < deadline, "I/O threads never got there: {:?}", self.threads());
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 }
 
@@ -134,13 +159,12 @@ mod tests {
 
     #[test]
     fn jobs_one_after_another_run_on_the_same_thread() {
-        let w = IoWorkers::default();
+        // (Idle threads wait far longer than the test needs.)
+        let w = IoWorkers::with_idle(Duration::from_secs(60));
         let first = thread_id_of(&w);
         for _ in 0..20 {
             // The thread is idle again once its job sent: wait until it waits for work.
-            while w.inner.state.lock().idle == 0 {
-                std::thread::yield_now();
-            }
+            w.wait_until(|_, idle| idle == 1);
             assert_eq!(thread_id_of(&w), first);
         }
         assert_eq!(w.started(), 1);
@@ -175,26 +199,32 @@ mod tests {
     }
 
     #[test]
-    fn idle_threads_end_and_a_panicking_job_leaves_its_thread_working() {
-        let w = IoWorkers::with_idle(Duration::from_millis(50));
+    fn a_panicking_job_leaves_its_thread_working() {
+        let w = IoWorkers::with_idle(Duration::from_secs(60));
         assert!(w.run(Box::new(|| panic!("a job's panic"))));
-        // The thread survived its job's panic: it takes the next one.
-        while w.inner.state.lock().idle == 0 {
-            std::thread::yield_now();
-        }
+        // The thread survived its job's panic: it waits for work, and takes the next job.
+        w.wait_until(|threads, idle| threads == 1 && idle == 1);
         thread_id_of(&w);
         assert_eq!(w.started(), 1);
-        // Idle past `idle_for` (no job is handed over meanwhile, so idle going from one to
-        // none is the thread ending), and the next job starts another.
-        while w.inner.state.lock().idle == 0 {
-            std::thread::yield_now();
-        }
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while w.inner.state.lock().idle > 0 {
-            assert!(std::time::Instant::now() < deadline, "an idle thread did not end");
-            std::thread::sleep(Duration::from_millis(10));
-        }
+    }
+
+    #[test]
+    fn idle_threads_end_and_dropped_workers_end_theirs() {
+        let w = IoWorkers::with_idle(Duration::from_millis(50));
+        thread_id_of(&w);
+        // Idle past `idle_for`: the thread ends, and the next job starts another.
+        w.wait_until(|threads, _| threads == 0);
         thread_id_of(&w);
         assert_eq!(w.started(), 2);
+        // Dropped: the threads end at once, however long they would wait for work.
+        let w = IoWorkers::with_idle(Duration::from_secs(600));
+        thread_id_of(&w);
+        let inner = w.inner.clone();
+        drop(w);
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while inner.state.lock().threads > 0 {
+            assert!(std::time::Instant::now() < deadline, "a thread of dropped workers did not end");
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 }

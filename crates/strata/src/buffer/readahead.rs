@@ -354,8 +354,14 @@ impl ReadAhead<'static> {
             return ReadAhead::spawn(bm, source);
         };
         let ring = Arc::new(ring);
-        ring.start_io_owned();
-        ReadAhead { shared: new_stream(&bm, &*source), owned: Vec::new(), ring: Some(ring), _source: std::marker::PhantomData }
+        let ra = ReadAhead { shared: new_stream(&bm, &*source), owned: Vec::new(), ring: Some(ring.clone()), _source: std::marker::PhantomData };
+        // SAFETY: the stream holds the ring (an `Arc`) until its drop, which halts the
+        // ring's loops and waits until they returned; a stream that is never dropped leaks
+        // the ring, which then outlives its loops too. (The loops hold no `Arc` of their
+        // own: the ring and its manager are dropped by their owner's thread, not by a
+        // loop's.)
+        unsafe { ring.start_io() };
+        ra
     }
 }
 

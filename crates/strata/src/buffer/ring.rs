@@ -62,6 +62,9 @@ const MIN_SLOTS: usize = 4;
 /// two windows of the ring (four batches each). Reading in parts makes the reads catch
 /// up, after which the consumer may not wait for a while: one batch per wait would switch
 /// back and forth between whole pages and parts while the scan is bound by its reads.
+/// (The first window is read whole: its batches are claimed before anyone waited, and they
+/// teach the plan. A batch without a plan is read whole and still uses a credit. Only
+/// table scans' rings read in parts: shared read-ahead rings have no [`PartialRead`].)
 const WAIT_CREDIT: u32 = 8;
 
 /// The longest a consumer of a shared ring waits for its page's image before fixing the
@@ -489,8 +492,10 @@ impl<'a> Ring<'a> {
     /// An I/O loop (on one of the manager's I/O threads, [`super::io_workers`]): claims the
     /// next batch of positions once their buffers are free (a quarter of the ring, so that
     /// several reads are in flight), fills them with coalesced reads, publishes them, until
-    /// the list is done or the ring stops. However it ends (a panic is kept for
-    /// [`wait_io`](Self::wait_io)), it counts itself out and wakes the consumers.
+    /// the list is done or the ring stops. However it ends, it counts itself out and wakes
+    /// the consumers. A panic stops the whole ring (the batch the loop was reading is never
+    /// filled: consumers waiting for it, and the other loops waiting for its buffers, must
+    /// not wait on) and is kept for [`wait_io`](Self::wait_io).
     fn io(&self) {
         let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.io_loop())).err();
         let mut st = self.state.lock();
@@ -498,8 +503,13 @@ impl<'a> Ring<'a> {
         if st.running == 0 {
             st.finished = true;
         }
-        if st.panic.is_none() {
-            st.panic = panicked;
+        if let Some(p) = panicked {
+            self.stop.store(true, Ordering::Release);
+            // Nothing more is filled: consumers fix the pages they still want.
+            st.finished = true;
+            if st.panic.is_none() {
+                st.panic = Some(p);
+            }
         }
         self.cv.notify_all();
     }
@@ -783,8 +793,9 @@ fn needed_sectors(partial: &dyn PartialRead, image: &[u8], head: usize, sectors:
 
 impl Drop for Ring<'_> {
     fn drop(&mut self) {
-        // The I/O threads have been joined (the ring is dropped after their scope), so
-        // nobody uses the buffers any more: kept for the next ring (still charged), or freed.
+        // The I/O loops have returned (the ring's owner waited for them, `wait_io`, before
+        // dropping it), so nobody uses the buffers any more: kept for the next ring (still
+        // charged), or freed.
         let Some(mem) = self.mem.take() else { return };
         let live = self.bm.rings.live.fetch_sub(1, Ordering::AcqRel) - 1;
         self.bm.rings.live_bytes.fetch_sub((self.slots * self.slot) as u64, Ordering::AcqRel);
@@ -924,18 +935,10 @@ impl<'a> Ring<'a> {
         self
     }
 
-    /// Counts an I/O loop in before it is started (`started`: whether it was); a ring none
-    /// of whose loops started is finished (its consumers fix every page).
-    fn count_thread(&self, started: impl FnOnce() -> bool) {
-        self.state.lock().running += 1;
-        if !started() {
-            let mut st = self.state.lock();
-            st.running -= 1;
-            st.finished = st.running == 0;
-        }
-    }
-
     /// Starts the ring's I/O loops on the manager's I/O threads ([`super::io_workers`]).
+    /// All are counted in before any starts (a loop that ends at once cannot finish the
+    /// ring while another is still to start); a ring none of whose loops started is
+    /// finished (its consumers fix every page).
     ///
     /// # Safety
     /// The loops borrow the ring: it must not be dropped (nor anything it borrows end)
@@ -946,19 +949,15 @@ impl<'a> Ring<'a> {
         // reference is not used after `wait_io` returned, which is before the ring and what
         // it borrows end.
         let ring = unsafe { std::mem::transmute::<&Ring<'_>, &'static Ring<'static>>(self) };
-        for _ in 0..IO_THREADS {
-            self.count_thread(|| self.bm.io_workers.run(Box::new(move || ring.io())));
-        }
-    }
-}
-
-impl Ring<'static> {
-    /// Starts the I/O loops of a ring that owns what it reads; the owner
-    /// [`halt`](Ring::halt)s it and [`wait_io`](Ring::wait_io)s.
-    pub(super) fn start_io_owned(self: &Arc<Self>) {
-        for _ in 0..IO_THREADS {
-            let r = self.clone();
-            self.count_thread(|| self.bm.io_workers.run(Box::new(move || r.io())));
+        self.state.lock().running += IO_THREADS;
+        let failed = (0..IO_THREADS).filter(|_| !self.bm.io_workers.run(Box::new(move || ring.io()))).count();
+        if failed > 0 {
+            let mut st = self.state.lock();
+            st.running -= failed;
+            if st.running == 0 {
+                st.finished = true;
+            }
+            self.cv.notify_all();
         }
     }
 }
@@ -1176,24 +1175,40 @@ mod tests {
         }));
         assert!(r.is_err());
         bm.check_invariants().unwrap();
-        // A panic in a loop (here the reader's, asked what a page needs) reaches the
-        // consumer when the scan ends, and the thread goes on serving rings.
-        struct Broken;
+        // A panic in one loop (here the reader's, asked what a page needs, the first time)
+        // stops the ring: the consumer, reading every position, does not wait for the batch
+        // that loop never filled, and gets the panic when the scan ends. The threads go on
+        // serving rings.
+        struct Broken(std::sync::atomic::AtomicBool);
         impl PartialRead for Broken {
-            fn ranges(&self, _: &[u8], _: &mut Vec<Range<usize>>) -> bool {
-                panic!("a broken reader");
+            fn ranges(&self, head: &[u8], out: &mut Vec<Range<usize>>) -> bool {
+                if !self.0.swap(true, Ordering::SeqCst) {
+                    panic!("a broken reader");
+                }
+                Parts.ranges(head, out)
             }
-            fn verify(&self, _: &[u8]) -> bool {
-                true
+            fn verify(&self, p: &[u8]) -> bool {
+                Parts.verify(p)
             }
         }
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| bm.scan_ring(&pids, Some(&Broken), |ring| ring.is_some())));
+        let broken = Broken(std::sync::atomic::AtomicBool::new(false));
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            bm.scan_ring(&pids, Some(&broken), |ring| {
+                let ring = ring.expect("a ring");
+                for pos in 0..pids.len() {
+                    // SAFETY: the image is looked at before `pos` is given back.
+                    let _ = unsafe { ring.get(pos) }.is_some();
+                    ring.release(pos);
+                }
+            })
+        }));
         let p = r.expect_err("the loop's panic was not resumed");
         assert_eq!(p.downcast_ref::<&str>(), Some(&"a broken reader"));
+        bm.io_workers.wait_until(|_, idle| idle >= IO_THREADS);
         let before = bm.stats().ring_threads_started;
         // SAFETY: the image is looked at before the ring ends.
         assert!(bm.scan_ring(&pids, None, |ring| unsafe { ring.unwrap().get(0) }.is_some()));
-        assert!(bm.stats().ring_threads_started <= before + IO_THREADS as u64);
+        assert_eq!(bm.stats().ring_threads_started, before, "a loop's panic cost its thread");
     }
 
     /// [`PartialReads::WhenWaiting`]: a consumer that takes each image as soon as it can
