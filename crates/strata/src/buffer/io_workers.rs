@@ -198,6 +198,60 @@ mod tests {
         assert_eq!(w.started(), n as u64);
     }
 
+    /// Four threads hand over 400 jobs each; every fifth job waits until the submitter's
+    /// next job has started (as a ring's loops wait for a consumer who then starts another
+    /// ring), and the idle timeout (200 us) races the hand-offs. Every job runs exactly
+    /// once, and none waits for a thread.
+    #[test]
+    fn jobs_from_many_threads_with_racing_idle_timeouts_all_run_once() {
+        use std::sync::atomic::AtomicBool;
+        const SUBMITTERS: usize = 4;
+        const JOBS: usize = 400;
+        let w = IoWorkers::with_idle(Duration::from_micros(200));
+        let runs: Arc<Vec<AtomicU64>> = Arc::new((0..SUBMITTERS * JOBS).map(|_| AtomicU64::new(0)).collect());
+        let started: Arc<Vec<AtomicBool>> = Arc::new((0..SUBMITTERS * JOBS + 1).map(|_| AtomicBool::new(false)).collect());
+        std::thread::scope(|scope| {
+            for t in 0..SUBMITTERS {
+                let (w, runs, started) = (&w, runs.clone(), started.clone());
+                scope.spawn(move || {
+                    let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ t as u64;
+                    for i in 0..JOBS {
+                        let id = t * JOBS + i;
+                        let (runs, started) = (runs.clone(), started.clone());
+                        // The last job of a submitter has no next one to wait for.
+                        let waits = id % 5 == 0 && i + 1 < JOBS;
+                        assert!(w.run(Box::new(move || {
+                            started[id].store(true, Ordering::Release);
+                            if waits {
+                                let deadline = std::time::Instant::now() + Duration::from_secs(20);
+                                while !started[id + 1].load(Ordering::Acquire) {
+                                    assert!(std::time::Instant::now() < deadline, "job {id} waited for a job that never got a thread");
+                                    std::thread::yield_now();
+                                }
+                            }
+                            runs[id].fetch_add(1, Ordering::AcqRel);
+                        })));
+                        rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                        if rng >> 61 == 0 {
+                            // Now and then a pause: idle threads time out around it.
+                            std::thread::sleep(Duration::from_micros(rng >> 52 & 511));
+                        }
+                    }
+                });
+            }
+        });
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while runs.iter().any(|r| r.load(Ordering::Acquire) == 0) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "jobs never ran: {:?}",
+                runs.iter().enumerate().filter(|(_, r)| r.load(Ordering::Acquire) == 0).map(|(i, _)| i).take(8).collect::<Vec<_>>()
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(runs.iter().all(|r| r.load(Ordering::Acquire) == 1), "a job ran twice");
+    }
+
     #[test]
     fn a_panicking_job_leaves_its_thread_working() {
         let w = IoWorkers::with_idle(Duration::from_secs(60));
