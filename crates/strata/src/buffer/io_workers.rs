@@ -219,7 +219,7 @@ mod tests {
                         let id = t * JOBS + i;
                         let (runs, started) = (runs.clone(), started.clone());
                         // The last job of a submitter has no next one to wait for.
-                        let waits = id % 5 == 0 && i + 1 < JOBS;
+                        let waits = id.is_multiple_of(5) && i + 1 < JOBS;
                         assert!(w.run(Box::new(move || {
                             started[id].store(true, Ordering::Release);
                             if waits {
