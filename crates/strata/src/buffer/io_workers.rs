@@ -11,7 +11,6 @@
 
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,8 +32,6 @@ pub(super) struct IoWorkers {
 struct Inner {
     state: Mutex<State>,
     cv: Condvar,
-    /// Threads started so far.
-    started: AtomicU64,
 }
 
 #[derive(Default)]
@@ -45,6 +42,8 @@ struct State {
     idle: usize,
     /// Threads running (working or waiting).
     threads: usize,
+    /// Threads started so far.
+    started: u64,
     /// The manager is gone: threads end when there is no job left.
     closed: bool,
 }
@@ -73,25 +72,27 @@ impl IoWorkers {
                 self.inner.cv.notify_one();
                 return true;
             }
+            // Counted before it starts (it counts itself out when it ends).
+            st.threads += 1;
+            st.started += 1;
         }
         let inner = self.inner.clone();
         let idle_for = self.idle_for;
-        self.inner.state.lock().threads += 1;
         let spawned = std::thread::Builder::new().name("strata-ring".into()).spawn(move || {
             work(&inner, job, idle_for);
             inner.state.lock().threads -= 1;
         });
-        if spawned.is_ok() {
-            self.inner.started.fetch_add(1, Ordering::Relaxed);
-        } else {
-            self.inner.state.lock().threads -= 1;
+        if spawned.is_err() {
+            let mut st = self.inner.state.lock();
+            st.threads -= 1;
+            st.started -= 1;
         }
         spawned.is_ok()
     }
 
     /// Threads started so far.
     pub(super) fn started(&self) -> u64 {
-        self.inner.started.load(Ordering::Relaxed)
+        self.inner.state.lock().started
     }
 
     /// (Threads running, threads idle) now.
@@ -149,6 +150,7 @@ fn work(inner: &Inner, first: Job, idle_for: Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::mpsc;
 
     fn thread_id_of(w: &IoWorkers) -> std::thread::ThreadId {

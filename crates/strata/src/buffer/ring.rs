@@ -535,15 +535,17 @@ impl<'a> Ring<'a> {
                     if end <= free {
                         st.claimed = end;
                         st.reading.push(start);
-                        let in_parts = match self.bm.partial_reads {
-                            PartialReads::Off => false,
-                            PartialReads::WhenWaiting => {
-                                let credit = st.in_parts;
-                                st.in_parts = credit.saturating_sub(1);
-                                credit > 0
-                            }
-                            PartialReads::Always => true,
-                        };
+                        // (Only a ring with a reader of parts spends the credit.)
+                        let in_parts = self.partial.is_some()
+                            && match self.bm.partial_reads {
+                                PartialReads::Off => false,
+                                PartialReads::WhenWaiting => {
+                                    let credit = st.in_parts;
+                                    st.in_parts = credit.saturating_sub(1);
+                                    credit > 0
+                                }
+                                PartialReads::Always => true,
+                            };
                         break Some((start..end, in_parts));
                     }
                     self.cv.wait(&mut st);
@@ -835,7 +837,7 @@ impl BufferManager {
 }
 
 /// Halts a ring's I/O loops and waits for them when dropped (see [`Ring::start_io`]).
-pub(super) struct StopIo<'r, 'a>(pub(super) &'r Ring<'a>);
+struct StopIo<'r, 'a>(&'r Ring<'a>);
 
 impl Drop for StopIo<'_, '_> {
     fn drop(&mut self) {
