@@ -328,3 +328,77 @@ fn serial_and_parallel_runs_agree() {
         }
     }
 }
+
+/// A grouped aggregation whose every worker sees (nearly) every key merges the workers'
+/// partial aggregations partition by partition on several threads
+/// (`strata::sql::merge`): the groups equal a reference computed here, for integer keys
+/// (vectorized, and streamed runs that are proven distinct or not), string keys longer
+/// than 255 bytes and computed keys (the row pipeline), in a pool where nothing spills
+/// and in a 1 MiB pool where the partitions do; a second run with as many workers gives
+/// the same f64 sums bit for bit.
+#[test]
+fn partial_aggregations_merge_by_partition_on_several_threads() {
+    use std::collections::BTreeMap;
+    const N: i64 = 30_000;
+    let mut r = SplitMix64(31);
+    // (k: every morsel sees every key, o: sorted, p: sorted within 2500 rows, s, v)
+    let rows: Vec<(i64, i64, i64, String, f64)> = (0..N)
+        .map(|i| {
+            let k = i % 3001;
+            let s = format!("{k:05}{}", "x".repeat((k % 7) as usize * 90));
+            (k, i / 7, i % 2500, s, r.below(1_000_000) as f64 / 64.0 - 7000.0)
+        })
+        .collect();
+    type Groups<K> = BTreeMap<K, (i64, f64)>;
+    fn group<K: Ord>(rows: impl Iterator<Item = (K, f64)>) -> Groups<K> {
+        let mut m: Groups<K> = BTreeMap::new();
+        for (k, v) in rows {
+            let e = m.entry(k).or_insert((0, 0.0));
+            e.0 += 1;
+            e.1 += v;
+        }
+        m
+    }
+    let ints = |m: Groups<i64>| -> Vec<Vec<Value>> { m.into_iter().map(|(k, (c, s))| vec![Value::I64(k), Value::I64(c), Value::F64(s)]).collect() };
+    let cases: Vec<(&str, Vec<Vec<Value>>)> = vec![
+        ("SELECT k, count(*), sum(v) FROM g GROUP BY k ORDER BY k", ints(group(rows.iter().map(|x| (x.0, x.4))))),
+        ("SELECT o, count(*), sum(v) FROM g GROUP BY o ORDER BY o", ints(group(rows.iter().map(|x| (x.1, x.4))))),
+        ("SELECT p, count(*), sum(v) FROM g GROUP BY p ORDER BY p", ints(group(rows.iter().map(|x| (x.2, x.4))))),
+        ("SELECT k % 101, count(*), sum(v) FROM g WHERE k % 5 <> 1 GROUP BY k % 101 ORDER BY 1", {
+            ints(group(rows.iter().filter(|x| x.0 % 5 != 1).map(|x| (x.0 % 101, x.4))))
+        }),
+        (
+            "SELECT s, count(*), sum(v) FROM g GROUP BY s ORDER BY s",
+            group(rows.iter().map(|x| (x.3.clone(), x.4))).into_iter().map(|(k, (c, s))| vec![Value::Str(k), Value::I64(c), Value::F64(s)]).collect(),
+        ),
+    ];
+    assert!(rows.iter().any(|x| x.3.len() > 500), "no key longer than 255 bytes");
+    for pool in [64 << 20, 1 << 20] {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::create(Config::new(dir.path()).pool_size(pool).min_page(4096)).unwrap();
+        let t = db.create_table("g", Schema::parse("k:i64,o:i64,p:i64,s:str,v:f64").unwrap()).unwrap();
+        for chunk in rows.chunks(3000) {
+            let mut tx = db.begin();
+            let vals: Vec<Vec<Value>> =
+                chunk.iter().map(|(k, o, p, s, v)| vec![Value::I64(*k), Value::I64(*o), Value::I64(*p), Value::Str(s.clone()), Value::F64(*v)]).collect();
+            t.append(&mut tx, &vals).unwrap();
+            tx.commit().unwrap();
+        }
+        for (sql, want) in &cases {
+            for threads in [1, 2, 3, 8] {
+                let merges = strata::sql::merge::merges_here();
+                let got = with(&db, sql, threads);
+                assert_rows(&format!("{sql} ({threads} threads, pool {pool})"), &got, want);
+                let merged = strata::sql::merge::merges_here() - merges;
+                assert_eq!(merged, u64::from(threads > 1), "{sql} ({threads} threads, pool {pool}): merges by partition");
+                if threads > 1 {
+                    let again = with(&db, sql, threads);
+                    let bits = |rows: &[Vec<Value>]| -> Vec<u64> {
+                        rows.iter().map(|r| if let Value::F64(f) = r[2] { f.to_bits() } else { panic!("{r:?}") }).collect()
+                    };
+                    assert_eq!(bits(&got), bits(&again), "{sql} ({threads} threads, pool {pool}): sums differ between runs");
+                }
+            }
+        }
+    }
+}

@@ -292,6 +292,10 @@ type EntryFn<'f> = dyn FnMut(u64, &[u8], &[u8]) -> Result<bool> + 'f;
 /// Receives a finished group: key bytes, aggregates; `false` stops.
 pub type GroupFn<'f> = dyn FnMut(&[u8], Vec<St>) -> Result<bool> + 'f;
 
+/// Receives a finished group: key bytes, encoded aggregates (see [`encode_states`]);
+/// `false` stops.
+pub(super) type EncodedFn<'f> = dyn FnMut(&[u8], &[u8]) -> Result<bool> + 'f;
+
 /// Entry header: hash u64, next u32, key length u32, state length u32, state capacity u32.
 const HDR: usize = 24;
 
@@ -572,6 +576,9 @@ fn room_for(bytes: usize) -> usize {
 /// Bits of the hash per level of partitioning.
 const BITS: u32 = 4;
 
+/// Partitions per level of partitioning.
+pub const PARTITIONS: usize = 1 << BITS;
+
 /// Partition records buffered per partition before they are copied into its run.
 const PART_BUF: usize = 4 << 10;
 
@@ -615,8 +622,8 @@ pub struct HashAgg<'a> {
     pub stats: AggStats,
 }
 
-/// Finished groups in a run of temporary pages, each record a key length byte, the key
-/// and the encoded states: groups that an aggregation over input sorted by its key
+/// Finished groups in a run of temporary pages, each record the key's length (`u32`), the
+/// key and the encoded states: groups that an aggregation over input sorted by its key
 /// emits when the key changes (see `super::vagg`). Once proven distinct from every other
 /// group they are [`HashAgg::adopt`]ed (no hash table); otherwise
 /// [`HashAgg::merge_in`] pushes them like any other group.
@@ -647,13 +654,20 @@ impl<'a> Distinct<'a> {
         self.len() == 0
     }
 
-    /// Adds a group (a key of at most 255 bytes).
+    /// Adds a group.
     pub fn push(&mut self, key: &[u8], states: &[St]) -> Result<()> {
-        let klen = u8::try_from(key.len()).map_err(|_| corrupt("distinct group key longer than 255 bytes"))?;
-        self.rec.clear();
-        encode_states(states, &mut self.rec);
+        let mut rec = std::mem::take(&mut self.rec);
+        rec.clear();
+        encode_states(states, &mut rec);
+        let r = self.push_encoded(key, &rec);
+        self.rec = rec;
+        r
+    }
+
+    /// Adds a group whose states are encoded (see [`encode_states`]).
+    pub fn push_encoded(&mut self, key: &[u8], states: &[u8]) -> Result<()> {
         self.groups += 1;
-        self.pend.push(&mut self.run, &[&[klen], key, &self.rec])
+        self.pend.push(&mut self.run, &[&(key.len() as u32).to_le_bytes(), key, states])
     }
 
     /// The run with every record in it.
@@ -663,13 +677,16 @@ impl<'a> Distinct<'a> {
     }
 }
 
-/// The key and the encoded states of a [`Distinct`] record (the key starting at `at + 1`).
+/// The key and the encoded states of a [`Distinct`] record (the key starting at `at + 4`).
 fn distinct_record(rec: &[u8]) -> Result<(&[u8], &[u8])> {
-    let klen = *rec.first().ok_or_else(|| corrupt("empty distinct group record"))? as usize;
-    if 1 + klen > rec.len() {
+    if rec.len() < 4 {
+        return Err(corrupt("short distinct group record"));
+    }
+    let klen = rd32(rec, 0) as usize;
+    if 4 + klen > rec.len() {
         return Err(corrupt("distinct group record key"));
     }
-    Ok((&rec[1..1 + klen], &rec[1 + klen..]))
+    Ok((&rec[4..4 + klen], &rec[4 + klen..]))
 }
 
 impl<'a> HashAgg<'a> {
@@ -709,6 +726,11 @@ impl<'a> HashAgg<'a> {
         self.bm
     }
 
+    /// What it aggregates.
+    pub fn kinds(&self) -> &[AggKind] {
+        &self.kinds
+    }
+
     /// Takes the groups of `d` as they are: the caller has proven that no two of them, and
     /// none of them and any group pushed before or after, share a key. [`finish`](Self::finish)
     /// hands them on after the others.
@@ -726,7 +748,7 @@ impl<'a> HashAgg<'a> {
             for rec in records(recs) {
                 let (at, rec) = rec?;
                 let (key, st) = distinct_record(rec)?;
-                items.push(BatchItem { hash: hash_bytes(key), at: at + 1, klen: key.len(), slen: st.len() });
+                items.push(BatchItem { hash: hash_bytes(key), at: at + 4, klen: key.len(), slen: st.len() });
             }
             self.push_batch(recs, &items)
         })
@@ -834,8 +856,17 @@ impl<'a> HashAgg<'a> {
         Ok(())
     }
 
-    /// Moves every group of the table into the partitions and empties it.
+    /// Moves every group of the table into the partitions and empties it: the table is
+    /// full (a spill, counted as one).
     fn flush(&mut self) -> Result<()> {
+        self.stats.flushes += 1;
+        super::counters::AGG_FLUSHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.move_to_partitions()
+    }
+
+    /// Moves every group of the table into the partitions (made if there are none yet) and
+    /// empties it.
+    fn move_to_partitions(&mut self) -> Result<()> {
         if self.consumed + BITS > 64 {
             return Err(Error::Inconsistent("hash aggregation: more groups with one 64-bit hash than a table holds".into()));
         }
@@ -844,8 +875,6 @@ impl<'a> HashAgg<'a> {
             self.parts = (0..1 << BITS).map(|_| RowRun::new(self.bm, payload)).collect();
             self.part_bufs = (0..1 << BITS).map(|_| Pending::new(PART_BUF)).collect();
         }
-        self.stats.flushes += 1;
-        super::counters::AGG_FLUSHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // (Taken out of `self` while its groups go to the partitions through `self`.)
         let Some(mut t) = self.table.take() else { return Ok(()) };
         let groups = t.fill.groups as u64;
@@ -876,16 +905,21 @@ impl<'a> HashAgg<'a> {
     }
 
     fn finish_inner(&mut self, f: &mut GroupFn<'_>) -> Result<bool> {
+        let kinds = self.kinds.clone();
+        self.finish_encoded(&mut |key, st| f(key, decode_states(&kinds, st)?))
+    }
+
+    /// [`finish_inner`](Self::finish_inner) with the states as they are encoded.
+    pub(super) fn finish_encoded(&mut self, f: &mut EncodedFn<'_>) -> Result<bool> {
         if !self.finish_hashed(f)? {
             return Ok(false);
         }
         for d in std::mem::take(&mut self.distinct) {
             let mut go = true;
-            let kinds = &self.kinds;
             d.into_run()?.drain(&mut |rec| {
                 if go {
                     let (key, st) = distinct_record(rec)?;
-                    go = f(key, decode_states(kinds, st)?)?;
+                    go = f(key, st)?;
                 }
                 Ok(())
             })?;
@@ -896,42 +930,21 @@ impl<'a> HashAgg<'a> {
         Ok(true)
     }
 
-    /// [`finish_inner`](Self::finish_inner) of the groups pushed (not those adopted).
-    fn finish_hashed(&mut self, f: &mut GroupFn<'_>) -> Result<bool> {
+    /// [`finish_encoded`](Self::finish_encoded) of the groups pushed (not those adopted).
+    fn finish_hashed(&mut self, f: &mut EncodedFn<'_>) -> Result<bool> {
         if self.parts.is_empty() {
             return match self.table.take() {
                 None => Ok(true),
                 // By slot at the top level (the order of earlier versions for an aggregation that
                 // does not spill), else in allocation order (a sequential walk).
-                Some(t) => {
-                    let kinds = &self.kinds;
-                    t.for_each(self.consumed == 0, &mut |_, key, st| f(key, decode_states(kinds, st)?))
-                }
+                Some(t) => t.for_each(self.consumed == 0, &mut |_, key, st| f(key, st)),
             };
         }
         self.flush()?;
-        self.table = None;
-        let parts = std::mem::take(&mut self.parts);
-        for run in parts {
+        for run in self.take_partitions() {
             let mut sub = HashAgg::at(self.bm, self.kinds.clone(), self.consumed + BITS);
-            let mut items = Vec::new();
-            run.drain_pages(&mut |recs| {
-                // The page's records, pushed as one batch.
-                items.clear();
-                for rec in records(recs) {
-                    let (at, rec) = rec?;
-                    if rec.len() < 12 {
-                        return Err(corrupt("short partition record"));
-                    }
-                    let klen = rd32(rec, 8) as usize;
-                    if 12 + klen > rec.len() {
-                        return Err(corrupt("partition record key"));
-                    }
-                    items.push(BatchItem { hash: rd64(rec, 0), at: at + 12, klen, slen: rec.len() - 12 - klen });
-                }
-                sub.push_batch(recs, &items)
-            })?;
-            let go = sub.finish_inner(f)?;
+            sub.push_partition(run)?;
+            let go = sub.finish_encoded(f)?;
             self.stats.flushes += sub.stats.flushes;
             self.stats.passed += sub.stats.passed;
             self.stats.depth = self.stats.depth.max(sub.stats.depth + 1);
@@ -940,6 +953,52 @@ impl<'a> HashAgg<'a> {
             }
         }
         Ok(true)
+    }
+
+    /// The groups pushed so far, moved into partitions (the table's too, and the
+    /// partitions made if there were none): [`PARTITIONS`] runs of `(hash, key, encoded
+    /// states)` records, the `p`th with the groups whose hash has `p` in the 4 bits after
+    /// the `consumed` ones. A group may be in its partition several times, its partial
+    /// states in the order they were pushed. Groups adopted are not included. For the
+    /// merge of the workers of a parallel aggregation ([`super::merge`]), which is no
+    /// spill: not counted as a flush.
+    pub(super) fn into_partitions(mut self) -> Result<Vec<RowRun<'a>>> {
+        self.move_to_partitions()?;
+        Ok(self.take_partitions())
+    }
+
+    /// The partitions, after the table's last flush into them (none left here).
+    fn take_partitions(&mut self) -> Vec<RowRun<'a>> {
+        self.table = None;
+        std::mem::take(&mut self.parts)
+    }
+
+    /// An aggregation of the groups of one partition (see
+    /// [`into_partitions`](Self::into_partitions)), one of `workers` that run at once (its
+    /// table and partition tails take that share, see [`worker`](Self::worker)).
+    pub(super) fn of_partition(bm: &'a BufferManager, kinds: Vec<AggKind>, workers: usize) -> HashAgg<'a> {
+        HashAgg { share: workers.max(1), ..Self::at(bm, kinds, BITS) }
+    }
+
+    /// Pushes every record of a partition run (see [`into_partitions`](Self::into_partitions))
+    /// into this aggregation, a page of them as one batch.
+    pub(super) fn push_partition(&mut self, run: RowRun<'_>) -> Result<()> {
+        let mut items = Vec::new();
+        run.drain_pages(&mut |recs| {
+            items.clear();
+            for rec in records(recs) {
+                let (at, rec) = rec?;
+                if rec.len() < 12 {
+                    return Err(corrupt("short partition record"));
+                }
+                let klen = rd32(rec, 8) as usize;
+                if 12 + klen > rec.len() {
+                    return Err(corrupt("partition record key"));
+                }
+                items.push(BatchItem { hash: rd64(rec, 0), at: at + 12, klen, slen: rec.len() - 12 - klen });
+            }
+            self.push_batch(recs, &items)
+        })
     }
 }
 

@@ -92,6 +92,7 @@ pub mod expr;
 pub mod fold;
 pub mod join;
 pub mod keyfilter;
+pub mod merge;
 pub mod pipeline;
 pub mod rows;
 pub mod sample;

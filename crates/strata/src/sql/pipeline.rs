@@ -26,6 +26,7 @@ use super::agg::{AggKind, HashAgg, St};
 use super::exec::{agg_row, AggSpec, Plan, Projection, RowGroups, Sink};
 use super::expr::BExpr;
 use super::join::{self, Build, Built, Joined};
+use super::merge::merge_workers;
 use super::rows::corrupt;
 use super::scan::ColScan;
 use super::vagg::{merge_partial, morsels, workers, GroupCache};
@@ -213,17 +214,20 @@ pub fn aggregate(bm: &BufferManager, input: &Plan, aggs: &[AggSpec], kinds: &[Ag
 }
 
 /// A grouped aggregation (no DISTINCT) over a parallel pipeline, into `main`: each worker
-/// has its own pre-aggregation and hash aggregation, whose groups are merged into `main`.
-/// `Ok(false)`: not applicable, nothing done.
+/// has its own pre-aggregation and hash aggregation, whose groups are merged into `main`
+/// (by partition on several threads, see [`super::merge`]). `Ok(false)`: not applicable,
+/// nothing done.
 pub fn grouped(bm: &BufferManager, input: &Plan, keys: &[BExpr], aggs: &[AggSpec], kinds: &[AggKind], main: &mut HashAgg<'_>) -> Result<bool> {
     type Local<'b, 'k> = (GroupCache, HashAgg<'b>, RowGroups<'k>);
     let init =
         |workers| -> Local<'_, '_> { (GroupCache::new(kinds.to_vec()), HashAgg::worker(bm, kinds.to_vec(), workers), RowGroups::new(keys, aggs, kinds)) };
     let row = |(cache, part, rg): &mut Local<'_, '_>, row: &[Value]| rg.push(Some(cache), part, None, row);
-    let Some(parts) = run_parallel(bm, input, Into::Aggregation, &init, &row)? else { return Ok(false) };
-    let mut sb = Vec::new();
-    for (cache, part, _) in parts {
-        merge_partial(cache, part, main, &mut sb)?;
+    let Some(mut parts) = run_parallel(bm, input, Into::Aggregation, &init, &row)? else { return Ok(false) };
+    if parts.len() == 1 {
+        let (cache, part, _) = parts.pop().ok_or_else(|| corrupt("no worker"))?;
+        merge_partial(cache, part, main, &mut Vec::new())?;
+    } else {
+        merge_workers(main, parts.into_iter().map(|(cache, part, _)| (cache, part, None)).collect())?;
     }
     Ok(true)
 }

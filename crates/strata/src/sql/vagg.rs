@@ -1070,13 +1070,29 @@ pub fn fused_grouped(bm: &BufferManager, input: &Plan, keys: &[BExpr], aggs: &[A
         };
         let locals = morsels(scan.threads, rows, &init, &work)?;
         let proven = runs::proven(&locals.iter().filter_map(|l| l.4.as_ref()).collect::<Vec<_>>());
-        let mut sb = Vec::new();
-        for (_, c, m, _, r) in locals {
-            merge_partial(c, m, main, &mut sb)?;
-            if let Some(r) = r {
-                r.finish(proven, main)?;
+        if locals.len() == 1 {
+            for (_, c, m, _, r) in locals {
+                merge_partial(c, m, main, &mut Vec::new())?;
+                if let Some(r) = r {
+                    r.finish(proven, main)?;
+                }
             }
+            return Ok(true);
         }
+        // Streamed groups proven distinct are adopted; the others are merged with the
+        // worker's hashed groups.
+        let mut partials = Vec::with_capacity(locals.len());
+        for (_, c, m, _, r) in locals {
+            let apart = match r {
+                Some(r) if proven => {
+                    r.finish(true, main)?;
+                    None
+                }
+                r => r.map(Runs::into_groups),
+            };
+            partials.push((c, m, apart));
+        }
+        super::merge::merge_workers(main, partials)?;
         return Ok(true);
     }
     let mut x = Scratch::new(schema.len());

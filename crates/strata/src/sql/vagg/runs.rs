@@ -235,6 +235,12 @@ impl<'a> Runs<'a> {
         Ok(())
     }
 
+    /// The groups held, for merging (not proven distinct).
+    pub(super) fn into_groups(self) -> Distinct<'a> {
+        debug_assert!(self.cur.is_none());
+        self.out
+    }
+
     /// Hands the groups held to `main` (adopted if `proven`, else merged).
     pub(super) fn finish(self, proven: bool, main: &mut HashAgg<'a>) -> Result<()> {
         debug_assert!(self.cur.is_none());
