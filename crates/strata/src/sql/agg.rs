@@ -260,6 +260,18 @@ pub fn decode_states(kinds: &[AggKind], mut b: &[u8]) -> Result<Vec<St>> {
     Ok(v)
 }
 
+/// Appends the final values of the encoded partial aggregates of `kinds` to `out` (what
+/// [`decode_states`] and [`St::finish`] give, without a vector of states).
+pub fn finish_states_into(kinds: &[AggKind], mut b: &[u8], out: &mut Vec<Value>) -> Result<()> {
+    for k in kinds {
+        out.push(St::decode(k.kind, &mut b)?.finish());
+    }
+    if !b.is_empty() {
+        return Err(corrupt("aggregate state has trailing bytes"));
+    }
+    Ok(())
+}
+
 /// Merges the encoded partial states `inc` into the encoded states `cur`, the result
 /// encoded into `out` (cleared first): one aggregate at a time, decoded, [`St::merge`]d
 /// and encoded again, with no allocation for the fixed-size states (counts, sums,

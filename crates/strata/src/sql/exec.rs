@@ -5,10 +5,10 @@
 
 use std::fmt::Write as _;
 
-use super::agg::{encode_states, AggKind, HashAgg, St};
+use super::agg::{encode_states, finish_states_into, AggKind, HashAgg, St};
 use super::expr::{BExpr, Pos};
 use super::join::{JoinArgs, JoinKind};
-use super::rows::{assign, corrupt, decode_row, encode_row, encode_sort_key, encode_value, hash_bytes};
+use super::rows::{assign, corrupt, decode_row, decode_row_into, encode_row, encode_sort_key, encode_value, hash_bytes};
 use super::sample::sampled_share;
 use super::sort::Sorter;
 use super::vagg::GroupCache;
@@ -588,10 +588,13 @@ fn run_hash_aggregate(bm: &BufferManager, input: &Plan, keys: &[BExpr], aggs: &[
         })?;
     }
     let mut emitted = false;
-    let go = main.finish(&mut |key, states| {
+    // (One row reused for every group: no allocation per group.)
+    let mut out = Vec::with_capacity(keys.len() + kinds.len());
+    let go = main.finish_encoded(&mut |key, states| {
         emitted = true;
-        let mut out = decode_row(key)?;
-        out.extend(states.into_iter().map(St::finish));
+        out.clear();
+        decode_row_into(key, &mut out)?;
+        finish_states_into(&kinds, states, &mut out)?;
         sink(&out)
     })?;
     if !emitted && keys.is_empty() {
