@@ -402,3 +402,104 @@ fn partial_aggregations_merge_by_partition_on_several_threads() {
         }
     }
 }
+
+/// Grace joins inside parallel pipelines: a build side too large for a join table (a 1 MiB
+/// pool) no longer sends the pipeline back to one thread for inner joins and semi joins that
+/// build on their right: the pairs are joined on the workers (`pipeline::grace_here`), with
+/// the stages above (a small join, filters, the aggregation) on each worker. The results
+/// equal a reference computed here on 1, 2, 3 and 8 workers; a second run with as many
+/// workers gives the same sums bit for bit; a LEFT join's grace join still runs on one
+/// thread, with the reference's result.
+#[test]
+fn grace_joins_join_their_pairs_on_the_workers() {
+    use std::collections::{BTreeMap, HashSet};
+    let mut r = SplitMix64(77);
+    const KEYS: i64 = 20_000;
+    // f: (id, k or NULL, v); d: (k or NULL, name, w), keys missing, twice, one NULL.
+    let f: Vec<(i64, Option<i64>, f64)> =
+        (0..60_000).map(|i| (i, (r.below(15) != 0).then(|| r.below(KEYS as u64 + 500) as i64), r.below(100_000) as f64 / 8.0)).collect();
+    let mut d: Vec<Dim> = Vec::new();
+    for k in 0..KEYS {
+        for _ in 0..[0, 2, 1, 1, 1, 1, 1][r.below(7) as usize] {
+            d.push((Some(k), format!("name-{k:06}-{}", "y".repeat(r.below(30) as usize)), r.below(1000) as i64));
+        }
+    }
+    d.push((None, "nameless".into(), 4));
+    let e: Vec<(i64, String)> = (0..10).map(|k| (k, format!("e{}", k % 4))).collect();
+
+    let dk: HashMap<i64, Vec<&Dim>> = d.iter().filter_map(|x| x.0.map(|k| (k, x))).fold(HashMap::new(), |mut m, (k, x)| {
+        m.entry(k).or_default().push(x);
+        m
+    });
+    let matches = |k: Option<i64>| k.and_then(|k| dk.get(&k)).map_or(&[][..], |v| &v[..]);
+    // (a) inner, grouped by a build-side expression.
+    let mut a: BTreeMap<i64, (i64, f64, String)> = BTreeMap::new();
+    for x in &f {
+        for dm in matches(x.1) {
+            let g = a.entry(dm.2 % 7).or_insert((0, 0.0, dm.1.clone()));
+            g.0 += 1;
+            g.1 += x.2;
+            g.2 = g.2.clone().min(dm.1.clone());
+        }
+    }
+    let a: Vec<Vec<Value>> = a.into_iter().map(|(k, (n, s, m))| vec![Value::I64(k), Value::I64(n), f64v(s), Value::Str(m)]).collect();
+    // (b) semi join on the subquery's keys.
+    let even: HashSet<i64> = d.iter().filter(|x| x.2 % 2 == 0).filter_map(|x| x.0).collect();
+    let (bn, bs) = f.iter().filter(|x| x.1.is_some_and(|k| even.contains(&k))).fold((0i64, 0.0), |(n, s), x| (n + 1, s + x.2));
+    let b = vec![vec![Value::I64(bn), f64v(bs)]];
+    // (c) the grace join below a small join and a filter.
+    let mut c: BTreeMap<String, (i64, f64)> = BTreeMap::new();
+    for x in f.iter().filter(|x| x.0 % 4 != 1) {
+        for dm in matches(x.1) {
+            let g = c.entry(e[(dm.2 % 10) as usize].1.clone()).or_default();
+            g.0 += 1;
+            g.1 += x.2;
+        }
+    }
+    let c: Vec<Vec<Value>> = c.into_iter().map(|(k, (n, s))| vec![Value::Str(k), Value::I64(n), f64v(s)]).collect();
+    // (d) a LEFT join (its grace join stays on one thread).
+    let dn: i64 = f.iter().map(|x| matches(x.1).len().max(1) as i64).sum();
+    let dw: i64 = f.iter().flat_map(|x| matches(x.1)).map(|dm| dm.2).sum();
+    let dd = vec![vec![Value::I64(dn), Value::I64(dw)]];
+    let cases: Vec<(&str, Vec<Vec<Value>>, bool)> = vec![
+        ("SELECT d.w % 7, count(*), sum(f.v), min(d.name) FROM f JOIN d ON f.k = d.k GROUP BY d.w % 7 ORDER BY 1", a, true),
+        ("SELECT count(*), sum(v) FROM f WHERE k IN (SELECT k FROM d WHERE w % 2 = 0)", b, true),
+        ("SELECT e.g, count(*), sum(f.v) FROM f JOIN d ON f.k = d.k JOIN e ON d.w % 10 = e.k WHERE f.id % 4 <> 1 GROUP BY e.g ORDER BY 1", c, true),
+        ("SELECT count(*), sum(d.w) FROM f LEFT JOIN d ON f.k = d.k", dd, false),
+    ];
+
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::create(Config::new(dir.path()).pool_size(1 << 20).min_page(4096)).unwrap();
+    let tf = db.create_table("f", Schema::parse("id:i64,k:i64,v:f64").unwrap()).unwrap();
+    for chunk in f.chunks(5000) {
+        let mut tx = db.begin();
+        let rows: Vec<Vec<Value>> = chunk.iter().map(|x| vec![Value::I64(x.0), x.1.map_or(Value::Null, Value::I64), Value::F64(x.2)]).collect();
+        tf.append(&mut tx, &rows).unwrap();
+        tx.commit().unwrap();
+    }
+    let td = db.create_table("d", Schema::parse("k:i64,name:str,w:i64").unwrap()).unwrap();
+    for chunk in d.chunks(5000) {
+        let mut tx = db.begin();
+        let rows: Vec<Vec<Value>> = chunk.iter().map(|x| vec![x.0.map_or(Value::Null, Value::I64), Value::Str(x.1.clone()), Value::I64(x.2)]).collect();
+        td.append(&mut tx, &rows).unwrap();
+        tx.commit().unwrap();
+    }
+    let te = db.create_table("e", Schema::parse("k:i64,g:str").unwrap()).unwrap();
+    let mut tx = db.begin();
+    te.append(&mut tx, &e.iter().map(|x| vec![Value::I64(x.0), Value::Str(x.1.clone())]).collect::<Vec<_>>()).unwrap();
+    tx.commit().unwrap();
+
+    for (sql, want, parallel) in &cases {
+        for threads in [1, 2, 3, 8] {
+            let (grace, graces) = (strata::sql::pipeline::grace_here(), strata::sql::spill_counters().grace_joins);
+            let got = with(&db, sql, threads);
+            assert_rows(&format!("{sql} ({threads} threads)"), &got, want);
+            assert!(strata::sql::spill_counters().grace_joins > graces, "{sql}: no grace join");
+            let on_workers = strata::sql::pipeline::grace_here() - grace;
+            assert_eq!(on_workers, u64::from(*parallel && threads > 1), "{sql} ({threads} threads): grace joins on several workers");
+            if threads > 1 {
+                assert_eq!(format!("{got:?}"), format!("{:?}", with(&db, sql, threads)), "{sql} ({threads} threads): runs differ");
+            }
+        }
+    }
+}

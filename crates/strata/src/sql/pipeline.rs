@@ -13,23 +13,30 @@
 //! grouped one, a run of records for a build. The partial results are merged in worker
 //! order, so a query gives the same floating-point sums in every run with as many workers.
 //!
+//! A join whose build side does not fit a table (a grace join: both sides partitioned, the
+//! pairs joined one by one) becomes the pipeline's source instead of a probe: its probe side
+//! runs first (as a pipeline of its own where it is one), then the workers are dealt its
+//! partition pairs and push each pair's rows through the stages above (see
+//! [`join::grace`]); only inner joins and semi joins that build on their right run so.
+//!
 //! A pipeline runs on one thread when it has one thread, when its bottom is not a scan, or
-//! when a join in it cannot be probed in parallel: a join whose build side does not fit a
-//! table (grace: partitioned, not probed), a semi join or NOT EXISTS whose probe marks its
-//! left side's table (the marked rows come after the probe). A grace join found while the
-//! tables are built leaves the pipeline to the serial executor, which builds its tables
-//! again ([`FALLBACKS`] counts it).
+//! when a join in it cannot run in parallel: a semi join or NOT EXISTS whose probe marks its
+//! left side's table (the marked rows come after the probe), or a grace join of another
+//! kind (LEFT, anti: their probe rows with NULL keys belong to no pair). Such a grace join
+//! found while the tables are built leaves the pipeline to the serial executor, which
+//! builds its tables again ([`FALLBACKS`] counts it).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::agg::{AggKind, HashAgg, St};
 use super::exec::{agg_row, AggSpec, Plan, Projection, RowGroups, Sink};
 use super::expr::BExpr;
+use super::join::grace::{self, Grace};
 use super::join::{self, Build, Built, Joined};
 use super::merge::merge_workers;
 use super::rows::corrupt;
 use super::scan::ColScan;
-use super::vagg::{merge_partial, morsels, workers, GroupCache};
+use super::vagg::{deal, merge_partial, morsels, workers, GroupCache};
 use crate::access::table::Value;
 use crate::buffer::BufferManager;
 use crate::error::Result;
@@ -41,6 +48,17 @@ thread_local! {
     /// Pipelines that ran on several workers started from this thread: (into an
     /// aggregation, into a join's build).
     static HERE: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+thread_local! {
+    /// Grace joins whose pairs were joined on several workers, started from this thread.
+    static GRACE_HERE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many grace joins in pipelines started from the calling thread joined their
+/// partition pairs on several workers so far (see [`join::grace`]). For tests.
+pub fn grace_here() -> u64 {
+    GRACE_HERE.with(|h| h.get())
 }
 
 /// How many pipelines started from the calling thread ran on several workers so far:
@@ -67,6 +85,14 @@ enum Shape<'p, 'b> {
     Filter(&'p BExpr, Box<Shape<'p, 'b>>),
     Project(&'p [BExpr], Box<Shape<'p, 'b>>),
     Probe(Box<Built<'p, 'b>>, Box<Shape<'p, 'b>>),
+    /// A grace join's partition pairs (see [`join::grace`]): the source instead of a scan.
+    Grace(Box<Grace<'p, 'b>>),
+}
+
+/// Where a pipeline's rows come from: morsels of a scan's rows, or a grace join's pairs.
+enum Source<'s, 'p, 'b> {
+    Scan(&'p ColScan),
+    Grace(&'s Grace<'p, 'b>),
 }
 
 /// Whether `plan` is a pipeline that could run in parallel (before anything is built).
@@ -80,7 +106,9 @@ pub(super) fn parallel_plan(bm: &BufferManager, plan: &Plan) -> Result<bool> {
             // pipeline fall back and build every table again, TPC-H Q9's line items twice.)
             Some(j) => match join::parallel_probe_side(bm, &j)? {
                 Some((p, _, false)) => parallel_plan(bm, p)?,
-                _ => false,
+                // (A grace join: its pairs are joined in parallel if its probe side runs so.)
+                Some((p, _, true)) => grace::parallel_kind(j.kind) && parallel_plan(bm, p)?,
+                None => false,
             },
             None => false,
         },
@@ -103,6 +131,10 @@ fn shape<'p, 'b>(bm: &'b BufferManager, plan: &'p Plan) -> Result<Option<Shape<'
             let mut no_rows = |_: &[Value]| Err(corrupt("a parallel join's build handed on a row"));
             let built = match join::build_on(bm, &j, build_left, &mut no_rows)? {
                 Build::Table(t) => t,
+                Build::Run(ctx, jr, brun) if grace::parallel_kind(j.kind) => {
+                    let threads = driving_threads(bm, plan)?;
+                    return Ok(Some(Shape::Grace(Box::new(Grace::prepare(bm, &j, build_left, ctx, jr, brun, threads)?))));
+                }
                 Build::Run(..) | Build::Stopped => return Ok(None),
             };
             shape(bm, built.probe_plan())?.map(|p| Shape::Probe(Box::new(built), Box::new(p)))
@@ -111,11 +143,28 @@ fn shape<'p, 'b>(bm: &'b BufferManager, plan: &'p Plan) -> Result<Option<Shape<'
     })
 }
 
-impl Shape<'_, '_> {
-    fn scan(&self) -> &ColScan {
+/// The threads of the scan that drives the pipeline `plan` (see [`parallel_plan`]).
+fn driving_threads(bm: &BufferManager, plan: &Plan) -> Result<usize> {
+    Ok(match plan {
+        Plan::ColScan(s) => s.threads,
+        Plan::Filter { input, .. } | Plan::Project { input, .. } => driving_threads(bm, input)?,
+        Plan::HashJoin { .. } => match plan.join_args() {
+            Some(j) => match join::parallel_probe_side(bm, &j)? {
+                Some((p, _, _)) => driving_threads(bm, p)?,
+                None => 1,
+            },
+            None => 1,
+        },
+        _ => 1,
+    })
+}
+
+impl<'p, 'b> Shape<'p, 'b> {
+    fn source(&self) -> Source<'_, 'p, 'b> {
         match self {
-            Shape::Scan(s) => s,
-            Shape::Filter(_, i) | Shape::Project(_, i) | Shape::Probe(_, i) => i.scan(),
+            Shape::Scan(s) => Source::Scan(s),
+            Shape::Grace(g) => Source::Grace(g),
+            Shape::Filter(_, i) | Shape::Project(_, i) | Shape::Probe(_, i) => i.source(),
         }
     }
 }
@@ -126,6 +175,7 @@ enum Stage<'s, 'p, 'b> {
     Filter { pred: &'p BExpr, input: Box<Stage<'s, 'p, 'b>> },
     Project { out: Projection<'p>, input: Box<Stage<'s, 'p, 'b>> },
     Probe { built: &'s Built<'p, 'b>, jr: Joined, kb: Vec<u8>, input: Box<Stage<'s, 'p, 'b>> },
+    Grace { grace: &'s Grace<'p, 'b>, jr: Joined },
 }
 
 impl<'s, 'p, 'b> Stage<'s, 'p, 'b> {
@@ -135,13 +185,16 @@ impl<'s, 'p, 'b> Stage<'s, 'p, 'b> {
             Shape::Filter(pred, i) => Stage::Filter { pred, input: Box::new(Stage::of(i)) },
             Shape::Project(exprs, i) => Stage::Project { out: Projection::new(exprs), input: Box::new(Stage::of(i)) },
             Shape::Probe(built, i) => Stage::Probe { built, jr: built.joined(), kb: Vec::new(), input: Box::new(Stage::of(i)) },
+            Shape::Grace(grace) => Stage::Grace { grace, jr: grace.joined() },
         }
     }
 
-    /// Pushes the rows `from..to` of the driving scan through the pipeline into `sink`.
+    /// Pushes the units `from..to` of the source (rows of the driving scan, or a grace
+    /// join's pairs) through the pipeline into `sink`.
     fn run(&mut self, bm: &BufferManager, from: u64, to: u64, sink: &mut Sink<'_>) -> Result<bool> {
         match self {
             Stage::Scan { scan } => scan.run_range(bm, from, to, sink),
+            Stage::Grace { grace, jr } => grace.run(bm, jr, from, to, sink),
             Stage::Filter { pred, input } => input.run(bm, from, to, &mut |row| if pred.holds(row)? { sink(row) } else { Ok(true) }),
             Stage::Project { out, input } => input.run(bm, from, to, &mut |row| sink(out.of(row)?)),
             Stage::Probe { built, jr, kb, input } => {
@@ -181,15 +234,25 @@ pub fn run_parallel<T: Send>(
     row: &(dyn Fn(&mut T, &[Value]) -> Result<()> + Sync),
 ) -> Result<Option<Vec<T>>> {
     let Some(shape) = prepared(bm, plan)? else { return Ok(None) };
-    let scan = shape.scan();
-    let rows = scan.table.rows(bm)?;
-    let n = workers(scan.threads, rows);
-    let init = || (Stage::of(&shape), init(n));
     let work = |(stage, st): &mut (Stage<'_, '_, '_>, T), a: u64, z: u64| -> Result<()> {
         stage.run(bm, a, z, &mut |r| row(st, r).map(|_| true))?;
         Ok(())
     };
-    let states = morsels(scan.threads, rows, &init, &work)?;
+    let states = match shape.source() {
+        Source::Scan(scan) => {
+            let rows = scan.table.rows(bm)?;
+            let n = workers(scan.threads, rows);
+            morsels(scan.threads, rows, &|| (Stage::of(&shape), init(n)), &work)?
+        }
+        // One pair per morsel.
+        Source::Grace(g) => {
+            let n = g.threads().min(g.units() as usize).max(1);
+            if n > 1 {
+                GRACE_HERE.with(|h| h.set(h.get() + 1));
+            }
+            deal(n, g.units(), 1, &|| (Stage::of(&shape), init(n)), &work)?
+        }
+    };
     if states.len() > 1 {
         PARALLEL.fetch_add(1, Relaxed);
         HERE.with(|h| {

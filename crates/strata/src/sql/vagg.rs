@@ -655,7 +655,23 @@ pub(super) fn morsels<T: Send>(
     init: &(dyn Fn() -> T + Sync),
     work: &(dyn Fn(&mut T, u64, u64) -> Result<()> + Sync),
 ) -> Result<Vec<T>> {
-    let (morsel, count, threads) = dealing(threads, rows);
+    let (morsel, _, threads) = dealing(threads, rows);
+    deal(threads, rows, morsel, init, work)
+}
+
+/// [`morsels`] of `0..units` in morsels of `morsel` units (the last one shorter) on
+/// `threads` workers (fewer if there are fewer morsels), dealt in turn; the workers'
+/// states in worker order.
+pub(super) fn deal<T: Send>(
+    threads: usize,
+    units: u64,
+    morsel: u64,
+    init: &(dyn Fn() -> T + Sync),
+    work: &(dyn Fn(&mut T, u64, u64) -> Result<()> + Sync),
+) -> Result<Vec<T>> {
+    let morsel = morsel.max(1);
+    let count = units.div_ceil(morsel);
+    let threads = threads.min(count as usize).max(1);
     // Set when a worker fails: the others stop at their next morsel.
     let failed = std::sync::atomic::AtomicBool::new(false);
     let run = |w: usize| -> Result<T> {
@@ -663,7 +679,7 @@ pub(super) fn morsels<T: Send>(
         let mut m = w as u64;
         while m < count && !failed.load(std::sync::atomic::Ordering::Relaxed) {
             let a = m * morsel;
-            if let Err(e) = work(&mut st, a, (a + morsel).min(rows)) {
+            if let Err(e) = work(&mut st, a, (a + morsel).min(units)) {
                 failed.store(true, std::sync::atomic::Ordering::Relaxed);
                 return Err(e);
             }

@@ -19,6 +19,7 @@
 //! with a bitmap in temporary pages remembering which probe rows matched (for left, semi
 //! and anti joins).
 
+pub(super) mod grace;
 mod leaf;
 mod slots;
 mod table;
@@ -706,7 +707,13 @@ struct Parts<'b> {
 
 impl<'b> Parts<'b> {
     fn new(bm: &'b BufferManager, bits: u32) -> Parts<'b> {
-        let payload = part_payload(bm, 1 << bits);
+        Self::shared(bm, bits, 1)
+    }
+
+    /// One of `workers` sets of partitions filled at once: their tail pages together take
+    /// what one set's would.
+    fn shared(bm: &'b BufferManager, bits: u32, workers: usize) -> Parts<'b> {
+        let payload = part_payload(bm, (1 << bits) * workers.max(1));
         Parts { runs: (0..1usize << bits).map(|_| RowRun::new(bm, payload)).collect(), pend: (0..1usize << bits).map(|_| Pending::new(PART_BATCH)).collect() }
     }
 

@@ -9,6 +9,7 @@ use crate::access::table::Value;
 use crate::error::Result;
 
 /// The output row of a join and where each side's kept columns go in it.
+#[derive(Clone)]
 pub(crate) struct Joined {
     /// Left columns, then right (for semi and anti joins too: their residual reads both).
     row: Vec<Value>,
