@@ -503,3 +503,67 @@ fn grace_joins_join_their_pairs_on_the_workers() {
         }
     }
 }
+
+/// Semi joins and NOT EXISTS that build on their left side (the smaller) and mark the left
+/// rows that probe rows match: the probe side runs on the workers, each marking in its own
+/// bits (`pipeline::marks_here`), and the marked (or unmarked) left rows are the result.
+/// Grouped by a left column, so that a row marked in the place of another shows; with a
+/// residual that reads both sides; NULL keys on both sides; 1, 2, 3 and 8 workers against a
+/// reference computed here.
+#[test]
+fn marking_joins_probe_on_the_workers() {
+    use std::collections::BTreeMap;
+    let mut r = SplitMix64(91);
+    // d: (k or NULL, g, w), some keys twice; f: (k or NULL, v).
+    let mut d: Vec<Dim> = (0..3000)
+        .flat_map(|k| {
+            let n = if k % 11 == 0 { 2 } else { 1 };
+            (0..n).map(move |i| (Some(k), format!("g{}", (k * 7 + i) % 13), (k * 31 + i) % 100))
+        })
+        .collect();
+    d.push((None, "gnull".into(), 5));
+    let f: Vec<Fact2> = (0..50_000).map(|_| ((r.below(20) != 0).then(|| r.below(4500) as i64), r.below(100) as i64)).collect();
+    let group = |keep: &dyn Fn(&Dim) -> bool| -> Vec<Vec<Value>> {
+        let mut m: BTreeMap<String, (i64, i64)> = BTreeMap::new();
+        for x in d.iter().filter(|x| keep(x)) {
+            let e = m.entry(x.1.clone()).or_default();
+            e.0 += 1;
+            e.1 += x.2;
+        }
+        m.into_iter().map(|(g, (n, w))| vec![Value::Str(g), Value::I64(n), Value::I64(w)]).collect()
+    };
+    type Fact2 = (Option<i64>, i64);
+    let any = |x: &Dim, pred: &dyn Fn(&Fact2) -> bool| x.0.is_some_and(|k| f.iter().any(|y| y.0 == Some(k) && pred(y)));
+    let cases: Vec<(&str, Vec<Vec<Value>>)> = vec![
+        ("SELECT g, count(*), sum(w) FROM d WHERE EXISTS (SELECT 1 FROM f WHERE f.k = d.k) GROUP BY g ORDER BY g", group(&|x| any(x, &|_| true))),
+        ("SELECT g, count(*), sum(w) FROM d WHERE NOT EXISTS (SELECT 1 FROM f WHERE f.k = d.k) GROUP BY g ORDER BY g", group(&|x| !any(x, &|_| true))),
+        (
+            "SELECT g, count(*), sum(w) FROM d WHERE EXISTS (SELECT 1 FROM f WHERE f.k = d.k AND f.v > d.w + 40) GROUP BY g ORDER BY g",
+            group(&|x| any(x, &|y| y.1 > x.2 + 40)),
+        ),
+        (
+            "SELECT g, count(*), sum(w) FROM d WHERE NOT EXISTS (SELECT 1 FROM f WHERE f.k = d.k AND f.v < d.w) GROUP BY g ORDER BY g",
+            group(&|x| !any(x, &|y| y.1 < x.2)),
+        ),
+        ("SELECT g, count(*), sum(w) FROM d WHERE k IN (SELECT k FROM f WHERE v >= 20) GROUP BY g ORDER BY g", group(&|x| any(x, &|y| y.1 >= 20))),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::create(Config::new(dir.path()).pool_size(16 << 20).min_page(4096)).unwrap();
+    let td = db.create_table("d", Schema::parse("k:i64,g:str,w:i64").unwrap()).unwrap();
+    let mut tx = db.begin();
+    td.append(&mut tx, &d.iter().map(|x| vec![x.0.map_or(Value::Null, Value::I64), Value::Str(x.1.clone()), Value::I64(x.2)]).collect::<Vec<_>>()).unwrap();
+    tx.commit().unwrap();
+    let tf = db.create_table("f", Schema::parse("k:i64,v:i64").unwrap()).unwrap();
+    for chunk in f.chunks(10_000) {
+        let mut tx = db.begin();
+        tf.append(&mut tx, &chunk.iter().map(|x| vec![x.0.map_or(Value::Null, Value::I64), Value::I64(x.1)]).collect::<Vec<_>>()).unwrap();
+        tx.commit().unwrap();
+    }
+    for (sql, want) in &cases {
+        for threads in [1, 2, 3, 8] {
+            let marks = strata::sql::pipeline::marks_here();
+            assert_rows(&format!("{sql} ({threads} threads)"), &with(&db, sql, threads), want);
+            assert_eq!(strata::sql::pipeline::marks_here() - marks, u64::from(threads > 1), "{sql} ({threads} threads): marks on several workers");
+        }
+    }
+}

@@ -11,7 +11,9 @@
 //! the table is flushed too and each partition is aggregated the same way (its own table,
 //! sub-partitions by the next 4 bits if it still overflows), one after the other. Partials
 //! merge (counts add, sums add, averages keep sum and count, min/max compare), so a group
-//! split over several flushes comes out whole. Rust memory: the partitions' page lists,
+//! split over several flushes comes out whole. The workers of a parallel aggregation each
+//! have their own, merged partition by partition on several threads ([`super::merge`]).
+//! Rust memory: the partitions' page lists,
 //! small buffers of records on their way into them, and one decoded group at a time.
 //!
 //! Groups may come in batches ([`HashAgg::push_batch`]): the page is latched once for
@@ -635,7 +637,8 @@ pub struct HashAgg<'a> {
 }
 
 /// Finished groups in a run of temporary pages, each record the key's length (`u32`), the
-/// key and the encoded states: groups that an aggregation over input sorted by its key
+/// key and the encoded states (also what a partition of a parallel merge gives,
+/// [`super::merge`]): groups that an aggregation over input sorted by its key
 /// emits when the key changes (see `super::vagg`). Once proven distinct from every other
 /// group they are [`HashAgg::adopt`]ed (no hash table); otherwise
 /// [`HashAgg::merge_in`] pushes them like any other group.
@@ -869,7 +872,7 @@ impl<'a> HashAgg<'a> {
     }
 
     /// Moves every group of the table into the partitions and empties it: the table is
-    /// full (a spill, counted as one).
+    /// full, or the aggregation ends after it spilled (counted as a spill).
     fn flush(&mut self) -> Result<()> {
         self.stats.flushes += 1;
         super::counters::AGG_FLUSHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -954,7 +957,8 @@ impl<'a> HashAgg<'a> {
         }
         self.flush()?;
         for run in self.take_partitions() {
-            let mut sub = HashAgg::at(self.bm, self.kinds.clone(), self.consumed + BITS);
+            // (With this one's share: partition aggregations of a parallel merge run at once.)
+            let mut sub = HashAgg { share: self.share, ..HashAgg::at(self.bm, self.kinds.clone(), self.consumed + BITS) };
             sub.push_partition(run)?;
             let go = sub.finish_encoded(f)?;
             self.stats.flushes += sub.stats.flushes;
@@ -975,6 +979,7 @@ impl<'a> HashAgg<'a> {
     /// merge of the workers of a parallel aggregation ([`super::merge`]), which is no
     /// spill: not counted as a flush.
     pub(super) fn into_partitions(mut self) -> Result<Vec<RowRun<'a>>> {
+        debug_assert!(self.distinct.is_empty(), "adopted groups are not partitioned");
         self.move_to_partitions()?;
         Ok(self.take_partitions())
     }

@@ -69,7 +69,7 @@ pub(super) fn merge_workers<'a>(main: &mut HashAgg<'a>, workers: Vec<Partial<'_,
                 return Ok(done);
             }
             let runs = std::mem::take(&mut *todo[p].lock().unwrap_or_else(|e| e.into_inner()));
-            match merge_partition(bm, kinds, n, runs) {
+            match merge_partition(bm, kinds, n.min(PARTITIONS), runs) {
                 Ok(d) => done.push((p, d)),
                 Err(e) => {
                     failed.store(true, Relaxed);

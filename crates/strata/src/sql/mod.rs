@@ -68,7 +68,8 @@
 //! [`Prepared::set_threads`], aggregations over a scan, or over filters, projections and
 //! hash-join probes above one, run on several workers over morsels of the scan's rows
 //! ([`pipeline`]: join tables built once, by the workers where the build side is such a
-//! pipeline too; partial aggregates merged in worker order). Operators
+//! pipeline too; a join too large for a table joins its partition pairs on the workers;
+//! partial aggregates merged in worker order, by partition on several threads). Operators
 //! whose state grows with the input keep it in temporary pages of the pool and spill by
 //! eviction ([`rows::RowRun`]: variable-size byte records): hash aggregation
 //! ([`agg`]: `GROUP BY`, `DISTINCT`, distinct aggregates), sort ([`sort`]: runs and a

@@ -11,7 +11,8 @@
 //! under shared latches) into their own partial state: aggregate states for a whole-table
 //! aggregation, a pre-aggregation table and a hash aggregation in temporary pages for a
 //! grouped one, a run of records for a build. The partial results are merged in worker
-//! order, so a query gives the same floating-point sums in every run with as many workers.
+//! order (grouped ones partition by partition on several threads, see [`super::merge`]),
+//! so a query gives the same floating-point sums in every run with as many workers.
 //!
 //! A join whose build side does not fit a table (a grace join: both sides partitioned, the
 //! pairs joined one by one) becomes the pipeline's source instead of a probe: its probe side
@@ -21,8 +22,10 @@
 //!
 //! A pipeline runs on one thread when it has one thread, when its bottom is not a scan, or
 //! when a join in it cannot run in parallel: a semi join or NOT EXISTS whose probe marks its
-//! left side's table (the marked rows come after the probe), or a grace join of another
-//! kind (LEFT, anti: their probe rows with NULL keys belong to no pair). Such a grace join
+//! left side's table (the marked rows come after the probe; that join's own probe side runs
+//! on the workers where it is a pipeline, each marking in its own bits, [`Into::Marks`]),
+//! or a grace join of another
+//! kind (LEFT, anti, NOT EXISTS: their probe rows with NULL keys belong to no pair). Such a grace join
 //! found while the tables are built leaves the pipeline to the serial executor, which
 //! builds its tables again ([`FALLBACKS`] counts it).
 
@@ -53,6 +56,14 @@ thread_local! {
 thread_local! {
     /// Grace joins whose pairs were joined on several workers, started from this thread.
     static GRACE_HERE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// Probes of marking joins that ran on several workers, started from this thread.
+    static MARKS_HERE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many probes of semi joins or NOT EXISTS that mark their left rows ran on several
+/// workers from the calling thread so far. For tests.
+pub fn marks_here() -> u64 {
+    MARKS_HERE.with(|h| h.get())
 }
 
 /// How many grace joins in pipelines started from the calling thread joined their
@@ -73,6 +84,9 @@ pub fn parallel_here() -> (u64, u64) {
 pub enum Into {
     Aggregation,
     Build,
+    /// The probe of a semi join or NOT EXISTS that marks its left rows (see
+    /// [`join`]: each worker marks in its own bits).
+    Marks,
 }
 /// Pipelines that found a join too large for a table while their tables were built, and
 /// went back to one thread.
@@ -222,10 +236,11 @@ fn prepared<'p, 'b>(bm: &'b BufferManager, plan: &'p Plan) -> Result<Option<Shap
     Ok(shape)
 }
 
-/// Runs `plan` on the workers of its driving scan if it is a parallel pipeline feeding
-/// `into`: each worker hands its rows to `row` with its own state, made by `init` (given
-/// the number of workers that run, for states that share the pool); returns the states in
-/// worker order. `None`: not a parallel pipeline (nothing was run).
+/// Runs `plan` on the workers of its source (morsels of its driving scan, or the pairs of a
+/// grace join) if it is a parallel pipeline feeding `into`: each worker hands its rows to
+/// `row` with its own state, made by `init` (given the number of workers that run, for
+/// states that share the pool); returns the states in worker order. `None`: not a parallel
+/// pipeline (nothing was run).
 pub fn run_parallel<T: Send>(
     bm: &BufferManager,
     plan: &Plan,
@@ -255,10 +270,13 @@ pub fn run_parallel<T: Send>(
     };
     if states.len() > 1 {
         PARALLEL.fetch_add(1, Relaxed);
-        HERE.with(|h| {
-            let (a, b) = h.get();
-            h.set(if into == Into::Build { (a, b + 1) } else { (a + 1, b) });
-        });
+        match into {
+            Into::Marks => MARKS_HERE.with(|h| h.set(h.get() + 1)),
+            _ => HERE.with(|h| {
+                let (a, b) = h.get();
+                h.set(if into == Into::Build { (a, b + 1) } else { (a + 1, b) });
+            }),
+        }
     }
     Ok(Some(states.into_iter().map(|(_, st)| st).collect()))
 }

@@ -5,7 +5,8 @@
 //! fewer bytes, see [`build_side`]: rows estimated by [`Plan::estimate`] (filtered scans
 //! sampled) times the width of the columns kept; otherwise the right side; a semi or anti join
 //! that builds on the left marks the entries that right rows match, then gives the
-//! marked or unmarked left rows) is written to a [`RowRun`] as `(hash, key, row)`
+//! marked or unmarked left rows; where its probe side is a parallel pipeline, each worker
+//! marks in bits of its own, ORed before the marked rows are given) is written to a [`RowRun`] as `(hash, key, row)`
 //! records, rows with a NULL key left out (they match nothing). A record's row holds only
 //! the columns used above the join or by its residual, and a matching record is decoded
 //! straight into its slots of one reused output row (see [`slots`]); a probe compares the
@@ -13,7 +14,8 @@
 //! the pool, it becomes a hash table in one temporary page and the probe side streams past
 //! it. Otherwise both sides are hash-partitioned into runs (grace hash join: up to 64
 //! partitions, each a run of temporary pages that is evicted to the scratch file under
-//! pressure) and joined partition by partition; a pair whose build side still does not fit
+//! pressure) and joined partition by partition (inside a parallel pipeline, the pairs on
+//! its workers: [`grace`]); a pair whose build side still does not fit
 //! is partitioned again by the next bits of the hash, recursively; one that cannot be split
 //! (a single frequent key) is taken in table-sized chunks, each probed by the whole probe partition,
 //! with a bitmap in temporary pages remembering which probe rows matched (for left, semi
@@ -244,9 +246,40 @@ impl Ctx<'_> {
         Ok(())
     }
 
+    /// [`mark`](Self::mark) into a worker's own `bits` instead of the table (which is only
+    /// read, under a shared latch per probe row): several workers probe at once.
+    fn mark_bits(&self, table: &JoinTable<'_>, jr: &mut Joined, p: Probe<'_>, key: &[u8], h: u64, bits: &mut MarkBits) -> Result<()> {
+        let g = table.page.shared()?;
+        let d = g.data();
+        let mut loaded = false;
+        let mut cur = table.head(d, h);
+        while cur != 0 {
+            let o = cur - 1;
+            if o + HDR > d.len() {
+                return Err(corrupt("join entry past its page"));
+            }
+            cur = rd32(d, o) as usize;
+            let (klen, rraw) = (rd32(d, o + 12) as usize, rd32(d, o + 16));
+            let hit = !bits.get(o) && rd64(d, o + 4) == h && klen == key.len() && d.get(o + HDR..o + HDR + klen) == Some(key);
+            if !hit {
+                continue;
+            }
+            if self.residual.is_some() {
+                let rlen = (rraw & !MARK) as usize;
+                load(jr, p, &mut loaded)?;
+                jr.decode_build(d.get(o + HDR + klen..o + HDR + klen + rlen).ok_or_else(|| corrupt("join entry past its page"))?)?;
+                if !self.passes(jr)? {
+                    continue;
+                }
+            }
+            bits.set(o);
+        }
+        Ok(())
+    }
+
     /// The left rows of `table` that are the result: marked for a semi join, unmarked for
-    /// an anti join.
-    fn emit(&self, table: &JoinTable<'_>, jr: &mut Joined, sink: &mut Sink<'_>) -> Result<bool> {
+    /// an anti join (marked: in the table, or in `bits` when given).
+    fn emit(&self, table: &JoinTable<'_>, jr: &mut Joined, bits: Option<&MarkBits>, sink: &mut Sink<'_>) -> Result<bool> {
         let want = self.kind == JoinKind::Semi;
         let mut at = table.nslots * 4;
         for _ in 0..table.count {
@@ -259,8 +292,11 @@ impl Ctx<'_> {
                 let (klen, rraw) = (rd32(d, at + 12) as usize, rd32(d, at + 16));
                 let rlen = (rraw & !MARK) as usize;
                 let bytes = d.get(at + HDR + klen..at + HDR + klen + rlen).ok_or_else(|| corrupt("join entry past its page"))?;
+                let marked = match bits {
+                    Some(b) => b.get(at),
+                    None => rraw & MARK != 0,
+                };
                 at += HDR + klen + rlen;
-                let marked = rraw & MARK != 0;
                 if marked == want {
                     jr.decode_build(bytes)?;
                 }
@@ -578,6 +614,46 @@ impl BuildSide<'_> {
     }
 }
 
+/// The entries of a join table that probe rows matched (see [`Ctx::mark_bits`]): a bit per
+/// [`HDR`] bytes of the table's entry area (an entry takes at least that many, so no two
+/// share a bit). On the heap: a 160th of the table's page.
+#[derive(Clone)]
+struct MarkBits {
+    base: usize,
+    words: Vec<u64>,
+}
+
+impl MarkBits {
+    fn new(table: &JoinTable<'_>) -> Result<MarkBits> {
+        let len = table.page.shared()?.data().len();
+        let base = table.nslots * 4;
+        Ok(MarkBits { base, words: vec![0; (len.saturating_sub(base) / HDR + 1).div_ceil(64)] })
+    }
+
+    fn bit(&self, o: usize) -> (usize, u64) {
+        let i = o.saturating_sub(self.base) / HDR;
+        (i / 64, 1 << (i % 64))
+    }
+
+    fn get(&self, o: usize) -> bool {
+        let (w, b) = self.bit(o);
+        self.words.get(w).is_some_and(|x| x & b != 0)
+    }
+
+    fn set(&mut self, o: usize) {
+        let (w, b) = self.bit(o);
+        if let Some(x) = self.words.get_mut(w) {
+            *x |= b;
+        }
+    }
+
+    fn or(&mut self, other: &MarkBits) {
+        for (a, b) in self.words.iter_mut().zip(&other.words) {
+            *a |= b;
+        }
+    }
+}
+
 /// Bytes of a join table of `count` records of `bytes` (with their length words).
 fn table_bytes(count: u64, bytes: u64) -> u64 {
     count.max(1).next_power_of_two() * 4 + bytes + count * 8
@@ -605,6 +681,23 @@ impl<'p> Built<'p, '_> {
         let (ctx, table) = (&self.ctx, &self.table);
         let mut kb = Vec::new();
         if ctx.marks() {
+            // On several workers where the probe side is a parallel pipeline, each marking
+            // in its own bits (merged before the emit).
+            let none = MarkBits::new(table)?;
+            let init = |_| (none.clone(), Vec::new(), self.joined());
+            let mark = |(bits, kb, jr): &mut (MarkBits, Vec<u8>, Joined), prow: &[Value]| -> Result<()> {
+                if encode_keys(self.pkeys, prow, kb)? {
+                    ctx.mark_bits(table, jr, Probe::Row(prow), kb, hash_bytes(kb), bits)?;
+                }
+                Ok(())
+            };
+            if let Some(workers) = super::pipeline::run_parallel(bm, self.pplan, super::pipeline::Into::Marks, &init, &mark)? {
+                let mut all = none;
+                for (bits, _, _) in &workers {
+                    all.or(bits);
+                }
+                return ctx.emit(table, jr, Some(&all), sink);
+            }
             {
                 // Latched once for the whole probe where a claim allows (see [`Claim`]).
                 let (mut held, _claim) = hold_exclusive(bm, table)?;
@@ -615,7 +708,7 @@ impl<'p> Built<'p, '_> {
                     Ok(true)
                 })?;
             }
-            return ctx.emit(table, jr, sink);
+            return ctx.emit(table, jr, None, sink);
         }
         if self.leaf.is_some() {
             return self.probe_leaves(bm, jr, 0, u64::MAX, sink);
@@ -695,8 +788,10 @@ pub fn run(bm: &BufferManager, j: &JoinArgs<'_>, sink: &mut Sink<'_>) -> Result<
 /// Bytes of build records held on the heap before they go to the build run.
 const RUN_BATCH: usize = 32 << 10;
 /// Bytes of records held per partition before they go to its run (64 partitions at most:
-/// 512 KiB on the heap at most).
+/// 512 KiB on the heap at most; the workers of a parallel grace join share that, each at
+/// least [`PART_BATCH_MIN`] per partition).
 const PART_BATCH: usize = 8 << 10;
+const PART_BATCH_MIN: usize = 1 << 10;
 
 /// `2^bits` partitions of records in runs of temporary pages, each filled a batch of
 /// records at a time ([`Pending`]).
@@ -714,7 +809,8 @@ impl<'b> Parts<'b> {
     /// what one set's would.
     fn shared(bm: &'b BufferManager, bits: u32, workers: usize) -> Parts<'b> {
         let payload = part_payload(bm, (1 << bits) * workers.max(1));
-        Parts { runs: (0..1usize << bits).map(|_| RowRun::new(bm, payload)).collect(), pend: (0..1usize << bits).map(|_| Pending::new(PART_BATCH)).collect() }
+        let batch = (PART_BATCH / workers.max(1)).max(PART_BATCH_MIN);
+        Parts { runs: (0..1usize << bits).map(|_| RowRun::new(bm, payload)).collect(), pend: (0..1usize << bits).map(|_| Pending::new(batch)).collect() }
     }
 
     /// Adds a record (`parts` one after another) to partition `i`.
@@ -818,7 +914,7 @@ fn join_partition(bm: &BufferManager, ctx: &Ctx<'_>, jr: &mut Joined, b: &RowRun
                     Ok(true)
                 })?;
             }
-            if !ctx.emit(&table, jr, sink)? {
+            if !ctx.emit(&table, jr, None, sink)? {
                 return Ok(false);
             }
         }

@@ -11,7 +11,8 @@
 //! hash aggregation, which merges them; at the end, if every morsel's keys rose and each
 //! morsel's last key is at most the next one's first, the [`Distinct`] groups are
 //! [`HashAgg::adopt`]ed as they are, else pushed into the hash aggregation like any other
-//! group ([`HashAgg::merge_in`]): the result never depends on the order of the input.
+//! group ([`HashAgg::merge_in`]; with several workers, each worker's into its own partial
+//! aggregation before those are merged): the result never depends on the order of the input.
 //!
 //! The first run key that is not larger than the one before, or a batch whose arguments
 //! cannot be computed as vectors, turns the streaming off for the rest of that worker's
