@@ -48,8 +48,17 @@ pub(super) fn merge_workers<'a>(main: &mut HashAgg<'a>, workers: Vec<Partial<'_,
     HERE.with(|h| h.set(h.get() + 1));
     let bm = main.buffer();
     let kinds = main.kinds().to_vec();
+    // Each thread appends to up to PARTITIONS runs at once, each with a tail page of at least
+    // the smallest page: as many threads at once as let those take a quarter of the pool.
+    let at_once = (bm.pool_size() / 4 / (PARTITIONS as u64 * bm.classes().min_page())).max(1) as usize;
     // Step 1: every worker's groups in its partitions.
-    let parts: Vec<Vec<RowRun<'_>>> = on_threads(workers.into_iter().map(|w| move || into_partitions(w)).collect())?;
+    let mut jobs: Vec<_> = workers.into_iter().map(|w| move || into_partitions(w)).collect();
+    let mut parts: Vec<Vec<RowRun<'_>>> = Vec::with_capacity(n);
+    while !jobs.is_empty() {
+        let rest = jobs.split_off(at_once.min(jobs.len()));
+        parts.extend(on_threads(jobs)?);
+        jobs = rest;
+    }
     let mut by_part: Vec<Vec<RowRun<'_>>> = (0..PARTITIONS).map(|_| Vec::with_capacity(n)).collect();
     for worker in parts {
         for (p, run) in worker.into_iter().enumerate() {
@@ -57,6 +66,7 @@ pub(super) fn merge_workers<'a>(main: &mut HashAgg<'a>, workers: Vec<Partial<'_,
         }
     }
     // Step 2: each partition merged on its own, as threads come free.
+    let mergers = n.min(PARTITIONS).min(at_once);
     let todo: Vec<Mutex<Vec<RowRun<'_>>>> = by_part.into_iter().map(Mutex::new).collect();
     let next = AtomicUsize::new(0);
     let failed = AtomicBool::new(false);
@@ -69,7 +79,7 @@ pub(super) fn merge_workers<'a>(main: &mut HashAgg<'a>, workers: Vec<Partial<'_,
                 return Ok(done);
             }
             let runs = std::mem::take(&mut *todo[p].lock().unwrap_or_else(|e| e.into_inner()));
-            match merge_partition(bm, kinds, n.min(PARTITIONS), runs) {
+            match merge_partition(bm, kinds, mergers, runs) {
                 Ok(d) => done.push((p, d)),
                 Err(e) => {
                     failed.store(true, Relaxed);
@@ -78,7 +88,7 @@ pub(super) fn merge_workers<'a>(main: &mut HashAgg<'a>, workers: Vec<Partial<'_,
             }
         }
     };
-    let mut merged: Vec<(usize, Distinct<'a>)> = on_threads(vec![merger; n.min(PARTITIONS)])?.into_iter().flatten().collect();
+    let mut merged: Vec<(usize, Distinct<'a>)> = on_threads(vec![merger; mergers])?.into_iter().flatten().collect();
     merged.sort_unstable_by_key(|(p, _)| *p);
     for (_, d) in merged {
         if !d.is_empty() {

@@ -121,7 +121,7 @@ pub(super) fn parallel_plan(bm: &BufferManager, plan: &Plan) -> Result<bool> {
             Some(j) => match join::parallel_probe_side(bm, &j)? {
                 Some((p, _, false)) => parallel_plan(bm, p)?,
                 // (A grace join: its pairs are joined in parallel if its probe side runs so.)
-                Some((p, _, true)) => grace::parallel_kind(j.kind) && parallel_plan(bm, p)?,
+                Some((p, _, true)) => grace::parallel_kind(j.kind) && grace::fits(bm, driving_threads(bm, p)?) && parallel_plan(bm, p)?,
                 None => false,
             },
             None => false,
@@ -147,7 +147,8 @@ fn shape<'p, 'b>(bm: &'b BufferManager, plan: &'p Plan) -> Result<Option<Shape<'
                 Build::Table(t) => t,
                 Build::Run(ctx, jr, brun) if grace::parallel_kind(j.kind) => {
                     let threads = driving_threads(bm, plan)?;
-                    return Ok(Some(Shape::Grace(Box::new(Grace::prepare(bm, &j, build_left, ctx, jr, brun, threads)?))));
+                    // (None: the pool is too small for the workers' partitions.)
+                    return Ok(Grace::prepare(bm, &j, build_left, ctx, jr, brun, threads)?.map(|g| Shape::Grace(Box::new(g))));
                 }
                 Build::Run(..) | Build::Stopped => return Ok(None),
             };

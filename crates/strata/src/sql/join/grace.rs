@@ -35,12 +35,26 @@ pub(in crate::sql) fn parallel_kind(kind: JoinKind) -> bool {
     matches!(kind, JoinKind::Inner | JoinKind::Semi)
 }
 
+/// How many partitions each of `threads` workers may append to at once: their tail pages
+/// (at least the smallest page each) take at most a quarter of the pool together.
+fn tails(bm: &BufferManager, threads: usize) -> u64 {
+    bm.pool_size() / 4 / bm.classes().min_page() / threads.max(1) as u64
+}
+
+/// Whether the pool has room for a grace join's partitions on `threads` workers (at least
+/// two partitions each, see [`Grace::prepare`]).
+pub(in crate::sql) fn fits(bm: &BufferManager, threads: usize) -> bool {
+    tails(bm, threads) >= 2
+}
+
 /// A grace join's partition pairs, ready to be joined by up to `threads` workers.
 pub(in crate::sql) struct Grace<'p, 'b> {
     ctx: Ctx<'p>,
     jr: Joined,
-    /// Hash bits the partitions consumed.
+    /// Hash bits the partitions consumed, and the most a worker's repartitioning of a pair
+    /// takes a level.
     bits: u32,
+    max_bits: u32,
     /// Bytes of a worker's join table.
     budget: u64,
     threads: usize,
@@ -51,6 +65,11 @@ pub(in crate::sql) struct Grace<'p, 'b> {
 impl<'p, 'b> Grace<'p, 'b> {
     /// Partitions the build records `brun` of join `j` (built on its left if `build_left`)
     /// and runs its probe side into partitions of the same bits, for `threads` workers.
+    ///
+    /// Every worker appends to partitions of its own at once (its probe rows, then a
+    /// pair's repartitioning), each with a tail page of at least the smallest page: the
+    /// partitions are as many as let all those tails take at most a quarter of the pool.
+    /// `None` (nothing done) if not even two per worker fit: the join runs on one thread.
     pub(in crate::sql) fn prepare(
         bm: &'b BufferManager,
         j: &JoinArgs<'p>,
@@ -59,15 +78,21 @@ impl<'p, 'b> Grace<'p, 'b> {
         jr: Joined,
         brun: RowRun<'b>,
         threads: usize,
-    ) -> Result<Grace<'p, 'b>> {
+    ) -> Result<Option<Grace<'p, 'b>>> {
         debug_assert!(parallel_kind(ctx.kind) && !ctx.marks());
-        super::super::counters::GRACE_JOINS.fetch_add(1, Relaxed);
         let (pplan, pkeys): (&Plan, _) = if build_left { (j.right, j.right_keys) } else { (j.left, j.left_keys) };
         let threads = threads.max(1);
+        let tails = tails(bm, threads);
+        if tails < 2 {
+            return Ok(None);
+        }
+        let max_bits = (63 - tails.leading_zeros()).min(super::MAX_BITS);
+        super::super::counters::GRACE_JOINS.fetch_add(1, Relaxed);
         let budget = work_share(bm, threads) as u64;
-        // Pairs that fit a worker's table, and at least two per worker.
+        // Pairs that fit a worker's table (else each is partitioned again on its worker),
+        // and at least two per worker, as the tails allow.
         let want = brun.bytes().div_ceil(budget / 2).max(2 * threads as u64);
-        let bits = want.next_power_of_two().trailing_zeros().clamp(1, 6);
+        let bits = want.next_power_of_two().trailing_zeros().clamp(1, max_bits);
         let part = |h: u64| (h >> (64 - bits)) as usize;
         let bparts = partition(bm, brun, bits, &part)?;
         type Local<'b> = (Parts<'b>, Vec<u8>, Vec<u8>);
@@ -106,7 +131,7 @@ impl<'p, 'b> Grace<'p, 'b> {
             return Err(corrupt("grace join partitions"));
         }
         let pairs = bparts.into_iter().zip(pparts).map(|pair| Mutex::new(Some(pair))).collect();
-        Ok(Grace { ctx, jr, bits, budget, threads, pairs })
+        Ok(Some(Grace { ctx, jr, bits, max_bits, budget, threads, pairs }))
     }
 
     /// The partition pairs (the units the workers are dealt).
@@ -129,7 +154,7 @@ impl<'p, 'b> Grace<'p, 'b> {
         for i in from..to {
             let pair = self.pairs.get(i as usize).and_then(|m| m.lock().unwrap_or_else(|e| e.into_inner()).take());
             let (b, p) = pair.ok_or_else(|| corrupt("grace join pair joined twice"))?;
-            if !join_pair(bm, &self.ctx, jr, b, p, self.budget, self.bits, sink)? {
+            if !join_pair(bm, &self.ctx, jr, b, p, self.budget, self.bits, self.max_bits, sink)? {
                 return Ok(false);
             }
         }

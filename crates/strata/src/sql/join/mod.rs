@@ -778,7 +778,7 @@ pub fn run(bm: &BufferManager, j: &JoinArgs<'_>, sink: &mut Sink<'_>) -> Result<
         return Ok(false);
     }
     for (b, p) in bparts.into_iter().zip(pparts.finish()?) {
-        if !join_pair(bm, &ctx, &mut jr, b, p, budget, bits, sink)? {
+        if !join_pair(bm, &ctx, &mut jr, b, p, budget, bits, MAX_BITS, sink)? {
             return Ok(false);
         }
     }
@@ -837,9 +837,12 @@ fn partition<'b>(bm: &'b BufferManager, run: RowRun<'b>, bits: u32, part: &dyn F
     parts.finish()
 }
 
+/// Bits of the hash one level of grace partitioning takes at most (64 partitions).
+const MAX_BITS: u32 = 6;
+
 /// Joins one pair of partitions whose hashes share their top `consumed` bits: as a table
-/// if the build side fits, else partitioned again by the next bits (recursively), else
-/// (one key too frequent to split, or no bits left) in chunks.
+/// if the build side fits, else partitioned again by the next bits (at most `max_bits` a
+/// level, recursively), else (one key too frequent to split, or no bits left) in chunks.
 #[allow(clippy::too_many_arguments)]
 fn join_pair(
     bm: &BufferManager,
@@ -849,13 +852,14 @@ fn join_pair(
     p: RowRun<'_>,
     budget: u64,
     consumed: u32,
+    max_bits: u32,
     sink: &mut Sink<'_>,
 ) -> Result<bool> {
     if p.is_empty() || table_bytes(b.len(), b.bytes()) <= budget || consumed >= 64 {
         return join_partition(bm, ctx, jr, &b, &p, budget, sink);
     }
     let want = b.bytes().div_ceil(budget / 2).max(2);
-    let bits = want.next_power_of_two().trailing_zeros().clamp(1, 6).min(64 - consumed);
+    let bits = want.next_power_of_two().trailing_zeros().clamp(1, max_bits.max(1)).min(64 - consumed);
     let part = |h: u64| (shifted(h, consumed) >> (64 - bits)) as usize;
     let total = b.len();
     let mut bparts = partition(bm, b, bits, &part)?;
@@ -867,7 +871,7 @@ fn join_pair(
     let pparts = partition(bm, p, bits, &part)?;
     super::counters::REPARTITIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     for (b, p) in bparts.into_iter().zip(pparts) {
-        if !join_pair(bm, ctx, jr, b, p, budget, consumed + bits, sink)? {
+        if !join_pair(bm, ctx, jr, b, p, budget, consumed + bits, max_bits, sink)? {
             return Ok(false);
         }
     }
