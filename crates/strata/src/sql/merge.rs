@@ -15,8 +15,9 @@
 //!    bit), into an aggregation of its own whose finished groups go to a [`Distinct`] run.
 //!
 //! Partitions hold disjoint keys, so the main aggregation adopts their runs as they are, in
-//! partition order. All state stays in temporary pages of the pool: the partitions'
-//! tails and the partition aggregations' tables take a worker's share each.
+//! partition order. All state stays in temporary pages of the pool: each step runs as many
+//! threads at once as let their partition tails (at least a smallest page each) take a
+//! quarter of the pool, and the partition aggregations' tables take a share each.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::Mutex;

@@ -3,7 +3,8 @@
 //!
 //! The pipeline is the chain from a table scan (the *driving* scan: the probe side of the
 //! lowest join) up through filters, projections and join probes to an aggregation (with or
-//! without groups), or to a join's build (its records). Every join's table is built first,
+//! without groups), to a join's build (its records), or to the marks of a semi join or NOT
+//! EXISTS that builds on its left ([`Into::Marks`]). Every join's table is built first,
 //! once, by the calling thread, top join first (its build side runs as any plan does: on
 //! the workers, if it is such a pipeline itself); then the workers each take morsels of the
 //! driving scan's rows (dealt in turn, see [`morsels`]) and push them through their own copy
@@ -18,7 +19,9 @@
 //! pairs joined one by one) becomes the pipeline's source instead of a probe: its probe side
 //! runs first (as a pipeline of its own where it is one), then the workers are dealt its
 //! partition pairs and push each pair's rows through the stages above (see
-//! [`join::grace`]); only inner joins and semi joins that build on their right run so.
+//! [`join::grace`]); only inner joins and semi joins that build on their right run so, and
+//! on fewer workers (one, if need be) where the workers' partitions would take more than a
+//! quarter of the pool.
 //!
 //! A pipeline runs on one thread when it has one thread, when its bottom is not a scan, or
 //! when a join in it cannot run in parallel: a semi join or NOT EXISTS whose probe marks its
@@ -121,7 +124,7 @@ pub(super) fn parallel_plan(bm: &BufferManager, plan: &Plan) -> Result<bool> {
             Some(j) => match join::parallel_probe_side(bm, &j)? {
                 Some((p, _, false)) => parallel_plan(bm, p)?,
                 // (A grace join: its pairs are joined in parallel if its probe side runs so.)
-                Some((p, _, true)) => grace::parallel_kind(j.kind) && grace::fits(bm, driving_threads(bm, p)?) && parallel_plan(bm, p)?,
+                Some((p, _, true)) => grace::parallel_kind(j.kind) && parallel_plan(bm, p)?,
                 None => false,
             },
             None => false,
@@ -147,8 +150,7 @@ fn shape<'p, 'b>(bm: &'b BufferManager, plan: &'p Plan) -> Result<Option<Shape<'
                 Build::Table(t) => t,
                 Build::Run(ctx, jr, brun) if grace::parallel_kind(j.kind) => {
                     let threads = driving_threads(bm, plan)?;
-                    // (None: the pool is too small for the workers' partitions.)
-                    return Ok(Grace::prepare(bm, &j, build_left, ctx, jr, brun, threads)?.map(|g| Shape::Grace(Box::new(g))));
+                    return Ok(Some(Shape::Grace(Box::new(Grace::prepare(bm, &j, build_left, ctx, jr, brun, threads)?))));
                 }
                 Build::Run(..) | Build::Stopped => return Ok(None),
             };

@@ -6,7 +6,7 @@
 //! pairs one after the other, on one thread, and everything above the join with it. Here the
 //! join becomes the *source* of the pipeline above it instead (see
 //! [`super::super::pipeline`]): its build records are partitioned (by the top bits of the
-//! hash, at least two partitions per worker), its probe side runs as a pipeline of its own
+//! hash, two per worker where the pool has room, see [`Grace::prepare`]), its probe side runs as a pipeline of its own
 //! (on the workers where it is one, each into its own partitions, joined per partition in
 //! worker order), and then the pairs are dealt to the workers in turn, each joined as
 //! [`super::join_pair`] joins it (a table of a worker's share of the pool; a pair that
@@ -41,12 +41,6 @@ fn tails(bm: &BufferManager, threads: usize) -> u64 {
     bm.pool_size() / 4 / bm.classes().min_page() / threads.max(1) as u64
 }
 
-/// Whether the pool has room for a grace join's partitions on `threads` workers (at least
-/// two partitions each, see [`Grace::prepare`]).
-pub(in crate::sql) fn fits(bm: &BufferManager, threads: usize) -> bool {
-    tails(bm, threads) >= 2
-}
-
 /// A grace join's partition pairs, ready to be joined by up to `threads` workers.
 pub(in crate::sql) struct Grace<'p, 'b> {
     ctx: Ctx<'p>,
@@ -68,8 +62,10 @@ impl<'p, 'b> Grace<'p, 'b> {
     ///
     /// Every worker appends to partitions of its own at once (its probe rows, then a
     /// pair's repartitioning), each with a tail page of at least the smallest page: the
-    /// partitions are as many as let all those tails take at most a quarter of the pool.
-    /// `None` (nothing done) if not even two per worker fit: the join runs on one thread.
+    /// partitions are as many as let all those tails take at most a quarter of the pool,
+    /// and where not even two per worker fit, one worker does it all (the probe side on
+    /// the calling thread, the pairs too: as the serial executor would, with nothing built
+    /// again).
     pub(in crate::sql) fn prepare(
         bm: &'b BufferManager,
         j: &JoinArgs<'p>,
@@ -78,15 +74,11 @@ impl<'p, 'b> Grace<'p, 'b> {
         jr: Joined,
         brun: RowRun<'b>,
         threads: usize,
-    ) -> Result<Option<Grace<'p, 'b>>> {
+    ) -> Result<Grace<'p, 'b>> {
         debug_assert!(parallel_kind(ctx.kind) && !ctx.marks());
         let (pplan, pkeys): (&Plan, _) = if build_left { (j.right, j.right_keys) } else { (j.left, j.left_keys) };
-        let threads = threads.max(1);
-        let tails = tails(bm, threads);
-        if tails < 2 {
-            return Ok(None);
-        }
-        let max_bits = (63 - tails.leading_zeros()).min(super::MAX_BITS);
+        let threads = if tails(bm, threads) >= 2 { threads.max(1) } else { 1 };
+        let max_bits = (63 - tails(bm, threads).max(2).leading_zeros()).min(super::MAX_BITS);
         super::super::counters::GRACE_JOINS.fetch_add(1, Relaxed);
         let budget = work_share(bm, threads) as u64;
         // Pairs that fit a worker's table (else each is partitioned again on its worker),
@@ -94,7 +86,7 @@ impl<'p, 'b> Grace<'p, 'b> {
         let want = brun.bytes().div_ceil(budget / 2).max(2 * threads as u64);
         let bits = want.next_power_of_two().trailing_zeros().clamp(1, max_bits);
         let part = |h: u64| (h >> (64 - bits)) as usize;
-        let bparts = partition(bm, brun, bits, &part)?;
+        let bparts = partition(bm, brun, bits, 1, &part)?;
         type Local<'b> = (Parts<'b>, Vec<u8>, Vec<u8>);
         let init = |workers: usize| -> Local<'b> { (Parts::shared(bm, bits, workers), Vec::new(), Vec::new()) };
         let row = |(parts, kb, rb): &mut Local<'b>, prow: &[Value]| -> Result<()> {
@@ -107,7 +99,8 @@ impl<'p, 'b> Grace<'p, 'b> {
             let h = hash_bytes(kb);
             parts.push(part(h), &[&h.to_le_bytes(), &(kb.len() as u32).to_le_bytes(), kb, rb])
         };
-        let locals = match pipeline::run_parallel(bm, pplan, Into::Build, &init, &row)? {
+        let parallel = if threads > 1 { pipeline::run_parallel(bm, pplan, Into::Build, &init, &row)? } else { None };
+        let locals = match parallel {
             Some(locals) => locals,
             None => {
                 let mut l = init(1);
@@ -131,7 +124,7 @@ impl<'p, 'b> Grace<'p, 'b> {
             return Err(corrupt("grace join partitions"));
         }
         let pairs = bparts.into_iter().zip(pparts).map(|pair| Mutex::new(Some(pair))).collect();
-        Ok(Some(Grace { ctx, jr, bits, max_bits, budget, threads, pairs }))
+        Ok(Grace { ctx, jr, bits, max_bits, budget, threads, pairs })
     }
 
     /// The partition pairs (the units the workers are dealt).
@@ -154,7 +147,8 @@ impl<'p, 'b> Grace<'p, 'b> {
         for i in from..to {
             let pair = self.pairs.get(i as usize).and_then(|m| m.lock().unwrap_or_else(|e| e.into_inner()).take());
             let (b, p) = pair.ok_or_else(|| corrupt("grace join pair joined twice"))?;
-            if !join_pair(bm, &self.ctx, jr, b, p, self.budget, self.bits, self.max_bits, sink)? {
+            let workers = self.threads.min(self.pairs.len());
+            if !join_pair(bm, &self.ctx, jr, b, p, self.budget, self.bits, (self.max_bits, workers), sink)? {
                 return Ok(false);
             }
         }

@@ -4,9 +4,10 @@
 //! The build side (for inner, semi and `NOT EXISTS` joins the side whose records take
 //! fewer bytes, see [`build_side`]: rows estimated by [`Plan::estimate`] (filtered scans
 //! sampled) times the width of the columns kept; otherwise the right side; a semi or anti join
-//! that builds on the left marks the entries that right rows match, then gives the
+//! that builds on the left marks the entries that right rows match, in a bitmap on the
+//! heap (a bit per 20 bytes of the table; the table itself is only read), then gives the
 //! marked or unmarked left rows; where its probe side is a parallel pipeline, each worker
-//! marks in bits of its own, ORed before the marked rows are given) is written to a [`RowRun`] as `(hash, key, row)`
+//! marks in a bitmap of its own, ORed before the rows are given) is written to a [`RowRun`] as `(hash, key, row)`
 //! records, rows with a NULL key left out (they match nothing). A record's row holds only
 //! the columns used above the join or by its residual, and a matching record is decoded
 //! straight into its slots of one reused output row (see [`slots`]); a probe compares the
@@ -29,14 +30,14 @@ mod table;
 use super::exec::Plan;
 use super::expr::BExpr;
 use super::keyfilter::{self, KeyFilter};
-use super::rows::{corrupt, encode_value, hash_bytes, part_payload, pow2_floor, rd32, rd64, run_payload, work_payload, wr32, Cursor, Pending, RowRun};
+use super::rows::{corrupt, encode_value, hash_bytes, part_payload, pow2_floor, rd32, rd64, run_payload, work_payload, Cursor, Pending, RowRun};
 use super::scan::ColScan;
 use crate::access::table::Value;
-use crate::buffer::{BufferManager, ExclusiveGuard, SharedGuard};
+use crate::buffer::{BufferManager, SharedGuard};
 use crate::error::Result;
 use crate::ops::spill::shifted;
 pub(super) use slots::Joined;
-use table::{split, JoinTable, TempBits, HDR, MARK};
+use table::{split, JoinTable, TempBits, HDR};
 
 /// The kinds of join.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -166,13 +167,6 @@ fn hold<'a>(bm: &BufferManager, table: &JoinTable<'a>) -> Result<(Option<SharedG
     Ok(claimed(bm, g, bytes))
 }
 
-/// `table` latched exclusively to keep for a probe that marks it, if a claim allows.
-fn hold_exclusive<'a>(bm: &BufferManager, table: &JoinTable<'a>) -> Result<(Option<ExclusiveGuard<'a>>, Option<Claim>)> {
-    let g = table.page.exclusive()?;
-    let bytes = g.data().len();
-    Ok(claimed(bm, g, bytes))
-}
-
 /// Puts the probe row's kept columns into their slots, once per probe row.
 fn load(jr: &mut Joined, p: Probe<'_>, loaded: &mut bool) -> Result<()> {
     if !*loaded {
@@ -207,19 +201,20 @@ impl Ctx<'_> {
         })
     }
 
-    /// Marks every entry of the table (left rows) that the probe row (a right row)
-    /// matches; `held`: the table latched exclusively for the whole probe (see [`Claim`]),
-    /// else it is latched for this row.
-    fn mark<'a>(&self, table: &JoinTable<'a>, held: &mut Option<ExclusiveGuard<'a>>, jr: &mut Joined, p: Probe<'_>, key: &[u8], h: u64) -> Result<()> {
-        let mut own;
-        let g = match held.as_mut() {
-            Some(g) => g,
+    /// Marks in `bits` every entry of the table (left rows) that the probe row (a right
+    /// row) matches. The table is only read (several workers may probe at once, each with
+    /// bits of its own): `held` is its bytes under a shared latch the caller holds, else it
+    /// is latched for this row.
+    #[allow(clippy::too_many_arguments)]
+    fn mark_bits(&self, table: &JoinTable<'_>, held: Option<&[u8]>, jr: &mut Joined, p: Probe<'_>, key: &[u8], h: u64, bits: &mut MarkBits) -> Result<()> {
+        let own;
+        let d = match held {
+            Some(d) => d,
             None => {
-                own = table.page.exclusive()?;
-                &mut own
+                own = table.page.shared()?;
+                own.data()
             }
         };
-        let d = g.data_mut().ok_or_else(super::rows::not_temp)?;
         let mut loaded = false;
         let mut cur = table.head(d, h);
         while cur != 0 {
@@ -228,44 +223,12 @@ impl Ctx<'_> {
                 return Err(corrupt("join entry past its page"));
             }
             cur = rd32(d, o) as usize;
-            let (klen, rraw) = (rd32(d, o + 12) as usize, rd32(d, o + 16));
-            let hit = rraw & MARK == 0 && rd64(d, o + 4) == h && klen == key.len() && d.get(o + HDR..o + HDR + klen) == Some(key);
-            if !hit {
-                continue;
-            }
-            if self.residual.is_some() {
-                let rlen = (rraw & !MARK) as usize;
-                load(jr, p, &mut loaded)?;
-                jr.decode_build(d.get(o + HDR + klen..o + HDR + klen + rlen).ok_or_else(|| corrupt("join entry past its page"))?)?;
-                if !self.passes(jr)? {
-                    continue;
-                }
-            }
-            wr32(d, o + 16, rraw | MARK);
-        }
-        Ok(())
-    }
-
-    /// [`mark`](Self::mark) into a worker's own `bits` instead of the table (which is only
-    /// read, under a shared latch per probe row): several workers probe at once.
-    fn mark_bits(&self, table: &JoinTable<'_>, jr: &mut Joined, p: Probe<'_>, key: &[u8], h: u64, bits: &mut MarkBits) -> Result<()> {
-        let g = table.page.shared()?;
-        let d = g.data();
-        let mut loaded = false;
-        let mut cur = table.head(d, h);
-        while cur != 0 {
-            let o = cur - 1;
-            if o + HDR > d.len() {
-                return Err(corrupt("join entry past its page"));
-            }
-            cur = rd32(d, o) as usize;
-            let (klen, rraw) = (rd32(d, o + 12) as usize, rd32(d, o + 16));
+            let (klen, rlen) = (rd32(d, o + 12) as usize, rd32(d, o + 16) as usize);
             let hit = !bits.get(o) && rd64(d, o + 4) == h && klen == key.len() && d.get(o + HDR..o + HDR + klen) == Some(key);
             if !hit {
                 continue;
             }
             if self.residual.is_some() {
-                let rlen = (rraw & !MARK) as usize;
                 load(jr, p, &mut loaded)?;
                 jr.decode_build(d.get(o + HDR + klen..o + HDR + klen + rlen).ok_or_else(|| corrupt("join entry past its page"))?)?;
                 if !self.passes(jr)? {
@@ -277,9 +240,9 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    /// The left rows of `table` that are the result: marked for a semi join, unmarked for
-    /// an anti join (marked: in the table, or in `bits` when given).
-    fn emit(&self, table: &JoinTable<'_>, jr: &mut Joined, bits: Option<&MarkBits>, sink: &mut Sink<'_>) -> Result<bool> {
+    /// The left rows of `table` that are the result: marked in `bits` for a semi join,
+    /// unmarked for an anti join.
+    fn emit(&self, table: &JoinTable<'_>, jr: &mut Joined, bits: &MarkBits, sink: &mut Sink<'_>) -> Result<bool> {
         let want = self.kind == JoinKind::Semi;
         let mut at = table.nslots * 4;
         for _ in 0..table.count {
@@ -289,13 +252,9 @@ impl Ctx<'_> {
                 if at + HDR > d.len() {
                     return Err(corrupt("join entry past its page"));
                 }
-                let (klen, rraw) = (rd32(d, at + 12) as usize, rd32(d, at + 16));
-                let rlen = (rraw & !MARK) as usize;
+                let (klen, rlen) = (rd32(d, at + 12) as usize, rd32(d, at + 16) as usize);
                 let bytes = d.get(at + HDR + klen..at + HDR + klen + rlen).ok_or_else(|| corrupt("join entry past its page"))?;
-                let marked = match bits {
-                    Some(b) => b.get(at),
-                    None => rraw & MARK != 0,
-                };
+                let marked = bits.get(at);
                 at += HDR + klen + rlen;
                 if marked == want {
                     jr.decode_build(bytes)?;
@@ -631,6 +590,7 @@ impl MarkBits {
     }
 
     fn bit(&self, o: usize) -> (usize, u64) {
+        debug_assert!(o >= self.base && (o - self.base) / HDR < self.words.len() * 64, "entry offset {o} outside the table");
         let i = o.saturating_sub(self.base) / HDR;
         (i / 64, 1 << (i % 64))
     }
@@ -687,7 +647,7 @@ impl<'p> Built<'p, '_> {
             let init = |_| (none.clone(), Vec::new(), self.joined());
             let mark = |(bits, kb, jr): &mut (MarkBits, Vec<u8>, Joined), prow: &[Value]| -> Result<()> {
                 if encode_keys(self.pkeys, prow, kb)? {
-                    ctx.mark_bits(table, jr, Probe::Row(prow), kb, hash_bytes(kb), bits)?;
+                    ctx.mark_bits(table, None, jr, Probe::Row(prow), kb, hash_bytes(kb), bits)?;
                 }
                 Ok(())
             };
@@ -696,19 +656,21 @@ impl<'p> Built<'p, '_> {
                 for (bits, _, _) in &workers {
                     all.or(bits);
                 }
-                return ctx.emit(table, jr, Some(&all), sink);
+                return ctx.emit(table, jr, &all, sink);
             }
+            let mut bits = none;
             {
                 // Latched once for the whole probe where a claim allows (see [`Claim`]).
-                let (mut held, _claim) = hold_exclusive(bm, table)?;
+                let (held, _claim) = hold(bm, table)?;
+                let d = held.as_ref().map(|g| g.data());
                 self.pplan.run(bm, &mut |prow| {
                     if encode_keys(self.pkeys, prow, &mut kb)? {
-                        ctx.mark(table, &mut held, jr, Probe::Row(prow), &kb, hash_bytes(&kb))?;
+                        ctx.mark_bits(table, d, jr, Probe::Row(prow), &kb, hash_bytes(&kb), &mut bits)?;
                     }
                     Ok(true)
                 })?;
             }
-            return ctx.emit(table, jr, None, sink);
+            return ctx.emit(table, jr, &bits, sink);
         }
         if self.leaf.is_some() {
             return self.probe_leaves(bm, jr, 0, u64::MAX, sink);
@@ -761,7 +723,7 @@ pub fn run(bm: &BufferManager, j: &JoinArgs<'_>, sink: &mut Sink<'_>) -> Result<
     let want = brun.bytes().div_ceil(budget / 2).max(2);
     let bits = pow2_floor(want.next_power_of_two()).trailing_zeros().clamp(1, 6);
     let part = |h: u64| (h >> (64 - bits)) as usize;
-    let bparts = partition(bm, brun, bits, &part)?;
+    let bparts = partition(bm, brun, bits, 1, &part)?;
     let mut pparts = Parts::new(bm, bits);
     let (mut kb, mut rb) = (Vec::new(), Vec::new());
     let go = pplan.run(bm, &mut |prow| {
@@ -778,7 +740,7 @@ pub fn run(bm: &BufferManager, j: &JoinArgs<'_>, sink: &mut Sink<'_>) -> Result<
         return Ok(false);
     }
     for (b, p) in bparts.into_iter().zip(pparts.finish()?) {
-        if !join_pair(bm, &ctx, &mut jr, b, p, budget, bits, MAX_BITS, sink)? {
+        if !join_pair(bm, &ctx, &mut jr, b, p, budget, bits, (MAX_BITS, 1), sink)? {
             return Ok(false);
         }
     }
@@ -828,8 +790,9 @@ impl<'b> Parts<'b> {
 }
 
 /// The `(hash, key, row)` records of `run` in `2^bits` partitions by `part(hash)`.
-fn partition<'b>(bm: &'b BufferManager, run: RowRun<'b>, bits: u32, part: &dyn Fn(u64) -> usize) -> Result<Vec<RowRun<'b>>> {
-    let mut parts = Parts::new(bm, bits);
+/// `workers`: how many partition at once (their tail pages share the room of one set's).
+fn partition<'b>(bm: &'b BufferManager, run: RowRun<'b>, bits: u32, workers: usize, part: &dyn Fn(u64) -> usize) -> Result<Vec<RowRun<'b>>> {
+    let mut parts = Parts::shared(bm, bits, workers);
     run.drain(&mut |rec| {
         let (h, _, _) = split(rec)?;
         parts.push(part(h), &[rec])
@@ -841,8 +804,9 @@ fn partition<'b>(bm: &'b BufferManager, run: RowRun<'b>, bits: u32, part: &dyn F
 const MAX_BITS: u32 = 6;
 
 /// Joins one pair of partitions whose hashes share their top `consumed` bits: as a table
-/// if the build side fits, else partitioned again by the next bits (at most `max_bits` a
-/// level, recursively), else (one key too frequent to split, or no bits left) in chunks.
+/// if the build side fits, else partitioned again by the next bits (`limit`: at most that
+/// many bits a level, by one of that many workers partitioning at once; recursively), else
+/// (one key too frequent to split, or no bits left) in chunks.
 #[allow(clippy::too_many_arguments)]
 fn join_pair(
     bm: &BufferManager,
@@ -852,9 +816,10 @@ fn join_pair(
     p: RowRun<'_>,
     budget: u64,
     consumed: u32,
-    max_bits: u32,
+    limit: (u32, usize),
     sink: &mut Sink<'_>,
 ) -> Result<bool> {
+    let (max_bits, workers) = limit;
     if p.is_empty() || table_bytes(b.len(), b.bytes()) <= budget || consumed >= 64 {
         return join_partition(bm, ctx, jr, &b, &p, budget, sink);
     }
@@ -862,16 +827,16 @@ fn join_pair(
     let bits = want.next_power_of_two().trailing_zeros().clamp(1, max_bits.max(1)).min(64 - consumed);
     let part = |h: u64| (shifted(h, consumed) >> (64 - bits)) as usize;
     let total = b.len();
-    let mut bparts = partition(bm, b, bits, &part)?;
+    let mut bparts = partition(bm, b, bits, workers, &part)?;
     if let Some(i) = bparts.iter().position(|r| r.len() == total) {
         // No progress: every build row has the same hash bits here (one frequent key).
         let b = bparts.swap_remove(i);
         return join_partition(bm, ctx, jr, &b, &p, budget, sink);
     }
-    let pparts = partition(bm, p, bits, &part)?;
+    let pparts = partition(bm, p, bits, workers, &part)?;
     super::counters::REPARTITIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     for (b, p) in bparts.into_iter().zip(pparts) {
-        if !join_pair(bm, ctx, jr, b, p, budget, consumed + bits, max_bits, sink)? {
+        if !join_pair(bm, ctx, jr, b, p, budget, consumed + bits, limit, sink)? {
             return Ok(false);
         }
     }
@@ -910,15 +875,17 @@ fn join_partition(bm: &BufferManager, ctx: &Ctx<'_>, jr: &mut Joined, b: &RowRun
         // Each chunk of left rows is probed by every right row, then settled.
         for &(start, n, bytes) in &chunks {
             let table = JoinTable::build(bm, b, start, n, bytes, None)?;
+            let mut bits = MarkBits::new(&table)?;
             {
-                let (mut held, _claim) = hold_exclusive(bm, &table)?;
+                let (held, _claim) = hold(bm, &table)?;
+                let d = held.as_ref().map(|g| g.data());
                 p.scan(&mut Cursor::default(), &mut |_, rec| {
                     let (h, key, row) = split(rec)?;
-                    ctx.mark(&table, &mut held, jr, Probe::Bytes(row), key, h)?;
+                    ctx.mark_bits(&table, d, jr, Probe::Bytes(row), key, h, &mut bits)?;
                     Ok(true)
                 })?;
             }
-            if !ctx.emit(&table, jr, None, sink)? {
+            if !ctx.emit(&table, jr, &bits, sink)? {
                 return Ok(false);
             }
         }

@@ -46,10 +46,6 @@ fn tag(h: u64, obits: u32) -> u32 {
     }
 }
 
-/// The bit of an entry's row length that marks it matched (semi and anti joins that
-/// build on the left side).
-pub(super) const MARK: u32 = 1 << 31;
-
 impl<'a> JoinTable<'a> {
     /// The `count` records of `run` from `start` (`bytes` of them with length words).
     /// The table of the `count` records of `run` from `start`; their key hashes also go
