@@ -27,10 +27,10 @@
 //! when a join in it cannot run in parallel: a semi join or NOT EXISTS whose probe marks its
 //! left side's table (the marked rows come after the probe; that join's own probe side runs
 //! on the workers where it is a pipeline, each marking in its own bits, [`Into::Marks`]),
-//! or a grace join of another
-//! kind (LEFT, anti, NOT EXISTS: their probe rows with NULL keys belong to no pair). Such a grace join
-//! found while the tables are built leaves the pipeline to the serial executor, which
-//! builds its tables again ([`FALLBACKS`] counts it).
+//! or a grace join of another kind (LEFT, anti, NOT EXISTS: their probe rows with NULL keys
+//! belong to no pair). Such a grace join found while the tables are built leaves the
+//! pipeline to the serial executor, which builds its tables again ([`FALLBACKS`] counts
+//! it).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -118,9 +118,10 @@ pub(super) fn parallel_plan(bm: &BufferManager, plan: &Plan) -> Result<bool> {
         Plan::ColScan(s) => s.threads > 1,
         Plan::Filter { input, .. } | Plan::Project { input, .. } => parallel_plan(bm, input)?,
         Plan::HashJoin { .. } => match plan.join_args() {
-            // (A build side estimated larger than a table can hold is left to the serial
-            // executor from the start: found while the tables were built, it made the
-            // pipeline fall back and build every table again, TPC-H Q9's line items twice.)
+            // (A build side estimated larger than a table can hold: a grace join, the
+            // pipeline's source if its kind allows, else left to the serial executor from
+            // the start: found while the tables were built, it made the pipeline fall back
+            // and build every table again, TPC-H Q9's line items twice.)
             Some(j) => match join::parallel_probe_side(bm, &j)? {
                 Some((p, _, false)) => parallel_plan(bm, p)?,
                 // (A grace join: its pairs are joined in parallel if its probe side runs so.)
