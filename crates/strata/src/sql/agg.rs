@@ -707,7 +707,7 @@ fn distinct_record(rec: &[u8]) -> Result<(&[u8], &[u8])> {
 impl<'a> HashAgg<'a> {
     /// An aggregation of `kinds` (none: `DISTINCT`).
     pub fn new(bm: &'a BufferManager, kinds: Vec<AggKind>) -> HashAgg<'a> {
-        Self::at(bm, kinds, 0)
+        Self::at(bm, kinds, 0, 1)
     }
 
     /// The partial aggregation of one of `workers` workers of a parallel pipeline: its
@@ -715,15 +715,17 @@ impl<'a> HashAgg<'a> {
     /// (the workers' tables are all in use at once; at a full share each, sixteen of them
     /// would take twice a pool and evict one another's pages on every few pushes).
     pub fn worker(bm: &'a BufferManager, kinds: Vec<AggKind>, workers: usize) -> HashAgg<'a> {
-        HashAgg { share: workers.max(1), ..Self::at(bm, kinds, 0) }
+        Self::at(bm, kinds, 0, workers)
     }
 
-    fn at(bm: &'a BufferManager, kinds: Vec<AggKind>, consumed: u32) -> HashAgg<'a> {
+    /// An aggregation of groups whose hashes share their first `consumed` bits, one of
+    /// `share` that use the pool at once.
+    fn at(bm: &'a BufferManager, kinds: Vec<AggKind>, consumed: u32, share: usize) -> HashAgg<'a> {
         HashAgg {
             bm,
             kinds,
             consumed,
-            share: 1,
+            share: share.max(1),
             table: None,
             parts: Vec::new(),
             part_bufs: Vec::new(),
@@ -958,7 +960,7 @@ impl<'a> HashAgg<'a> {
         self.flush()?;
         for run in self.take_partitions() {
             // (With this one's share: partition aggregations of a parallel merge run at once.)
-            let mut sub = HashAgg { share: self.share, ..HashAgg::at(self.bm, self.kinds.clone(), self.consumed + BITS) };
+            let mut sub = HashAgg::at(self.bm, self.kinds.clone(), self.consumed + BITS, self.share);
             sub.push_partition(run)?;
             let go = sub.finish_encoded(f)?;
             self.stats.flushes += sub.stats.flushes;
@@ -994,7 +996,7 @@ impl<'a> HashAgg<'a> {
     /// [`into_partitions`](Self::into_partitions)), one of `workers` that run at once (its
     /// table and partition tails take that share, see [`worker`](Self::worker)).
     pub(super) fn of_partition(bm: &'a BufferManager, kinds: Vec<AggKind>, workers: usize) -> HashAgg<'a> {
-        HashAgg { share: workers.max(1), ..Self::at(bm, kinds, BITS) }
+        Self::at(bm, kinds, BITS, workers)
     }
 
     /// Pushes every record of a partition run (see [`into_partitions`](Self::into_partitions))

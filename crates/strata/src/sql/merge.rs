@@ -22,9 +22,9 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::Mutex;
 
-use super::agg::{Distinct, HashAgg, PARTITIONS};
-use super::rows::RowRun;
-use super::vagg::GroupCache;
+use super::agg::{encode_states, Distinct, HashAgg, PARTITIONS};
+use super::rows::{hash_bytes, RowRun};
+use super::vagg::{on_threads, GroupCache};
 use crate::error::Result;
 
 thread_local! {
@@ -43,9 +43,16 @@ pub fn merges_here() -> u64 {
 pub(super) type Partial<'b, 'c> = (GroupCache, HashAgg<'b>, Option<Distinct<'c>>);
 
 /// Merges the workers' partial aggregations into `main` (which must hold no groups yet of
-/// the same keys: the merged groups are adopted as distinct from every other).
-pub(super) fn merge_workers<'a>(main: &mut HashAgg<'a>, workers: Vec<Partial<'_, '_>>) -> Result<()> {
+/// the same keys: the merged groups are adopted as distinct from every other). One
+/// worker's groups are pushed into `main` as they are.
+pub(super) fn merge_workers<'a>(main: &mut HashAgg<'a>, mut workers: Vec<Partial<'_, '_>>) -> Result<()> {
     let n = workers.len();
+    if n <= 1 {
+        return match workers.pop() {
+            Some(one) => merge_one(one, main),
+            None => Ok(()),
+        };
+    }
     HERE.with(|h| h.set(h.get() + 1));
     let bm = main.buffer();
     let kinds = main.kinds().to_vec();
@@ -99,6 +106,22 @@ pub(super) fn merge_workers<'a>(main: &mut HashAgg<'a>, workers: Vec<Partial<'_,
     Ok(())
 }
 
+/// A single worker's partial aggregation pushed into `main`, group by group.
+fn merge_one((mut cache, mut part, apart): Partial<'_, '_>, main: &mut HashAgg<'_>) -> Result<()> {
+    cache.flush(&mut part)?;
+    let mut sb = Vec::new();
+    part.finish(&mut |key, states| {
+        sb.clear();
+        encode_states(&states, &mut sb);
+        main.push(key, hash_bytes(key), &sb)?;
+        Ok(true)
+    })?;
+    match apart {
+        Some(d) => main.merge_in(d),
+        None => Ok(()),
+    }
+}
+
 /// Step 1 for one worker.
 fn into_partitions<'b>((mut cache, mut part, apart): Partial<'b, '_>) -> Result<Vec<RowRun<'b>>> {
     cache.flush(&mut part)?;
@@ -118,22 +141,4 @@ fn merge_partition<'a>(bm: &'a crate::buffer::BufferManager, kinds: &[super::agg
     let mut out = Distinct::new(bm);
     agg.finish_encoded(&mut |key, states| out.push_encoded(key, states).map(|_| true))?;
     Ok(out)
-}
-
-/// Runs each job on a thread of its own (the first on the calling thread); their results
-/// in job order, or the first job's error (a job's panic is resumed here).
-fn on_threads<T: Send, F: FnOnce() -> Result<T> + Send>(jobs: Vec<F>) -> Result<Vec<T>> {
-    std::thread::scope(|s| {
-        let mut jobs = jobs.into_iter();
-        let first = jobs.next();
-        let hs: Vec<_> = jobs.map(|j| s.spawn(j)).collect();
-        let mut out = Vec::with_capacity(hs.len() + 1);
-        if let Some(j) = first {
-            out.push(j());
-        }
-        for h in hs {
-            out.push(h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
-        }
-        out.into_iter().collect()
-    })
 }

@@ -42,7 +42,7 @@ use super::join::{self, Build, Built, Joined};
 use super::merge::merge_workers;
 use super::rows::corrupt;
 use super::scan::ColScan;
-use super::vagg::{deal, merge_partial, morsels, workers, GroupCache};
+use super::vagg::{deal, morsels, workers, GroupCache};
 use crate::access::table::Value;
 use crate::buffer::BufferManager;
 use crate::error::Result;
@@ -307,12 +307,7 @@ pub fn grouped(bm: &BufferManager, input: &Plan, keys: &[BExpr], aggs: &[AggSpec
     let init =
         |workers| -> Local<'_, '_> { (GroupCache::new(kinds.to_vec()), HashAgg::worker(bm, kinds.to_vec(), workers), RowGroups::new(keys, aggs, kinds)) };
     let row = |(cache, part, rg): &mut Local<'_, '_>, row: &[Value]| rg.push(Some(cache), part, None, row);
-    let Some(mut parts) = run_parallel(bm, input, Into::Aggregation, &init, &row)? else { return Ok(false) };
-    if parts.len() == 1 {
-        let (cache, part, _) = parts.pop().ok_or_else(|| corrupt("no worker"))?;
-        merge_partial(cache, part, main, &mut Vec::new())?;
-    } else {
-        merge_workers(main, parts.into_iter().map(|(cache, part, _)| (cache, part, None)).collect())?;
-    }
+    let Some(parts) = run_parallel(bm, input, Into::Aggregation, &init, &row)? else { return Ok(false) };
+    merge_workers(main, parts.into_iter().map(|(cache, part, _)| (cache, part, None)).collect())?;
     Ok(true)
 }

@@ -688,9 +688,20 @@ pub(super) fn deal<T: Send>(
         Ok(st)
     };
     let run = &run;
+    on_threads((0..threads).map(|w| move || run(w)).collect())
+}
+
+/// Runs each job on a thread of its own (the first on the calling thread); their results
+/// in job order, or the first job's error (a job's panic is resumed here).
+pub(super) fn on_threads<T: Send, F: FnOnce() -> Result<T> + Send>(jobs: Vec<F>) -> Result<Vec<T>> {
     std::thread::scope(|s| {
-        let hs: Vec<_> = (1..threads).map(|w| s.spawn(move || run(w))).collect();
-        let mut out = vec![run(0)];
+        let mut jobs = jobs.into_iter();
+        let first = jobs.next();
+        let hs: Vec<_> = jobs.map(|j| s.spawn(j)).collect();
+        let mut out = Vec::with_capacity(hs.len() + 1);
+        if let Some(j) = first {
+            out.push(j());
+        }
         for h in hs {
             out.push(h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
         }
@@ -707,19 +718,6 @@ fn agg_batch(prog: &mut Prog, b: &Batch<'_>, aggs: &[AggSpec], kinds: &[AggKind]
         b.decode(i as usize, needed, row)?;
         super::exec::agg_row(aggs, kinds, states, row)?;
     }
-    Ok(())
-}
-
-/// Merges a worker's partial grouping (its pre-aggregation `cache` and hash aggregation
-/// `part`) into `main` (`sb`: a buffer for the encoded states).
-pub(super) fn merge_partial(mut cache: GroupCache, mut part: HashAgg<'_>, main: &mut HashAgg<'_>, sb: &mut Vec<u8>) -> Result<()> {
-    cache.flush(&mut part)?;
-    part.finish(&mut |key, states| {
-        sb.clear();
-        encode_states(&states, sb);
-        main.push(key, hash_bytes(key), sb)?;
-        Ok(true)
-    })?;
     Ok(())
 }
 
@@ -1086,15 +1084,6 @@ pub fn fused_grouped(bm: &BufferManager, input: &Plan, keys: &[BExpr], aggs: &[A
         };
         let locals = morsels(scan.threads, rows, &init, &work)?;
         let proven = runs::proven(&locals.iter().filter_map(|l| l.4.as_ref()).collect::<Vec<_>>());
-        if locals.len() == 1 {
-            for (_, c, m, _, r) in locals {
-                merge_partial(c, m, main, &mut Vec::new())?;
-                if let Some(r) = r {
-                    r.finish(proven, main)?;
-                }
-            }
-            return Ok(true);
-        }
         // Streamed groups proven distinct are adopted; the others are merged with the
         // worker's hashed groups.
         let mut partials = Vec::with_capacity(locals.len());

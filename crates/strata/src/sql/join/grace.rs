@@ -22,8 +22,9 @@ use std::sync::Mutex;
 
 use super::super::exec::Plan;
 use super::super::pipeline::{self, Into};
-use super::super::rows::{corrupt, hash_bytes, work_share, RowRun};
-use super::{encode_keys, join_pair, partition, Ctx, JoinArgs, JoinKind, Joined, Parts, Sink};
+use super::super::rows::{corrupt, work_share, RowRun};
+use super::table::record_head;
+use super::{join_pair, partition, probe_record, Ctx, JoinArgs, JoinKind, Joined, Parts, Sink};
 use crate::access::table::Value;
 use crate::buffer::BufferManager;
 use crate::error::Result;
@@ -91,13 +92,10 @@ impl<'p, 'b> Grace<'p, 'b> {
         let init = |workers: usize| -> Local<'b> { (Parts::shared(bm, bits, workers), Vec::new(), Vec::new()) };
         let row = |(parts, kb, rb): &mut Local<'b>, prow: &[Value]| -> Result<()> {
             // (A NULL key matches nothing, and these kinds give nothing for it.)
-            if !encode_keys(pkeys, prow, kb)? {
-                return Ok(());
+            match probe_record(pkeys, &jr, prow, kb, rb)? {
+                Some(h) => parts.push(part(h), &[&record_head(h, kb), kb, rb]),
+                None => Ok(()),
             }
-            rb.clear();
-            jr.encode_probe(prow, rb)?;
-            let h = hash_bytes(kb);
-            parts.push(part(h), &[&h.to_le_bytes(), &(kb.len() as u32).to_le_bytes(), kb, rb])
         };
         let parallel = if threads > 1 { pipeline::run_parallel(bm, pplan, Into::Build, &init, &row)? } else { None };
         let locals = match parallel {
@@ -144,10 +142,10 @@ impl<'p, 'b> Grace<'p, 'b> {
 
     /// Joins the pairs `from..to` into `sink` (each pair once: a pair is taken).
     pub(in crate::sql) fn run(&self, bm: &BufferManager, jr: &mut Joined, from: u64, to: u64, sink: &mut Sink<'_>) -> Result<bool> {
+        let workers = self.threads.min(self.pairs.len());
         for i in from..to {
             let pair = self.pairs.get(i as usize).and_then(|m| m.lock().unwrap_or_else(|e| e.into_inner()).take());
             let (b, p) = pair.ok_or_else(|| corrupt("grace join pair joined twice"))?;
-            let workers = self.threads.min(self.pairs.len());
             if !join_pair(bm, &self.ctx, jr, b, p, self.budget, self.bits, (self.max_bits, workers), sink)? {
                 return Ok(false);
             }

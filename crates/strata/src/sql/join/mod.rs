@@ -37,7 +37,7 @@ use crate::buffer::{BufferManager, SharedGuard};
 use crate::error::Result;
 use crate::ops::spill::shifted;
 pub(super) use slots::Joined;
-use table::{split, JoinTable, TempBits, HDR};
+use table::{record_head, split, JoinTable, TempBits, HDR};
 
 /// The kinds of join.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -568,7 +568,7 @@ impl BuildSide<'_> {
         }
         l.rb.clear();
         self.jr.encode_build(row, &mut l.rb)?;
-        l.pend.push(&mut l.run, &[&hash_bytes(&l.kb).to_le_bytes(), &(l.kb.len() as u32).to_le_bytes(), &l.kb, &l.rb])?;
+        l.pend.push(&mut l.run, &[&record_head(hash_bytes(&l.kb), &l.kb), &l.kb, &l.rb])?;
         Ok(true)
     }
 }
@@ -727,13 +727,10 @@ pub fn run(bm: &BufferManager, j: &JoinArgs<'_>, sink: &mut Sink<'_>) -> Result<
     let mut pparts = Parts::new(bm, bits);
     let (mut kb, mut rb) = (Vec::new(), Vec::new());
     let go = pplan.run(bm, &mut |prow| {
-        if !encode_keys(pkeys, prow, &mut kb)? {
+        let Some(h) = probe_record(pkeys, &jr, prow, &mut kb, &mut rb)? else {
             return if marks { Ok(true) } else { ctx.null_probe(&mut jr, Probe::Row(prow), sink) };
-        }
-        rb.clear();
-        jr.encode_probe(prow, &mut rb)?;
-        let h = hash_bytes(&kb);
-        pparts.push(part(h), &[&h.to_le_bytes(), &(kb.len() as u32).to_le_bytes(), &kb, &rb])?;
+        };
+        pparts.push(part(h), &[&record_head(h, &kb), &kb, &rb])?;
         Ok(true)
     })?;
     if !go {
@@ -745,6 +742,17 @@ pub fn run(bm: &BufferManager, j: &JoinArgs<'_>, sink: &mut Sink<'_>) -> Result<
         }
     }
     Ok(true)
+}
+
+/// A probe row's key (into `kb`) and kept columns (into `rb`) for a partition record, and
+/// the key's hash; `None` if the key is NULL (nothing encoded).
+fn probe_record(pkeys: &[BExpr], jr: &Joined, prow: &[Value], kb: &mut Vec<u8>, rb: &mut Vec<u8>) -> Result<Option<u64>> {
+    if !encode_keys(pkeys, prow, kb)? {
+        return Ok(None);
+    }
+    rb.clear();
+    jr.encode_probe(prow, rb)?;
+    Ok(Some(hash_bytes(kb)))
 }
 
 /// Bytes of build records held on the heap before they go to the build run.

@@ -7,6 +7,15 @@ use crate::access::TempPage;
 use crate::buffer::BufferManager;
 use crate::error::Result;
 
+/// The first bytes of a `(hash, key length, key, row)` record (see [`split`]): the hash and
+/// the key's length; the key and the row follow.
+pub(super) fn record_head(h: u64, key: &[u8]) -> [u8; 12] {
+    let mut head = [0u8; 12];
+    head[..8].copy_from_slice(&h.to_le_bytes());
+    head[8..].copy_from_slice(&(key.len() as u32).to_le_bytes());
+    head
+}
+
 /// Splits a `(hash, key length, key, row)` record.
 pub(super) fn split(rec: &[u8]) -> Result<(u64, &[u8], &[u8])> {
     if rec.len() < 12 {
